@@ -1,0 +1,10 @@
+#pragma once
+// paco/core: backend tags, slices and buffers, tensor views, the arena and its layout, rng, errors.
+#include "paco/core/arena.hpp"
+#include "paco/core/backend.hpp"
+#include "paco/core/buffer.hpp"
+#include "paco/core/error.hpp"
+#include "paco/core/param_layout.hpp"
+#include "paco/core/rng.hpp"
+#include "paco/core/slice.hpp"
+#include "paco/core/tensor_view.hpp"
