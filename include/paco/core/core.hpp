@@ -8,3 +8,4 @@
 #include "paco/core/rng.hpp"
 #include "paco/core/slice.hpp"
 #include "paco/core/tensor_view.hpp"
+#include "paco/core/thread_pool.hpp"

@@ -1,0 +1,17 @@
+#pragma once
+// paco/nn: pure modules (Module concept), their composition, the GPT model and its replica step.
+#include "paco/nn/causal_attention.hpp"
+#include "paco/nn/concepts.hpp"
+#include "paco/nn/context.hpp"
+#include "paco/nn/cross_entropy.hpp"
+#include "paco/nn/embedding.hpp"
+#include "paco/nn/gelu.hpp"
+#include "paco/nn/gemm.hpp"
+#include "paco/nn/gpt.hpp"
+#include "paco/nn/layer_norm.hpp"
+#include "paco/nn/linear.hpp"
+#include "paco/nn/lm_head.hpp"
+#include "paco/nn/replica.hpp"
+#include "paco/nn/repeat.hpp"
+#include "paco/nn/residual.hpp"
+#include "paco/nn/seq.hpp"

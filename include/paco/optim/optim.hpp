@@ -1,0 +1,6 @@
+#pragma once
+// paco/optim: inner optimizers, schedules and clipping.
+#include "paco/optim/adamw.hpp"
+#include "paco/optim/clip.hpp"
+#include "paco/optim/schedule.hpp"
+#include "paco/optim/sgd.hpp"

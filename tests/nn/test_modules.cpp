@@ -1,0 +1,74 @@
+// check_module over every module, in float and double.
+#include <catch2/catch.hpp>
+
+#include "paco/nn/nn.hpp"
+#include "paco/testing/check_module.hpp"
+
+using namespace paco;
+using namespace paco::nn;
+
+namespace {
+
+template <class T, class M>
+void require_module_ok(const M& m, dims d, double tol, int vocab) {
+  auto r = testing::check_module<T>(m, d, {.vocab = vocab});
+  INFO(r.detail);
+  CHECK(r.forward_writes_all);
+  CHECK(r.backward_accumulates);
+  CHECK(r.max_err_theta < tol);
+  CHECK(r.max_err_x < tol);
+}
+
+template <class M>
+void both_precisions(const M& m, dims d, int vocab = 0) {
+  SECTION("double") { require_module_ok<double>(m, d, 1e-6, vocab); }
+  SECTION("float") { require_module_ok<float>(m, d, 3e-2, vocab); }
+}
+
+}  // namespace
+
+TEST_CASE("linear passes check_module", "[nn]") {
+  both_precisions(linear{.in = 5, .out = 7, .init_std = 0.5f}, {2, 3});
+}
+TEST_CASE("linear without bias passes check_module", "[nn]") {
+  both_precisions(linear{.in = 4, .out = 3, .bias = false, .init_std = 0.5f}, {1, 5});
+}
+TEST_CASE("layer_norm passes check_module", "[nn]") { both_precisions(layer_norm{.C = 6}, {2, 3}); }
+TEST_CASE("gelu passes check_module", "[nn]") { both_precisions(gelu{.C = 9}, {2, 2}); }
+TEST_CASE("embedding passes check_module", "[nn]") {
+  both_precisions(embedding{.V = 11, .ctx = 5, .C = 4, .init_std = 0.5f}, {2, 5});
+}
+TEST_CASE("causal_attention passes check_module", "[nn]") {
+  both_precisions(causal_attention{.C = 8, .NH = 2, .init_std = 0.4f, .proj_init_std = 0.4f},
+                  {2, 5});
+}
+TEST_CASE("lm_head passes check_module", "[nn]") {
+  both_precisions(lm_head{.C = 6, .V = 10, .init_std = 0.5f}, {2, 3});
+}
+TEST_CASE("residual, seq and repeat pass check_module", "[nn]") {
+  using blk = residual<seq<layer_norm, linear>>;
+  blk b{seq<layer_norm, linear>(layer_norm{.C = 6}, linear{.in = 6, .out = 6, .init_std = 0.4f})};
+  SECTION("residual of seq") { both_precisions(b, {2, 3}); }
+  SECTION("repeat of 3") { both_precisions(repeat<blk>{.block = b, .n = 3}, {2, 3}); }
+  SECTION("seq starting from tokens") {
+    seq<embedding, layer_norm, lm_head> s(embedding{.V = 13, .ctx = 4, .C = 6, .init_std = 0.5f},
+                                          layer_norm{.C = 6},
+                                          lm_head{.C = 6, .V = 13, .init_std = 0.5f});
+    both_precisions(s, {2, 4}, 13);
+  }
+}
+TEST_CASE("transformer block passes check_module", "[nn]") {
+  both_precisions(make_block(8, 2, 16, 0.3f, 0.3f), {2, 4});
+}
+
+TEST_CASE("the Module concept rejects what is not a module", "[nn]") {
+  struct not_a_module {
+    int in_width() const { return 1; }
+  };
+  static_assert(!Module<not_a_module>);
+  static_assert(!Module<int>);
+  static_assert(Module<residual<linear>>);
+  static_assert(Module<seq<linear, gelu>>);
+  static_assert(Module<repeat<transformer_block>>);
+  SUCCEED();
+}
