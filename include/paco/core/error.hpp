@@ -108,6 +108,8 @@ class result {
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
   const paco::error& error() const { return std::get<1>(v_); }
   T value_or_throw() && {
     if (!ok()) throw error_exception(std::get<1>(v_));

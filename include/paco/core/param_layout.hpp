@@ -21,6 +21,18 @@ struct layout_entry {
   std::size_t size = 0;    // elements
 };
 
+// A named tensor inside an arena plane: a (PyTorch-style) name, its offset and shape.
+struct named_tensor {
+  std::string name;
+  std::size_t offset = 0;  // elements from the start of the plane
+  std::vector<std::size_t> shape;
+  std::size_t size() const {
+    std::size_t n = 1;
+    for (auto s : shape) n *= s;
+    return n;
+  }
+};
+
 class param_layout {
  public:
   static constexpr std::size_t alignment = 16;  // elements (floats): 64 bytes

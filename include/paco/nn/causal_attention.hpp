@@ -9,6 +9,8 @@
 #include <cmath>
 #include <limits>
 
+#include <Eigen/Core>
+
 #include "paco/nn/concepts.hpp"
 #include "paco/nn/linear.hpp"
 
@@ -63,13 +65,10 @@ struct causal_attention {
         gemm<T>(trans::no, trans::yes, T_, T_, hs, scale, q, C3, k, C3, T(0), P, T_);
         for (int t = 0; t < T_; ++t) {  // causal softmax over j ≤ t; zero above
           T* row = P + std::size_t(t) * T_;
-          T m = row[0];
-          for (int j = 1; j <= t; ++j) m = std::max(m, row[j]);
-          T s = 0;
-          for (int j = 0; j <= t; ++j) s += (row[j] = std::exp(row[j] - m));
-          T inv = T(1) / s;
-          for (int j = 0; j <= t; ++j) row[j] *= inv;
-          for (int j = t + 1; j < T_; ++j) row[j] = T(0);
+          Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> r(row, t + 1);
+          r = (r - r.maxCoeff()).exp();
+          r *= T(1) / r.sum();
+          std::fill(row + t + 1, row + T_, T(0));
         }
         // a[b,:,h] = P v  (T,hs)
         T* ah = a + std::size_t(b) * T_ * C + h * hs;
@@ -107,12 +106,12 @@ struct causal_attention {
         gemm<T>(trans::yes, trans::no, T_, hs, T_, T(1), P, T_, dah, C, T(1), dv, C3);
         // dS = P ⊙ (dP − Σ_j P dP) · scale, causal
         for (int t = 0; t < T_; ++t) {
-          const T* p = P + std::size_t(t) * T_;
-          T* g = dS + std::size_t(t) * T_;
-          T dot = 0;
-          for (int j = 0; j <= t; ++j) dot += p[j] * g[j];
-          for (int j = 0; j <= t; ++j) g[j] = p[j] * (g[j] - dot) * scale;
-          for (int j = t + 1; j < T_; ++j) g[j] = T(0);
+          using arr = Eigen::Array<T, Eigen::Dynamic, 1>;
+          Eigen::Map<const arr> p(P + std::size_t(t) * T_, t + 1);
+          Eigen::Map<arr> g(dS + std::size_t(t) * T_, t + 1);
+          const T dot = (p * g).sum();
+          g = p * (g - dot) * scale;
+          std::fill(dS + std::size_t(t) * T_ + t + 1, dS + std::size_t(t + 1) * T_, T(0));
         }
         // dq += dS k;  dk += dSᵀ q
         gemm<T>(trans::no, trans::no, T_, hs, T_, T(1), dS, T_, k, C3, T(1), dq, C3);

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include <Eigen/Core>
+
 namespace paco::nn {
 
 // Returns (1/N) Σ_n −log softmax(logits_n)[target_n], in nats.
@@ -14,22 +16,24 @@ namespace paco::nn {
 template <class T>
 double cross_entropy(const T* logits, const std::int32_t* targets, T* dlogits, int N, int V,
                      T scale = T(1)) {
+  using arr = Eigen::Array<T, Eigen::Dynamic, 1>;
   double total = 0;
   const T inv_n = scale / T(N);
   for (int n = 0; n < N; ++n) {
     const T* row = logits + std::size_t(n) * V;
-    T m = row[0];
-    for (int v = 1; v < V; ++v) m = std::max(m, row[v]);
-    T s = 0;
-    for (int v = 0; v < V; ++v) s += std::exp(row[v] - m);
-    const T lse = m + std::log(s);
+    Eigen::Map<const arr> z(row, V);
+    const T m = z.maxCoeff();
     const int y = targets[n];
-    total += double(lse - row[y]);
+    const T zy = row[y];
     if (dlogits) {
-      T* g = dlogits + std::size_t(n) * V;
-      const T inv_s = T(1) / s;
-      for (int v = 0; v < V; ++v) g[v] = std::exp(row[v] - m) * inv_s * inv_n;
-      g[y] -= inv_n;
+      Eigen::Map<arr> g(dlogits + std::size_t(n) * V, V);
+      g = (z - m).exp();  // may alias z: element-wise
+      const T s = g.sum();
+      total += double(m + std::log(s) - zy);
+      g *= inv_n / s;
+      g(y) -= inv_n;
+    } else {
+      total += double(m + std::log((z - m).exp().sum()) - zy);
     }
   }
   return total / N;

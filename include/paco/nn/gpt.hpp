@@ -68,18 +68,6 @@ struct gpt_config {
   }
 };
 
-// A named tensor inside one arena plane: name (PyTorch-style), offset and shape.
-struct named_tensor {
-  std::string name;
-  std::size_t offset = 0;
-  std::vector<std::size_t> shape;
-  std::size_t size() const {
-    std::size_t n = 1;
-    for (auto s : shape) n *= s;
-    return n;
-  }
-};
-
 class gpt {
  public:
   // Requires: cfg.validate().ok() (checked: throws error_exception otherwise).

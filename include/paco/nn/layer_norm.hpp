@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include <Eigen/Core>
+
 #include "paco/nn/concepts.hpp"
 
 namespace paco::nn {
@@ -31,17 +33,15 @@ struct layer_norm {
     const T* b = theta + C;
     T* mean = cache;
     T* rstd = cache + N;
+    using arr = Eigen::Array<T, Eigen::Dynamic, 1>;
+    Eigen::Map<const arr> ga(g, C), ba(b, C);
     for (int n = 0; n < N; ++n) {
-      const T* xr = x + std::size_t(n) * C;
-      T* yr = y + std::size_t(n) * C;
-      T m = 0;
-      for (int c = 0; c < C; ++c) m += xr[c];
-      m /= T(C);
-      T v = 0;
-      for (int c = 0; c < C; ++c) v += (xr[c] - m) * (xr[c] - m);
-      v /= T(C);
-      T s = T(1) / std::sqrt(v + T(eps));
-      for (int c = 0; c < C; ++c) yr[c] = (xr[c] - m) * s * g[c] + b[c];
+      Eigen::Map<const arr> xr(x + std::size_t(n) * C, C);
+      Eigen::Map<arr> yr(y + std::size_t(n) * C, C);
+      const T m = xr.sum() / T(C);
+      const T v = (xr - m).square().sum() / T(C);
+      const T s = T(1) / std::sqrt(v + T(eps));
+      yr = (xr - m) * (s * ga) + ba;
       mean[n] = m;
       rstd[n] = s;
     }

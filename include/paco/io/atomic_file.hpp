@@ -1,0 +1,71 @@
+#pragma once
+// write_file_atomic: a file is either the old version or the complete new one, never a torn
+// mix: write to a temporary file in the same directory, fsync it, rename over the target,
+// fsync the directory. A crash at any point leaves the previous file intact.
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "paco/core/error.hpp"
+
+namespace paco::io {
+
+// Calls write(fd-backed appender) to produce the content, then publishes it atomically.
+// The appender returns false on a short write. Ensures: on error the target is unchanged.
+inline status write_file_atomic(
+    const std::filesystem::path& target,
+    const std::function<bool(const std::function<bool(const void*, std::size_t)>&)>& write) {
+  namespace fs = std::filesystem;
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const std::string tmp =
+      (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return {errc::io, "cannot create '" + tmp + "': " + std::strerror(errno)};
+  auto append = [fd](const void* p, std::size_t n) {
+    const char* c = static_cast<const char*>(p);
+    while (n > 0) {
+      ssize_t k = ::write(fd, c, n);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) return false;
+      c += k;
+      n -= std::size_t(k);
+    }
+    return true;
+  };
+  bool ok = write(append);
+  int err = errno;
+  if (ok && ::fsync(fd) != 0) ok = false, err = errno;
+  if (::close(fd) != 0 && ok) ok = false, err = errno;
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    return {errc::io, "writing '" + target.string() + "' failed: " + std::strerror(err)};
+  }
+  if (::rename(tmp.c_str(), target.c_str()) != 0) {
+    err = errno;
+    ::unlink(tmp.c_str());
+    return {errc::io, "cannot rename onto '" + target.string() + "': " + std::strerror(err)};
+  }
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return {};
+}
+
+inline status write_file_atomic(const std::filesystem::path& target, std::string_view content) {
+  return write_file_atomic(target, [&](const auto& append) {
+    return append(content.data(), content.size());
+  });
+}
+
+}  // namespace paco::io

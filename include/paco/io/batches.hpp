@@ -1,0 +1,64 @@
+#pragma once
+// token_stream + batch_sampler: documents concatenated into one token stream (documents
+// separated by a newline), sampled as B random windows of T+1 tokens: inputs x = w[0:T],
+// targets y = w[1:T+1]. Seeded, so a given (seed, step) always yields the same batch.
+
+#include <cstdint>
+#include <vector>
+
+#include "paco/core/error.hpp"
+#include "paco/core/rng.hpp"
+#include "paco/io/corpus.hpp"
+#include "paco/io/tokenizer.hpp"
+
+namespace paco::io {
+
+struct token_stream {
+  std::vector<std::int32_t> ids;
+  std::vector<std::size_t> doc_start;  // start of each document in ids
+
+  static token_stream from(const corpus& c) {
+    token_stream s;
+    byte_tokenizer tok;
+    for (auto& d : c.docs) {
+      s.doc_start.push_back(s.ids.size());
+      auto ids = tok.encode(d.text);
+      s.ids.insert(s.ids.end(), ids.begin(), ids.end());
+      if (d.text.empty() || d.text.back() != '\n') s.ids.push_back('\n');
+    }
+    return s;
+  }
+};
+
+class batch_sampler {
+ public:
+  // Requires: stream has more than T tokens (checked: throws error_exception otherwise).
+  batch_sampler(const token_stream& s, int B, int T, std::uint64_t seed)
+      : s_(s), B_(B), T_(T), rng_(seed) {
+    if (B < 1 || T < 1)
+      throw error_exception({errc::invalid_argument, "batch_sampler: B and T must be ≥ 1"});
+    if (s.ids.size() <= std::size_t(T))
+      throw error_exception({errc::invalid_argument,
+                             "batch_sampler: stream of " + std::to_string(s.ids.size()) +
+                                 " tokens is too short for windows of " + std::to_string(T + 1)});
+  }
+
+  // Fills x, y (B,T) with the next batch.
+  void next(std::int32_t* x, std::int32_t* y) {
+    const std::size_t span = s_.ids.size() - std::size_t(T_);
+    for (int b = 0; b < B_; ++b) {
+      const std::size_t o = rng_.below(span);
+      for (int t = 0; t < T_; ++t) {
+        x[std::size_t(b) * T_ + t] = s_.ids[o + t];
+        y[std::size_t(b) * T_ + t] = s_.ids[o + t + 1];
+      }
+    }
+  }
+
+ private:
+  const token_stream& s_;
+  int B_, T_;
+  rng rng_;
+};
+
+}  // namespace paco::io

@@ -1,0 +1,10 @@
+#pragma once
+// paco/io: corpus loading, tokenization, batches, safetensors checkpoints, metrics, progress.
+#include "paco/io/atomic_file.hpp"
+#include "paco/io/batches.hpp"
+#include "paco/io/checkpoint.hpp"
+#include "paco/io/corpus.hpp"
+#include "paco/io/metrics.hpp"
+#include "paco/io/progress.hpp"
+#include "paco/io/safetensors.hpp"
+#include "paco/io/tokenizer.hpp"

@@ -1,0 +1,151 @@
+#pragma once
+// safetensors: the Hugging Face tensor file format (8-byte little-endian header length, a JSON
+// header {name: {dtype, shape, data_offsets}, "__metadata__": {str: str}}, then the raw data).
+// paco writes F32 tensors atomically and reads F32/F64 with full validation: every malformed
+// file is an error naming the problem, never an out-of-bounds read.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "paco/core/error.hpp"
+#include "paco/io/atomic_file.hpp"
+
+namespace paco::io {
+
+// A tensor to write: name, shape, and n = Π shape floats at data.
+struct tensor_ref {
+  std::string name;
+  std::vector<std::size_t> shape;
+  const float* data = nullptr;
+};
+
+// A tensor read back (always converted to float32).
+struct tensor_data {
+  std::vector<std::size_t> shape;
+  std::vector<float> values;
+};
+
+struct safetensors_file {
+  std::map<std::string, tensor_data> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+inline constexpr std::uint64_t safetensors_max_header = 100u << 20;  // 100 MiB
+
+// Writes tensors + metadata to path atomically. Requires: distinct names, non-null data.
+inline status save_safetensors(const std::filesystem::path& path,
+                               const std::vector<tensor_ref>& tensors,
+                               const std::map<std::string, std::string>& metadata = {}) {
+  nlohmann::ordered_json h = nlohmann::ordered_json::object();
+  if (!metadata.empty()) h["__metadata__"] = metadata;
+  std::uint64_t off = 0;
+  for (auto& t : tensors) {
+    if (h.contains(t.name)) return {errc::invalid_argument, "duplicate tensor name " + t.name};
+    std::size_t n = 1;
+    for (auto s : t.shape) n *= s;
+    h[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {off, off + 4 * n}}};
+    off += 4 * n;
+  }
+  std::string header = h.dump();
+  while (header.size() % 8) header += ' ';  // data starts 8-byte aligned
+  const std::uint64_t hl = header.size();
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(hl >> (8 * i));
+  return write_file_atomic(path, [&](const auto& append) {
+    if (!append(len, 8) || !append(header.data(), header.size())) return false;
+    for (auto& t : tensors) {
+      std::size_t n = 1;
+      for (auto s : t.shape) n *= s;
+      if (n && !append(t.data, 4 * n)) return false;
+    }
+    return true;
+  });
+}
+
+// Reads and validates a safetensors file.
+// Errors: io (unreadable), corrupt (bad length, JSON, dtype, shape/offset mismatch, overlap).
+inline result<safetensors_file> load_safetensors(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return error(errc::not_found, "cannot open safetensors file '" + path.string() + "'");
+  in.seekg(0, std::ios::end);
+  const std::uint64_t size = std::uint64_t(in.tellg());
+  in.seekg(0);
+  auto bad = [&](const std::string& why) {
+    return error(errc::corrupt, "'" + path.string() + "' is not a valid safetensors file: " + why);
+  };
+  if (size < 8) return bad("shorter than its 8-byte header length");
+  unsigned char len[8];
+  in.read(reinterpret_cast<char*>(len), 8);
+  std::uint64_t hl = 0;
+  for (int i = 0; i < 8; ++i) hl |= std::uint64_t(len[i]) << (8 * i);
+  if (hl > safetensors_max_header || hl > size - 8)
+    return bad("header length " + std::to_string(hl) + " exceeds the file or the 100 MiB bound");
+  std::string header(hl, '\0');
+  in.read(header.data(), std::streamsize(hl));
+  nlohmann::json h = nlohmann::json::parse(header, nullptr, false);
+  if (h.is_discarded() || !h.is_object()) return bad("header is not a JSON object");
+  const std::uint64_t data_size = size - 8 - hl;
+  safetensors_file f;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+  for (auto& [name, e] : h.items()) {
+    if (name == "__metadata__") {
+      if (!e.is_object()) return bad("__metadata__ is not an object");
+      for (auto& [k, v] : e.items()) {
+        if (!v.is_string()) return bad("metadata value of '" + k + "' is not a string");
+        f.metadata[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") ||
+        !e.contains("data_offsets"))
+      return bad("tensor '" + name + "' lacks dtype, shape or data_offsets");
+    const auto& dt = e["dtype"];
+    if (!dt.is_string()) return bad("tensor '" + name + "' has a non-string dtype");
+    const std::string dtype = dt.get<std::string>();
+    std::size_t esize = dtype == "F32" ? 4 : dtype == "F64" ? 8 : 0;
+    if (!esize) return bad("tensor '" + name + "' has unsupported dtype " + dtype);
+    tensor_data t;
+    std::uint64_t n = 1;
+    if (!e["shape"].is_array()) return bad("tensor '" + name + "' shape is not an array");
+    for (auto& s : e["shape"]) {
+      if (!s.is_number_unsigned()) return bad("tensor '" + name + "' has a bad dimension");
+      t.shape.push_back(s.get<std::size_t>());
+      n *= t.shape.back();
+      if (n > data_size) return bad("tensor '" + name + "' is larger than the file");
+    }
+    const auto& o = e["data_offsets"];
+    if (!o.is_array() || o.size() != 2 || !o[0].is_number_unsigned() ||
+        !o[1].is_number_unsigned())
+      return bad("tensor '" + name + "' has malformed data_offsets");
+    const std::uint64_t b = o[0].get<std::uint64_t>(), en = o[1].get<std::uint64_t>();
+    if (b > en || en > data_size || en - b != n * esize)
+      return bad("tensor '" + name + "' data_offsets [" + std::to_string(b) + ", " +
+                 std::to_string(en) + ") disagree with its shape or the file size");
+    ranges.push_back({b, en});
+    t.values.resize(n);
+    in.seekg(std::streamoff(8 + hl + b));
+    if (esize == 4) {
+      in.read(reinterpret_cast<char*>(t.values.data()), std::streamsize(n * 4));
+    } else {
+      std::vector<double> tmp(n);
+      in.read(reinterpret_cast<char*>(tmp.data()), std::streamsize(n * 8));
+      for (std::size_t i = 0; i < n; ++i) t.values[i] = float(tmp[i]);
+    }
+    if (!in) return error(errc::io, "reading tensor '" + name + "' from '" + path.string() + "'");
+    f.tensors.emplace(name, std::move(t));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (std::size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].first < ranges[i - 1].second) return bad("tensor data ranges overlap");
+  return f;
+}
+
+}  // namespace paco::io

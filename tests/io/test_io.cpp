@@ -1,0 +1,189 @@
+// io: Brown loader (real corpus), tokenizer, batches, safetensors, checkpoints, atomic writes.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "paco/io/io.hpp"
+#include "paco/nn/gpt.hpp"
+
+using namespace paco;
+namespace fs = std::filesystem;
+
+namespace {
+fs::path temp_dir(const std::string& name) {
+  auto d = fs::temp_directory_path() / ("paco_test_io_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+void write(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
+std::string read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+}  // namespace
+
+TEST_CASE("strip_brown_tags removes tags and rebuilds spacing", "[io]") {
+  auto t = io::strip_brown_tags(
+      "\n\n\tThe/at Fulton/np-tl County/nn-tl said/vbd ``/`` no/at evidence/nn ''/'' ,/, "
+      "it/pps did/dod n't/*\n\n\n\tNext/ap para/nn ./.\n",
+      "ca01");
+  REQUIRE(t.ok());
+  REQUIRE(*t == "The Fulton County said \" no evidence \", it didn't\nNext para.\n");
+  auto bad = io::strip_brown_tags("word/nn broken\n", "cx99");
+  REQUIRE(!bad.ok());
+  REQUIRE(bad.error().code == errc::corrupt);
+  REQUIRE(bad.error().message.find("cx99:1") != std::string::npos);
+  REQUIRE(bad.error().message.find("broken") != std::string::npos);
+}
+
+TEST_CASE("the real Brown corpus loads: 500 documents, 15 genres, stable splits", "[io][corpus]") {
+  auto dir = io::default_brown_dir();
+  if (!fs::exists(dir)) {
+    WARN("Brown corpus not installed at " << dir << " (scripts/deps.sh installs it)");
+    REQUIRE(io::load_brown(dir).error().code == errc::not_found);
+    return;
+  }
+  auto c = io::load_brown(dir);
+  REQUIRE(c.ok());
+  REQUIRE(c->docs.size() == 500);
+  std::set<char> genres;
+  for (auto& d : c->docs) {
+    genres.insert(d.genre);
+    REQUIRE(d.text.find("/nn") == std::string::npos);
+  }
+  REQUIRE(genres.size() == 15);
+  REQUIRE(c->bytes() > 5'000'000);
+  REQUIRE(c->bytes() < 7'000'000);
+  auto tr = c->subset(io::split::train), va = c->subset(io::split::validation),
+       te = c->subset(io::split::test);
+  REQUIRE(tr.docs.size() + va.docs.size() + te.docs.size() == 500);
+  REQUIRE(va.docs.size() > 30);
+  REQUIRE(te.docs.size() > 30);
+  std::set<std::string> names;
+  for (auto& d : tr.docs) names.insert(d.name);
+  for (auto& d : va.docs) REQUIRE(names.count(d.name) == 0);
+  REQUIRE(c->subset(io::split::validation).docs.front().name == va.docs.front().name);
+}
+
+TEST_CASE("load_brown names what is wrong", "[io]") {
+  auto d = temp_dir("brown");
+  auto missing = io::load_brown(d / "nope");
+  REQUIRE(missing.error().code == errc::not_found);
+  REQUIRE(missing.error().message.find("nope") != std::string::npos);
+  auto empty = io::load_brown(d);
+  REQUIRE(empty.error().code == errc::not_found);
+  write(d / "ca01", std::string(200, 'x') + "/nn untagged\n");
+  auto corrupt = io::load_brown(d);
+  REQUIRE(corrupt.error().code == errc::corrupt);
+  fs::remove_all(d);
+}
+
+TEST_CASE("byte tokenizer round-trips every byte", "[io]") {
+  io::byte_tokenizer t;
+  std::string s;
+  for (int i = 0; i < 256; ++i) s += char(i);
+  auto ids = t.encode(s);
+  REQUIRE(ids.size() == 256);
+  REQUIRE(ids[255] == 255);
+  REQUIRE(t.decode(ids) == s);
+}
+
+TEST_CASE("batch_sampler: targets are inputs shifted by one, same seed same batch", "[io]") {
+  io::corpus c;
+  c.docs.push_back({"a", 'a', "hello world, this is a document\n"});
+  c.docs.push_back({"b", 'b', "and another one\n"});
+  auto s = io::token_stream::from(c);
+  REQUIRE(s.doc_start.size() == 2);
+  io::batch_sampler a(s, 3, 8, 42), b(s, 3, 8, 42);
+  std::vector<std::int32_t> x(24), y(24), x2(24), y2(24);
+  a.next(x.data(), y.data());
+  b.next(x2.data(), y2.data());
+  REQUIRE(x == x2);
+  REQUIRE(y == y2);
+  for (int r = 0; r < 3; ++r)
+    for (int t = 0; t + 1 < 8; ++t) REQUIRE(y[r * 8 + t] == x[r * 8 + t + 1]);
+  REQUIRE_THROWS_AS(io::batch_sampler(s, 1, 1000, 1), error_exception);
+}
+
+TEST_CASE("safetensors round-trip and rejection of malformed files", "[io][safetensors]") {
+  auto d = temp_dir("st");
+  std::vector<float> a = {1, 2, 3, 4, 5, 6}, b = {-1.5f};
+  REQUIRE(io::save_safetensors(d / "t.safetensors", {{"a", {2, 3}, a.data()}, {"b", {1}, b.data()}},
+                               {{"k", "v"}})
+              .ok());
+  auto f = io::load_safetensors(d / "t.safetensors");
+  REQUIRE(f.ok());
+  REQUIRE(f->tensors.at("a").shape == std::vector<std::size_t>{2, 3});
+  REQUIRE(f->tensors.at("a").values == a);
+  REQUIRE(f->tensors.at("b").values == b);
+  REQUIRE(f->metadata.at("k") == "v");
+
+  const std::string good = read(d / "t.safetensors");
+  auto expect_corrupt = [&](const std::string& content, const char* what) {
+    write(d / "bad.safetensors", content);
+    auto r = io::load_safetensors(d / "bad.safetensors");
+    INFO(what);
+    REQUIRE(!r.ok());
+    REQUIRE(r.error().code == errc::corrupt);
+  };
+  expect_corrupt(good.substr(0, 5), "shorter than 8 bytes");
+  expect_corrupt(good.substr(0, good.size() - 4), "truncated data");
+  std::string huge = good;
+  huge[7] = char(0x7f);
+  expect_corrupt(huge, "header length too large");
+  std::string notjson = good;
+  notjson[8] = '[';
+  expect_corrupt(notjson, "header not an object");
+  std::string shape = good;
+  auto p = shape.find("[2,3]");
+  REQUIRE(p != std::string::npos);
+  shape[p + 3] = '4';
+  expect_corrupt(shape, "shape disagrees with offsets");
+  REQUIRE(io::load_safetensors(d / "missing").error().code == errc::not_found);
+  fs::remove_all(d);
+}
+
+TEST_CASE("atomic writes leave the old file intact when writing fails", "[io]") {
+  auto d = temp_dir("atomic");
+  REQUIRE(io::write_file_atomic(d / "f", "first").ok());
+  auto s = io::write_file_atomic(d / "f", [](const auto& append) {
+    append("partial", 7);
+    return false;  // the writer fails midway
+  });
+  REQUIRE(!s.ok());
+  REQUIRE(read(d / "f") == "first");
+  int files = 0;
+  for (auto& e : fs::directory_iterator(d)) (void)e, ++files;
+  REQUIRE(files == 1);  // no temporary left behind
+  REQUIRE(!io::write_file_atomic(d / "f" / "sub", "x").ok());
+  fs::remove_all(d);
+}
+
+TEST_CASE("checkpoints restore parameters, optimizer state and step", "[io][checkpoint]") {
+  auto d = temp_dir("ckpt");
+  nn::gpt m({.vocab = 16, .ctx = 8, .d = 8, .layers = 1, .heads = 2});
+  arena<host> a(m.layout());
+  m.init(a, 3);
+  auto m1 = a.get(plane::moment1);
+  for (std::size_t i = 0; i < m1.size(); ++i) m1[i] = float(i % 13);
+  REQUIRE(io::save_checkpoint(d / "c.safetensors", m.tensors(), a, 77, {{"config", "x"}}).ok());
+  arena<host> b(m.layout());
+  auto info = io::load_checkpoint(d / "c.safetensors", m.tensors(), b);
+  REQUIRE(info.ok());
+  REQUIRE(info->step == 77);
+  REQUIRE(info->metadata.at("config") == "x");
+  for (auto& t : m.tensors())
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      REQUIRE(b.get(plane::param)[t.offset + i] == a.get(plane::param)[t.offset + i]);
+      REQUIRE(b.get(plane::moment1)[t.offset + i] == a.get(plane::moment1)[t.offset + i]);
+    }
+  REQUIRE(!b.has(plane::moment2));
+  nn::gpt other({.vocab = 16, .ctx = 8, .d = 16, .layers = 1, .heads = 2});
+  arena<host> c(other.layout());
+  auto mism = io::load_checkpoint(d / "c.safetensors", other.tensors(), c);
+  REQUIRE(mism.error().code == errc::mismatch);
+  fs::remove_all(d);
+}
