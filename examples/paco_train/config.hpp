@@ -1,0 +1,203 @@
+#pragma once
+// paco_train's configuration: aggregates with defaults, read from a TOML file plus
+// "section.key=value" overrides. Unknown sections or keys and out-of-range values are errors
+// naming the field and the accepted range.
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <toml++/toml.h>
+
+#include "paco/core/error.hpp"
+#include "paco/nn/gpt.hpp"
+#include "paco/optim/adamw.hpp"
+
+namespace paco_train {
+
+using paco::errc;
+using paco::error;
+using paco::result;
+
+struct train_section {
+  int batch = 16;          // sequences per step
+  long steps = 0;          // 0: as many as fit in budget_s
+  double budget_s = 480;   // wall-clock budget for training when steps == 0
+  float lr = 2e-3f;
+  float min_lr = 2e-4f;
+  long warmup = 100;
+  float weight_decay = 0.1f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float grad_clip = 1.0f;  // global norm; 0 disables
+  int threads = 2;
+  long seed = 1;
+  long eval_every = 250;   // steps between validation passes
+  long eval_batches = 24;  // batches per periodic validation (the final one uses the whole split)
+  long checkpoint_every = 500;
+};
+
+struct data_section {
+  std::string corpus = "brown";
+  std::string dir;  // empty: scripts/deps.sh's cache location
+};
+
+struct output_section {
+  std::string dir = "out/lm_brown";
+};
+
+struct train_config {
+  paco::nn::gpt_config model{.vocab = 256, .ctx = 256, .d = 256, .layers = 4, .heads = 4};
+  train_section train;
+  data_section data;
+  output_section output;
+};
+
+namespace detail {
+
+struct field {
+  std::function<paco::status(const toml::node&)> set;
+};
+
+template <class T>
+paco::status assign(T& dst, const toml::node& n, const std::string& key) {
+  if constexpr (std::is_same_v<T, bool>) {
+    if (auto v = n.value<bool>()) return dst = *v, paco::status{};
+    return {errc::invalid_argument, key + " must be true or false"};
+  } else if constexpr (std::is_integral_v<T>) {
+    if (auto v = n.value<std::int64_t>()) return dst = T(*v), paco::status{};
+    return {errc::invalid_argument, key + " must be an integer"};
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (auto v = n.value<double>()) return dst = T(*v), paco::status{};
+    return {errc::invalid_argument, key + " must be a number"};
+  } else {
+    if (auto v = n.value<std::string>()) return dst = *v, paco::status{};
+    return {errc::invalid_argument, key + " must be a string"};
+  }
+}
+
+}  // namespace detail
+
+// The table of every settable key, "section.key" → setter.
+inline std::map<std::string, detail::field> fields(train_config& c) {
+  std::map<std::string, detail::field> f;
+  auto add = [&](const std::string& k, auto& dst) {
+    f[k] = {[&dst, k](const toml::node& n) { return detail::assign(dst, n, k); }};
+  };
+  add("model.vocab", c.model.vocab);
+  add("model.ctx", c.model.ctx);
+  add("model.d", c.model.d);
+  add("model.layers", c.model.layers);
+  add("model.heads", c.model.heads);
+  add("model.mlp_mult", c.model.mlp_mult);
+  add("model.tie_weights", c.model.tie_weights);
+  add("model.init_std", c.model.init_std);
+  auto& t = c.train;
+  add("train.batch", t.batch);
+  add("train.steps", t.steps);
+  add("train.budget_s", t.budget_s);
+  add("train.lr", t.lr);
+  add("train.min_lr", t.min_lr);
+  add("train.warmup", t.warmup);
+  add("train.weight_decay", t.weight_decay);
+  add("train.beta1", t.beta1);
+  add("train.beta2", t.beta2);
+  add("train.grad_clip", t.grad_clip);
+  add("train.threads", t.threads);
+  add("train.seed", t.seed);
+  add("train.eval_every", t.eval_every);
+  add("train.eval_batches", t.eval_batches);
+  add("train.checkpoint_every", t.checkpoint_every);
+  add("data.corpus", c.data.corpus);
+  add("data.dir", c.data.dir);
+  add("output.dir", c.output.dir);
+  return f;
+}
+
+inline paco::status validate(const train_config& c) {
+  if (auto s = c.model.validate(); !s) return s;
+  if (c.model.vocab != 256)
+    return {errc::invalid_argument, "model.vocab must be 256 (the byte tokenizer)"};
+  auto range = [](bool ok, const char* k, const char* r) {
+    return ok ? paco::status{} : paco::status(errc::invalid_argument, std::string(k) + " must be " + r);
+  };
+  const auto& t = c.train;
+  for (auto s : {range(t.batch >= 1 && t.batch <= 4096, "train.batch", "in [1, 4096]"),
+                 range(t.steps >= 0, "train.steps", ">= 0 (0: fit the budget)"),
+                 range(t.budget_s > 0, "train.budget_s", "> 0"),
+                 range(t.lr > 0 && t.lr < 1, "train.lr", "in (0, 1)"),
+                 range(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr", "in [0, train.lr]"),
+                 range(t.warmup >= 0, "train.warmup", ">= 0"),
+                 range(t.grad_clip >= 0, "train.grad_clip", ">= 0"),
+                 range(t.threads >= 1 && t.threads <= 256, "train.threads", "in [1, 256]"),
+                 range(t.eval_every >= 1, "train.eval_every", ">= 1"),
+                 range(t.eval_batches >= 1, "train.eval_batches", ">= 1"),
+                 range(t.checkpoint_every >= 1, "train.checkpoint_every", ">= 1"),
+                 range(c.data.corpus == "brown", "data.corpus", "\"brown\"")})
+    if (!s) return s;
+  paco::optim::adamw o{.lr = t.lr, .beta1 = t.beta1, .beta2 = t.beta2,
+                       .weight_decay = t.weight_decay};
+  return o.validate();
+}
+
+// Parses TOML text or a file into a table (toml++ as built by Debian reports errors by throwing).
+inline result<toml::table> parse_toml(const std::string& text_or_path, bool is_file) {
+  try {
+    return is_file ? toml::parse_file(text_or_path) : toml::parse(text_or_path);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << e.description() << " at line " << e.source().begin.line;
+    return error(errc::invalid_argument, os.str());
+  }
+}
+
+// Reads `path` (if non-empty), then applies overrides "section.key=value" (TOML values).
+inline result<train_config> load_config(const std::filesystem::path& path,
+                                        const std::vector<std::string>& overrides) {
+  train_config c;
+  auto f = fields(c);
+  auto apply = [&](const toml::table& tbl, const std::string& origin) -> paco::status {
+    for (auto& [sec, node] : tbl) {
+      const std::string s(sec.str());
+      auto* sub = node.as_table();
+      if (!sub) return {errc::invalid_argument, origin + ": '" + s + "' must be a [section]"};
+      for (auto& [key, val] : *sub) {
+        const std::string k = s + "." + std::string(key.str());
+        auto it = f.find(k);
+        if (it == f.end()) return {errc::invalid_argument, origin + ": unknown setting '" + k + "'"};
+        if (auto st = it->second.set(val); !st)
+          return {errc::invalid_argument, origin + ": " + st.error().message};
+      }
+    }
+    return {};
+  };
+  if (!path.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec))
+      return error(errc::not_found, "config file '" + path.string() + "' does not exist");
+    auto r = parse_toml(path.string(), true);
+    if (!r) return error(errc::invalid_argument, "config '" + path.string() + "': " + r.error().message);
+    if (auto s = apply(*r, "config '" + path.string() + "'"); !s) return s.error();
+  }
+  for (auto& o : overrides) {
+    auto eq = o.find('=');
+    auto dot = o.find('.');
+    if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+      return error(errc::invalid_argument, "--set '" + o + "' must look like section.key=value");
+    const std::string sec = o.substr(0, dot), key = o.substr(dot + 1, eq - dot - 1);
+    std::string val = o.substr(eq + 1);
+    auto r = parse_toml("[" + sec + "]\n" + key + " = " + val, false);
+    if (!r) {  // bare strings are allowed: retry quoted
+      r = parse_toml("[" + sec + "]\n" + key + " = \"" + val + "\"", false);
+      if (!r) return error(errc::invalid_argument, "--set '" + o + "': cannot parse the value");
+    }
+    if (auto s = apply(*r, "--set"); !s) return s.error();
+  }
+  if (auto s = validate(c); !s) return s.error();
+  return c;
+}
+
+}  // namespace paco_train

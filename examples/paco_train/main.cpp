@@ -1,0 +1,204 @@
+// paco_train: trains paco's byte-level GPT on the Brown corpus from a TOML config, with a
+// progress display, periodic validation bits-per-byte, atomic checkpoints, JSONL metrics and a
+// final summary table.
+//
+//   paco_train --config examples/configs/lm_brown.toml [--set train.steps=300] [--resume]
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+
+#include "config.hpp"
+#include "paco/io/io.hpp"
+#include "paco/nn/nn.hpp"
+#include "paco/optim/optim.hpp"
+
+namespace fs = std::filesystem;
+using namespace paco;
+
+namespace {
+
+constexpr double ln2 = 0.6931471805599453;
+
+// Mean loss (nats/byte) over up to max_batches batches of consecutive, non-overlapping windows
+// of the stream (deterministic: the same windows every time).
+double evaluate(nn::replica<nn::gpt>& rep, const arena<host>& a, const io::token_stream& s, int B,
+                int T, long max_batches) {
+  const std::size_t windows = (s.ids.size() - 1) / std::size_t(T);
+  const std::size_t batches = std::min<std::size_t>(windows / B, std::size_t(max_batches));
+  std::vector<std::int32_t> x(std::size_t(B) * T), y(x.size());
+  double total = 0;
+  for (std::size_t b = 0; b < batches; ++b) {
+    for (int r = 0; r < B; ++r) {
+      // Spread the evaluated windows over the whole split.
+      const std::size_t w = (b * B + r) * (windows / (batches * B));
+      for (int t = 0; t < T; ++t) {
+        x[std::size_t(r) * T + t] = s.ids[w * T + t];
+        y[std::size_t(r) * T + t] = s.ids[w * T + t + 1];
+      }
+    }
+    total += rep.loss(a, x.data(), y.data());
+  }
+  return batches ? total / double(batches) : NAN;
+}
+
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"paco_train: train paco's byte-level GPT on the Brown corpus"};
+  std::string config_path;
+  std::vector<std::string> overrides;
+  bool resume = false;
+  app.add_option("--config,-c", config_path, "TOML config (examples/configs/lm_brown.toml)");
+  app.add_option("--set", overrides, "override a setting: section.key=value (repeatable)");
+  app.add_flag("--resume", resume, "continue from the checkpoint in output.dir if there is one");
+  CLI11_PARSE(app, argc, argv);
+
+  auto cfg_r = paco_train::load_config(config_path, overrides);
+  if (!cfg_r) {
+    std::fprintf(stderr, "paco_train: %s\n", cfg_r.error().what().c_str());
+    return 2;
+  }
+  const auto cfg = *cfg_r;
+  const auto& tc = cfg.train;
+
+  // ---- data ----
+  const fs::path dir = cfg.data.dir.empty() ? io::default_brown_dir() : fs::path(cfg.data.dir);
+  auto corpus = io::load_brown(dir);
+  if (!corpus) {
+    std::fprintf(stderr, "paco_train: %s\n", corpus.error().what().c_str());
+    return 2;
+  }
+  auto train_docs = corpus->subset(io::split::train);
+  auto val_docs = corpus->subset(io::split::validation);
+  auto test_docs = corpus->subset(io::split::test);
+  auto train_s = io::token_stream::from(train_docs), val_s = io::token_stream::from(val_docs),
+       test_s = io::token_stream::from(test_docs);
+  std::printf("paco_train: Brown corpus %zu documents: train %zu (%.2f MB), validation %zu "
+              "(%.2f MB), test %zu (%.2f MB)\n",
+              corpus->docs.size(), train_docs.docs.size(), train_s.ids.size() / 1e6,
+              val_docs.docs.size(), val_s.ids.size() / 1e6, test_docs.docs.size(),
+              test_s.ids.size() / 1e6);
+
+  // ---- model ----
+  nn::gpt model(cfg.model);
+  arena<host> a(model.layout());
+  model.init(a, std::uint64_t(tc.seed));
+  a.zero(plane::moment1);
+  a.zero(plane::moment2);
+  const int B = tc.batch, T = cfg.model.ctx;
+  nn::replica<nn::gpt> rep(model, B, T, tc.threads);
+  std::printf("paco_train: GPT d=%d layers=%d heads=%d ctx=%d, %.2fM parameters, batch %d, "
+              "%d threads, GEMM %s\n",
+              cfg.model.d, cfg.model.layers, cfg.model.heads, T, model.param_count() / 1e6, B,
+              rep.threads(), nn::gemm_backend());
+
+  fs::create_directories(cfg.output.dir);
+  const fs::path ckpt = fs::path(cfg.output.dir) / "checkpoint.safetensors";
+  long step = 0;
+  if (resume && fs::exists(ckpt)) {
+    auto info = io::load_checkpoint(ckpt, model.tensors(), a);
+    if (!info) {
+      std::fprintf(stderr, "paco_train: cannot resume: %s\n", info.error().what().c_str());
+      return 2;
+    }
+    step = info->step;
+    std::printf("paco_train: resumed from %s at step %ld\n", ckpt.c_str(), step);
+  }
+  auto metrics = io::metrics_log::open(fs::path(cfg.output.dir) / "metrics.jsonl", resume);
+  if (!metrics) {
+    std::fprintf(stderr, "paco_train: %s\n", metrics.error().what().c_str());
+    return 2;
+  }
+
+  optim::adamw opt{.lr = tc.lr, .beta1 = tc.beta1, .beta2 = tc.beta2,
+                   .weight_decay = tc.weight_decay};
+  io::batch_sampler sampler(train_s, B, T, std::uint64_t(tc.seed) * 7919 + std::uint64_t(step));
+  std::vector<std::int32_t> x(std::size_t(B) * T), y(x.size());
+
+  auto train_step = [&](long t, float lr) {
+    sampler.next(x.data(), y.data());
+    double l = rep.forward_backward(a, x.data(), y.data());
+    auto g = a.get(plane::grad);
+    if (tc.grad_clip > 0) optim::clip_grad_norm(g.data(), g.size(), tc.grad_clip);
+    auto th = a.get(plane::param);
+    float *m = a.get(plane::moment1).data(), *v = a.get(plane::moment2).data();
+    rep.for_chunks(th.size(), [&](std::size_t b, std::size_t e) {
+      opt.step(th.data() + b, g.data() + b, m + b, v + b, e - b, t, lr);
+    });
+    return l;
+  };
+
+  // Steps: a fixed count with a cosine schedule over steps, or (steps == 0) a wall-clock budget
+  // with the cosine schedule over elapsed time: training ends when budget_s has passed.
+  const bool timed = tc.steps == 0;
+  const auto t_start = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  };
+  optim::warmup_cosine sched{.lr = tc.lr, .min_lr = tc.min_lr, .warmup = tc.warmup,
+                             .total = std::max(tc.steps, 1L)};
+  io::progress bar(timed ? "train (s)" : "train", timed ? long(tc.budget_s) : tc.steps);
+  double val_bpb = NAN, last_loss = NAN, loss_ema = NAN;
+  long tokens = 0;
+  for (;;) {
+    const double el0 = elapsed();
+    if (timed ? el0 >= tc.budget_s : step >= tc.steps) break;
+    ++step;
+    const float lr = timed ? sched.lr_at_fraction(step, el0 / tc.budget_s) : sched.lr_at(step);
+    last_loss = train_step(step, lr);
+    tokens += long(B) * T;
+    loss_ema = std::isnan(loss_ema) ? last_loss : 0.95 * loss_ema + 0.05 * last_loss;
+    const double el = elapsed();
+    const bool last = timed ? el >= tc.budget_s : step >= tc.steps;
+    if (step % tc.eval_every == 0 || last)
+      val_bpb = evaluate(rep, a, val_s, B, T, tc.eval_batches) / ln2;
+    if (step % tc.checkpoint_every == 0 || last) {
+      std::ostringstream meta;
+      meta << "{\"d\":" << cfg.model.d << ",\"layers\":" << cfg.model.layers
+           << ",\"heads\":" << cfg.model.heads << ",\"ctx\":" << cfg.model.ctx << "}";
+      if (auto s = io::save_checkpoint(ckpt, model.tensors(), a, step, {{"model", meta.str()}});
+          !s)
+        std::fprintf(stderr, "\npaco_train: warning: %s\n", s.error().what().c_str());
+    }
+    metrics->write({{"step", step}, {"loss", last_loss}, {"lr", lr},
+                    {"val_bpb", std::isnan(val_bpb) ? nlohmann::json() : nlohmann::json(val_bpb)},
+                    {"elapsed_s", el}});
+    char text[160];
+    std::snprintf(text, sizeof text, "step %ld loss %.3f (%.2f bpb) val %.3f bpb lr %.1e %.0f tok/s",
+                  step, loss_ema, loss_ema / ln2, val_bpb, lr, tokens / std::max(el, 1e-9));
+    bar.update(timed ? std::min(long(el), long(tc.budget_s)) : step, text);
+  }
+  bar.finish();
+  const double train_s_elapsed = elapsed();
+
+  std::printf("paco_train: final evaluation on the whole validation and test splits...\n");
+  const double val_final = evaluate(rep, a, val_s, B, T, 1 << 30) / ln2;
+  const double test_final = evaluate(rep, a, test_s, B, T, 1 << 30) / ln2;
+  metrics->write({{"final", true}, {"val_bpb", val_final}, {"test_bpb", test_final},
+                  {"steps", step}, {"train_s", train_s_elapsed}});
+
+  std::printf("\n");
+  std::printf("| %-32s | %-28s |\n", "result", "value");
+  std::printf("|%s|%s|\n", std::string(34, '-').c_str(), std::string(30, '-').c_str());
+  auto row = [](const char* k, const std::string& v) { std::printf("| %-32s | %-28s |\n", k, v.c_str()); };
+  auto num = [](const char* fmt, double v) {
+    char b[64];
+    std::snprintf(b, sizeof b, fmt, v);
+    return std::string(b);
+  };
+  row("model", num("GPT %.2fM parameters", model.param_count() / 1e6));
+  row("steps x batch x ctx", std::to_string(step) + " x " + std::to_string(B) + " x " + std::to_string(T));
+  row("training time", num("%.1f s", train_s_elapsed));
+  row("throughput", num("%.0f tokens/s", tokens / train_s_elapsed));
+  row("final train loss (EMA)", num("%.3f bits/byte", loss_ema / ln2));
+  row("validation (whole split)", num("%.3f bits/byte", val_final));
+  row("test (whole split)", num("%.3f bits/byte", test_final));
+  row("checkpoint", ckpt.string());
+  row("metrics", (fs::path(cfg.output.dir) / "metrics.jsonl").string());
+  return 0;
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The main job: installs what is missing (Debian packages, the Brown corpus), builds paco_train
+# and trains on Brown with a progress display and a final results table. Safe to run again.
+# Extra arguments go to paco_train (e.g. --set train.budget_s=120).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$root/scripts/deps.sh"
+build="${PACO_BUILD_DIR:-$root/build}"
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build" -j "$(nproc)" --target paco_train
+# OpenBLAS 0.3.21 does not know this generation of AVX-512 CPUs and would fall back to AVX2
+# kernels at half speed; name an AVX-512 core type when the CPU has AVX-512.
+if [[ -z "${PACO_KEEP_OPENBLAS_CORETYPE:-}" ]] && grep -q avx512f /proc/cpuinfo; then
+  export OPENBLAS_CORETYPE=SKYLAKEX
+fi
+echo "[demo] OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto}"
+cd "$root"
+exec "$build/examples/paco_train/paco_train" --config "$root/examples/configs/lm_brown.toml" "$@"
