@@ -42,6 +42,32 @@ TEST_CASE("causal_attention passes check_module", "[nn]") {
   both_precisions(causal_attention{.C = 8, .NH = 2, .init_std = 0.4f, .proj_init_std = 0.4f},
                   {2, 5});
 }
+TEST_CASE("causal_attention with several causal tiles passes check_module", "[nn]") {
+  both_precisions(
+      causal_attention{.C = 8, .NH = 2, .init_std = 0.4f, .proj_init_std = 0.4f, .tile = 2}, {2, 7});
+}
+TEST_CASE("causal_attention tiling does not change the result", "[nn]") {
+  causal_attention one{.C = 8, .NH = 2, .init_std = 0.4f, .proj_init_std = 0.4f, .tile = 64};
+  causal_attention tiled = one;
+  tiled.tile = 3;
+  dims d{2, 10};
+  rng r(4);
+  std::vector<double> th(one.param_count()), x(d.rows() * 8), dy(x.size());
+  one.init(th.data(), r);
+  for (auto& v : x) v = r.normal();
+  for (auto& v : dy) v = r.normal();
+  context ctx;
+  ctx.reserve(one.scratch_bytes(d) + 4096);
+  std::vector<double> c1(one.cache_size(d)), c2(c1.size()), y1(x.size()), y2(x.size());
+  one.forward(th.data(), x.data(), y1.data(), c1.data(), d, ctx);
+  tiled.forward(th.data(), x.data(), y2.data(), c2.data(), d, ctx);
+  for (std::size_t i = 0; i < y1.size(); ++i) REQUIRE(y1[i] == Approx(y2[i]).epsilon(1e-12));
+  std::vector<double> dx1(x.size()), dx2(x.size()), dt1(th.size()), dt2(th.size());
+  one.backward(th.data(), x.data(), dy.data(), dx1.data(), dt1.data(), c1.data(), d, ctx);
+  tiled.backward(th.data(), x.data(), dy.data(), dx2.data(), dt2.data(), c2.data(), d, ctx);
+  for (std::size_t i = 0; i < dx1.size(); ++i) REQUIRE(dx1[i] == Approx(dx2[i]).epsilon(1e-10));
+  for (std::size_t i = 0; i < dt1.size(); ++i) REQUIRE(dt1[i] == Approx(dt2[i]).margin(1e-12).epsilon(1e-10));
+}
 TEST_CASE("lm_head passes check_module", "[nn]") {
   both_precisions(lm_head{.C = 6, .V = 10, .init_std = 0.5f}, {2, 3});
 }

@@ -21,6 +21,7 @@ struct causal_attention {
   int NH = 1;
   float init_std = 0.02f;
   float proj_init_std = 0.02f;  // GPT-2 scales this by 1/√(2·layers)
+  int tile = 64;                // query rows per causal tile (blocks above the diagonal skipped)
 
   linear qkv() const { return {.in = C, .out = 3 * C, .init_std = init_std}; }
   linear proj() const { return {.in = C, .out = C, .init_std = proj_init_std}; }
@@ -44,7 +45,7 @@ struct causal_attention {
     proj().init(theta + qkv().param_count(), r);
   }
 
-  // Cost: 8·N·C² + 4·B·NH·T²·hs flops (projections + scores + mixing).
+  // Cost: 8·N·C² + ≈ 2·B·NH·T²·hs·(1 + tile/T) flops (projections + causal scores + mixing).
   template <class T>
   void forward(const T* theta, const T* x, T* y, T* cache, dims d, context& ctx) const {
     PACO_ASSERT(C % NH == 0, "channels must divide by heads");
@@ -61,18 +62,25 @@ struct causal_attention {
         const T* k = q + C;
         const T* v = q + 2 * C;
         T* P = att + (std::size_t(b) * NH + h) * T_ * T_;
-        // S = q kᵀ · scale  (T,T)
-        gemm<T>(trans::no, trans::yes, T_, T_, hs, scale, q, C3, k, C3, T(0), P, T_);
-        for (int t = 0; t < T_; ++t) {  // causal softmax over j ≤ t; zero above
-          T* row = P + std::size_t(t) * T_;
-          Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> r(row, t + 1);
-          r = (r - r.maxCoeff()).exp();
-          r *= T(1) / r.sum();
-          std::fill(row + t + 1, row + T_, T(0));
+        // Row tiles of `tile` queries: tile [r0, r1) only sees keys [0, r1) (causal), so the
+        // blocks above the diagonal are never computed.
+        for (int r0 = 0; r0 < T_; r0 += tile) {
+          const int r1 = std::min(T_, r0 + tile), rows = r1 - r0;
+          // S[r0:r1, 0:r1] = q[r0:r1] k[0:r1]ᵀ · scale
+          gemm<T>(trans::no, trans::yes, rows, r1, hs, scale, q + std::size_t(r0) * C3, C3, k,
+                  C3, T(0), P + std::size_t(r0) * T_, T_);
+          for (int t = r0; t < r1; ++t) {  // causal softmax over j ≤ t; zero above
+            T* row = P + std::size_t(t) * T_;
+            Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> r(row, t + 1);
+            r = (r - r.maxCoeff()).exp();
+            r *= T(1) / r.sum();
+            std::fill(row + t + 1, row + T_, T(0));
+          }
+          // a[b, r0:r1, h] = P[r0:r1, 0:r1] v[0:r1]
+          T* ah = a + (std::size_t(b) * T_ + r0) * C + h * hs;
+          gemm<T>(trans::no, trans::no, rows, hs, r1, T(1), P + std::size_t(r0) * T_, T_, v, C3,
+                  T(0), ah, C);
         }
-        // a[b,:,h] = P v  (T,hs)
-        T* ah = a + std::size_t(b) * T_ * C + h * hs;
-        gemm<T>(trans::no, trans::no, T_, hs, T_, T(1), P, T_, v, C3, T(0), ah, C);
       }
     proj().forward(theta + qkv().param_count(), a, y, static_cast<T*>(nullptr), d, ctx);
   }
@@ -101,21 +109,29 @@ struct causal_attention {
         T *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
         const T* P = att + (std::size_t(b) * NH + h) * T_ * T_;
         const T* dah = da + std::size_t(b) * T_ * C + h * hs;
-        // dP = da vᵀ (T,T);  dv += Pᵀ da (T,hs)
-        gemm<T>(trans::no, trans::yes, T_, T_, hs, T(1), dah, C, v, C3, T(0), dS, T_);
-        gemm<T>(trans::yes, trans::no, T_, hs, T_, T(1), P, T_, dah, C, T(1), dv, C3);
-        // dS = P ⊙ (dP − Σ_j P dP) · scale, causal
-        for (int t = 0; t < T_; ++t) {
-          using arr = Eigen::Array<T, Eigen::Dynamic, 1>;
-          Eigen::Map<const arr> p(P + std::size_t(t) * T_, t + 1);
-          Eigen::Map<arr> g(dS + std::size_t(t) * T_, t + 1);
-          const T dot = (p * g).sum();
-          g = p * (g - dot) * scale;
-          std::fill(dS + std::size_t(t) * T_ + t + 1, dS + std::size_t(t + 1) * T_, T(0));
+        for (int r0 = 0; r0 < T_; r0 += tile) {
+          const int r1 = std::min(T_, r0 + tile), rows = r1 - r0;
+          const T* Pr = P + std::size_t(r0) * T_;
+          T* dSr = dS + std::size_t(r0) * T_;
+          const T* dar = dah + std::size_t(r0) * C;
+          // dP[r0:r1, 0:r1] = da[r0:r1] v[0:r1]ᵀ;  dv[0:r1] += P[r0:r1, 0:r1]ᵀ da[r0:r1]
+          gemm<T>(trans::no, trans::yes, rows, r1, hs, T(1), dar, C, v, C3, T(0), dSr, T_);
+          gemm<T>(trans::yes, trans::no, r1, hs, rows, T(1), Pr, T_, dar, C, T(1), dv, C3);
+          // dS = P ⊙ (dP − Σ_j P dP) · scale over j ≤ t, zero above (within the tile's keys)
+          for (int t = r0; t < r1; ++t) {
+            using arr = Eigen::Array<T, Eigen::Dynamic, 1>;
+            Eigen::Map<const arr> p(P + std::size_t(t) * T_, t + 1);
+            Eigen::Map<arr> g(dS + std::size_t(t) * T_, t + 1);
+            const T dot = (p * g).sum();
+            g = p * (g - dot) * scale;
+            std::fill(dS + std::size_t(t) * T_ + t + 1, dS + std::size_t(t) * T_ + r1, T(0));
+          }
+          // dq[r0:r1] += dS[r0:r1, 0:r1] k[0:r1];  dk[0:r1] += dS[r0:r1, 0:r1]ᵀ q[r0:r1]
+          gemm<T>(trans::no, trans::no, rows, hs, r1, T(1), dSr, T_, k, C3, T(1),
+                  dq + std::size_t(r0) * C3, C3);
+          gemm<T>(trans::yes, trans::no, r1, hs, rows, T(1), dSr, T_, q + std::size_t(r0) * C3,
+                  C3, T(1), dk, C3);
         }
-        // dq += dS k;  dk += dSᵀ q
-        gemm<T>(trans::no, trans::no, T_, hs, T_, T(1), dS, T_, k, C3, T(1), dq, C3);
-        gemm<T>(trans::yes, trans::no, T_, hs, T_, T(1), dS, T_, q, C3, T(1), dk, C3);
       }
     qkv().backward(theta, x, dqkv, dx, dtheta, static_cast<T*>(nullptr), d, ctx);
   }
