@@ -4,6 +4,7 @@
 #include "paco/core/backend.hpp"
 #include "paco/core/buffer.hpp"
 #include "paco/core/error.hpp"
+#include "paco/core/hash.hpp"
 #include "paco/core/param_layout.hpp"
 #include "paco/core/rng.hpp"
 #include "paco/core/slice.hpp"

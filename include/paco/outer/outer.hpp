@@ -1,0 +1,6 @@
+#pragma once
+// paco/outer: outer optimizers (sgd, nesterov) and delta transforms.
+#include "paco/outer/concepts.hpp"
+#include "paco/outer/delta.hpp"
+#include "paco/outer/nesterov.hpp"
+#include "paco/outer/sgd.hpp"

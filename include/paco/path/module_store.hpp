@@ -1,0 +1,200 @@
+#pragma once
+// module_store: the global copy of every module of a grid, and its outer optimisation.
+// Each module m keeps θ_m, its outer-optimizer state, a round number and the hash of θ_m.
+// Paths push their pseudo-gradient Δ_m = θ_start,m − θ_end,m for a round with a shard weight;
+// when the round closes (all expected paths pushed, or the caller decides the deadline passed)
+// the store combines what arrived (outer/delta.hpp), applies the outer optimizer, advances the
+// round and re-hashes θ_m. A late push for a closed round is refused (errc::mismatch), so a
+// slow or dead path is left out of that round, as in DiLoCo's dropout robustness.
+//
+// Thread-safe: pushes and pulls from several threads are serialised per module.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <string>
+#include <deque>
+#include <vector>
+
+#include "paco/core/buffer.hpp"
+#include "paco/core/error.hpp"
+#include "paco/core/hash.hpp"
+#include "paco/outer/delta.hpp"
+
+namespace paco::path {
+
+struct module_info {
+  int id = 0;
+  std::size_t size = 0;       // elements
+  int paths_through = 1;      // P_{l,e}: pushes expected per round
+};
+
+// Round outcome of one module.
+struct round_summary {
+  int module = 0;
+  long round = 0;          // the round that closed
+  int arrived = 0;         // pushes combined
+  int expected = 0;
+  double delta_norm = 0;   // ‖combined Δ‖₂
+  std::uint64_t hash = 0;  // hash of θ after the outer step
+};
+
+template <class OuterOpt>
+class module_store {
+ public:
+  module_store(std::vector<module_info> modules, OuterOpt opt, outer::delta_options delta = {})
+      : opt_(opt), delta_(delta) {
+    for (auto& m : modules) {
+      PACO_ASSERT(m.id == int(slots_.size()), "module ids must be 0, 1, ... in order");
+      slots_.emplace_back(m, opt_.state_size(m.size));
+    }
+  }
+  module_store(module_store&&) = delete;
+
+  int module_count() const noexcept { return int(slots_.size()); }
+  const module_info& info(int m) const { return slots_.at(m).info; }
+  const OuterOpt& outer_optimizer() const noexcept { return opt_; }
+
+  // Sets θ_m (e.g. from an initial model). Requires: src has info(m).size elements.
+  void set(int m, std::span<const float> src) {
+    auto& s = slot(m);
+    std::lock_guard lk(s.mu);
+    PACO_ASSERT(src.size() == s.info.size, "module size mismatch");
+    std::copy(src.begin(), src.end(), s.theta.data());
+    s.hash = hash64(s.theta.data(), s.theta.size() * sizeof(float));
+  }
+
+  // Copies θ_m into dst; returns (round, hash) of what was copied.
+  std::pair<long, std::uint64_t> pull(int m, std::span<float> dst) const {
+    auto& s = slot(m);
+    std::lock_guard lk(s.mu);
+    PACO_ASSERT(dst.size() == s.info.size, "module size mismatch");
+    std::copy(s.theta.begin(), s.theta.end(), dst.begin());
+    return {s.round, s.hash};
+  }
+  long round(int m) const {
+    auto& s = slot(m);
+    std::lock_guard lk(s.mu);
+    return s.round;
+  }
+  std::uint64_t hash(int m) const {
+    auto& s = slot(m);
+    std::lock_guard lk(s.mu);
+    return s.hash;
+  }
+
+  // Adds path `path`'s Δ_m for `round` with shard weight w. Errors: mismatch if the round is
+  // not the module's open round (late or early), or the path already pushed this round;
+  // invalid_argument for a wrong size or a non-finite Δ (never applied).
+  status push(int m, int path, long round, std::span<const float> delta, double w) {
+    auto& s = slot(m);
+    std::lock_guard lk(s.mu);
+    if (round != s.round)
+      return {errc::mismatch, "push for round " + std::to_string(round) + " of module " +
+                                  std::to_string(m) + " whose open round is " +
+                                  std::to_string(s.round)};
+    if (delta.size() != s.info.size)
+      return {errc::invalid_argument, "push of " + std::to_string(delta.size()) +
+                                          " elements to module " + std::to_string(m) + " of " +
+                                          std::to_string(s.info.size)};
+    for (int p : s.pushed)
+      if (p == path)
+        return {errc::mismatch, "path " + std::to_string(path) + " already pushed round " +
+                                    std::to_string(round) + " of module " + std::to_string(m)};
+    for (float v : delta)
+      if (!std::isfinite(v))
+        return {errc::invalid_argument, "non-finite pseudo-gradient from path " +
+                                            std::to_string(path) + " for module " +
+                                            std::to_string(m)};
+    if (s.pushed.empty()) std::fill(s.acc.begin(), s.acc.end(), 0.0f);
+    const float wf = float(delta_.weight_by_shard ? w : 1.0);
+    for (std::size_t i = 0; i < delta.size(); ++i) s.acc[i] += wf * delta[i];
+    s.weight += delta_.weight_by_shard ? w : 1.0;
+    s.pushed.push_back(path);
+    return {};
+  }
+
+  int pushed(int m) const {
+    auto& s = slot(m);
+    std::lock_guard lk(s.mu);
+    return int(s.pushed.size());
+  }
+  bool complete(int m) const { return pushed(m) >= info(m).paths_through; }
+
+  // Closes module m's open round: Δ = s·Σ w_i Δ_i / Σ w_i over what arrived, θ ← OuterOpt(θ, Δ).
+  // With no push the round still advances and θ is unchanged (every path was lost).
+  round_summary close(int m) {
+    auto& s = slot(m);
+    std::lock_guard lk(s.mu);
+    round_summary r{m, s.round, int(s.pushed.size()), s.info.paths_through, 0, 0};
+    if (!s.pushed.empty()) {
+      const double scale =
+          outer::delta_coefficients({1.0}, s.info.paths_through, {.weight_by_shard = false,
+                                                                  .rescale = delta_.rescale})[0];
+      const float c = float(scale / s.weight);
+      double nn = 0;
+      for (auto& v : s.acc) {
+        v *= c;
+        nn += double(v) * v;
+      }
+      r.delta_norm = std::sqrt(nn);
+      opt_.step(std::span<float>(s.theta.data(), s.theta.size()),
+                std::span<const float>(s.acc.data(), s.acc.size()),
+                std::span<float>(s.state.data(), s.state.size()));
+    }
+    s.pushed.clear();
+    s.weight = 0;
+    ++s.round;
+    s.hash = hash64(s.theta.data(), s.theta.size() * sizeof(float));
+    r.hash = s.hash;
+    return r;
+  }
+
+  // Whole-module state for checkpoints: θ, outer state, round.
+  struct snapshot {
+    std::vector<float> theta, state;
+    long round = 0;
+  };
+  snapshot save(int m) const {
+    auto& s = slot(m);
+    std::lock_guard lk(s.mu);
+    return {{s.theta.begin(), s.theta.end()}, {s.state.begin(), s.state.end()}, s.round};
+  }
+  status restore(int m, const snapshot& snap) {
+    auto& s = slot(m);
+    std::lock_guard lk(s.mu);
+    if (snap.theta.size() != s.theta.size() || snap.state.size() != s.state.size())
+      return {errc::mismatch, "snapshot of module " + std::to_string(m) + " has the wrong size"};
+    std::copy(snap.theta.begin(), snap.theta.end(), s.theta.data());
+    std::copy(snap.state.begin(), snap.state.end(), s.state.data());
+    s.round = snap.round;
+    s.pushed.clear();
+    s.weight = 0;
+    s.hash = hash64(s.theta.data(), s.theta.size() * sizeof(float));
+    return {};
+  }
+
+ private:
+  struct slot_t {
+    slot_t(module_info i, std::size_t state_n)
+        : info(i), theta(i.size), acc(i.size), state(state_n),
+          hash(hash64(theta.data(), theta.size() * sizeof(float))) {}
+    module_info info;
+    buffer<float> theta, acc, state;
+    std::uint64_t hash = 0;
+    long round = 0;
+    double weight = 0;
+    std::vector<int> pushed;
+    mutable std::mutex mu;
+  };
+  slot_t& slot(int m) { return slots_.at(std::size_t(m)); }
+  const slot_t& slot(int m) const { return slots_.at(std::size_t(m)); }
+
+  OuterOpt opt_;
+  outer::delta_options delta_;
+  std::deque<slot_t> slots_;
+};
+
+}  // namespace paco::path

@@ -1,0 +1,4 @@
+#pragma once
+// paco/route: document routers (k-means, product k-means, discriminative logistic) and features.
+#include "paco/route/kmeans.hpp"
+#include "paco/route/logistic.hpp"

@@ -1,0 +1,118 @@
+// path/: module_grid indexing, level maps, the module store.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "paco/nn/gpt.hpp"
+#include "paco/outer/outer.hpp"
+#include "paco/path/level_map.hpp"
+#include "paco/path/module_grid.hpp"
+#include "paco/path/module_store.hpp"
+
+using namespace paco;
+using namespace paco::path;
+
+TEST_CASE("module_grid: mixed-radix paths, module ids and P_{l,e}", "[path]") {
+  auto g = module_grid<3>::experts({2, 3, 1});
+  REQUIRE(g.paths() == 6);
+  REQUIRE(g.module_count() == 6);
+  std::set<std::array<int, 3>> seen;
+  for (int i = 0; i < g.paths(); ++i) {
+    auto p = g.path_at(i);
+    REQUIRE(g.index_of(p) == i);
+    seen.insert(p.expert);
+    for (std::size_t l = 0; l < 3; ++l) REQUIRE(p.expert[l] < g.modules_at(l));
+  }
+  REQUIRE(seen.size() == 6);
+  REQUIRE(g.path_at(0).expert == std::array<int, 3>{0, 0, 0});
+  REQUIRE(g.path_at(5).expert == std::array<int, 3>{1, 2, 0});  // level 0 most significant
+  REQUIRE(g.paths_through(0, 1) == 3);
+  REQUIRE(g.paths_through(1, 2) == 2);
+  REQUIRE(g.paths_through(2, 0) == 6);  // a shared level
+  REQUIRE(g.paths_of(1, 2) == std::vector<int>{2, 5});
+  for (int id = 0; id < g.module_count(); ++id) {
+    auto [l, e] = g.module_at(id);
+    REQUIRE(g.module_id(l, e) == id);
+  }
+  REQUIRE(g.describe() == "2x3x1");
+  REQUIRE_THROWS_AS(module_grid<1>::experts({0}), error_exception);
+}
+
+TEST_CASE("module_grid: path-specific levels give one module per path", "[path]") {
+  module_grid<2> g({level_spec{.experts = 2}, level_spec{.path_specific = true}});
+  REQUIRE(g.paths() == 2);
+  REQUIRE(g.modules_at(1) == 2);
+  REQUIRE(g.paths_through(1, 1) == 1);
+  REQUIRE(g.path_at(1).expert == std::array<int, 2>{1, 1});
+  REQUIRE(g.index_of(g.path_at(1)) == 1);
+}
+
+TEST_CASE("level maps split a GPT into contiguous spans covering every module", "[path]") {
+  nn::gpt m({.vocab = 16, .ctx = 8, .d = 8, .layers = 4, .heads = 2});
+  auto s = split_gpt_levels(m.layout(), 4, 2);
+  REQUIRE(s.ok());
+  REQUIRE(s->size() == 2);
+  REQUIRE((*s)[0].entries == std::vector<std::string>{"embed", "block.0", "block.1"});
+  REQUIRE((*s)[1].entries == std::vector<std::string>{"block.2", "block.3", "ln_f", "head"});
+  REQUIRE((*s)[0].offset == 0);
+  REQUIRE((*s)[1].offset == (*s)[0].offset + (*s)[0].size + ((*s)[1].offset - (*s)[0].size));
+  REQUIRE((*s)[1].offset + (*s)[1].size <= m.layout().total());
+  REQUIRE((*s)[0].size + (*s)[1].size >= m.param_count());
+  auto bad = make_level_map(m.layout(), {{"embed", "block.1"}, {"block.0"}});
+  REQUIRE(!bad.ok());
+  REQUIRE(bad.error().message.find("consecutive") != std::string::npos);
+  REQUIRE(!make_level_map(m.layout(), {{"embed"}}).ok());              // modules left over
+  REQUIRE(!make_level_map(m.layout(), {{"embed", "nope"}}).ok());      // unknown name
+  REQUIRE(!split_gpt_levels(m.layout(), 4, 5).ok());
+}
+
+TEST_CASE("module_store: weighted mean of arrived deltas, outer step, hash, late push refused",
+          "[path]") {
+  module_store<outer::sgd> st({{0, 3, 2}, {1, 2, 1}}, outer::sgd{.lr = 1.0f},
+                              {.weight_by_shard = true});
+  st.set(0, std::vector<float>{1, 2, 3});
+  auto h0 = st.hash(0);
+  REQUIRE(st.push(0, /*path*/ 0, 0, std::vector<float>{1, 1, 1}, 1.0).ok());
+  REQUIRE(!st.complete(0));
+  REQUIRE(st.push(0, 1, 0, std::vector<float>{4, 4, 4}, 3.0).ok());
+  REQUIRE(st.complete(0));
+  auto dup = st.push(0, 1, 0, std::vector<float>{0, 0, 0}, 1.0);
+  REQUIRE(dup.error().code == errc::mismatch);
+  auto r = st.close(0);
+  REQUIRE(r.arrived == 2);
+  REQUIRE(r.round == 0);
+  std::vector<float> th(3);
+  auto [round, h] = st.pull(0, th);
+  REQUIRE(round == 1);
+  // Δ = (1·1 + 3·4)/4 = 3.25; θ − Δ
+  REQUIRE(th == std::vector<float>{1 - 3.25f, 2 - 3.25f, 3 - 3.25f});
+  REQUIRE(h == r.hash);
+  REQUIRE(h != h0);
+  auto late = st.push(0, 0, 0, std::vector<float>{1, 1, 1}, 1.0);
+  REQUIRE(late.error().code == errc::mismatch);
+  REQUIRE(st.push(1, 0, 0, std::vector<float>{NAN, 0}, 1.0).error().code == errc::invalid_argument);
+  REQUIRE(st.push(1, 0, 0, std::vector<float>{1, 0, 0}, 1.0).error().code == errc::invalid_argument);
+  // A round where nobody pushed advances without changing θ.
+  auto before = st.hash(1);
+  auto r1 = st.close(1);
+  REQUIRE(r1.arrived == 0);
+  REQUIRE(st.hash(1) == before);
+  REQUIRE(st.round(1) == 1);
+}
+
+TEST_CASE("module_store snapshot round-trips θ, outer state and round", "[path]") {
+  module_store<outer::nesterov> a({{0, 4, 1}}, outer::nesterov{});
+  a.set(0, std::vector<float>{1, 2, 3, 4});
+  REQUIRE(a.push(0, 0, 0, std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f}, 1).ok());
+  a.close(0);
+  module_store<outer::nesterov> b({{0, 4, 1}}, outer::nesterov{});
+  REQUIRE(b.restore(0, a.save(0)).ok());
+  REQUIRE(b.hash(0) == a.hash(0));
+  REQUIRE(b.round(0) == 1);
+  // Same next step → same result (momentum restored too).
+  for (auto* s : {&a, &b}) {
+    REQUIRE(s->push(0, 0, 1, std::vector<float>{0.1f, 0.2f, 0.3f, 0.4f}, 1).ok());
+    s->close(0);
+  }
+  REQUIRE(a.hash(0) == b.hash(0));
+}

@@ -1,0 +1,104 @@
+// route/: routers recover planted clusters; the logistic router's bias leaves no path empty.
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "paco/core/rng.hpp"
+#include "paco/route/route.hpp"
+
+using namespace paco;
+using namespace paco::route;
+
+namespace {
+// n points around k well-separated centres in D dims; returns points and true labels.
+std::pair<std::vector<float>, std::vector<int>> clusters(int n, int k, int D, std::uint64_t seed,
+                                                         double spread = 0.3) {
+  rng r(seed);
+  std::vector<float> centres(std::size_t(k) * D);
+  for (auto& c : centres) c = float(8.0 * r.normal());
+  std::vector<float> x(std::size_t(n) * D);
+  std::vector<int> y(n);
+  for (int i = 0; i < n; ++i) {
+    y[i] = i % k;
+    for (int d = 0; d < D; ++d) x[std::size_t(i) * D + d] = centres[std::size_t(y[i]) * D + d] + float(spread * r.normal());
+  }
+  return {x, y};
+}
+// Fraction of points whose predicted cluster agrees with the majority mapping of its true one.
+template <class F>
+double purity(const std::vector<int>& truth, int n, F route) {
+  std::map<std::pair<int, int>, int> joint;
+  std::map<int, int> best;
+  for (int i = 0; i < n; ++i) ++joint[{route(i), truth[i]}];
+  std::map<int, int> top;
+  for (auto& [kv, c] : joint) top[kv.first] = std::max(top[kv.first], c);
+  int s = 0;
+  for (auto& [k, c] : top) s += c;
+  return double(s) / n;
+}
+}  // namespace
+
+TEST_CASE("kmeans recovers planted clusters and ranks centroids", "[route]") {
+  const int n = 400, k = 4, D = 6;
+  auto [x, y] = clusters(n, k, D, 3);
+  auto m = kmeans_router::fit(x, n, D, {.k = k, .seed = 7});
+  REQUIRE(m.ok());
+  REQUIRE(purity(y, n, [&](int i) { return m->route(&x[std::size_t(i) * D]); }) == 1.0);
+  auto r = m->rank(&x[0], 3);
+  REQUIRE(r.size() == 3);
+  REQUIRE(r[0] == m->route(&x[0]));
+  REQUIRE(!kmeans_router::fit(x, 2, D, {.k = 4}).ok());
+  // Same seed, same centroids.
+  auto m2 = kmeans_router::fit(x, n, D, {.k = k, .seed = 7});
+  REQUIRE(m2->centroids() == m->centroids());
+}
+
+TEST_CASE("product kmeans routes to k1·k2 shards", "[route]") {
+  const int n = 600, D = 4;
+  rng r(5);
+  std::vector<float> x(std::size_t(n) * D);
+  std::vector<int> y(n);
+  for (int i = 0; i < n; ++i) {
+    int a = i % 2, b = (i / 2) % 3;
+    y[i] = a * 3 + b;
+    x[std::size_t(i) * D + 0] = float(10 * a + 0.2 * r.normal());
+    x[std::size_t(i) * D + 1] = float(0.2 * r.normal());
+    x[std::size_t(i) * D + 2] = float(10 * b + 0.2 * r.normal());
+    x[std::size_t(i) * D + 3] = float(0.2 * r.normal());
+  }
+  auto p = product_kmeans_router::fit(x, n, D, 2, 3);
+  REQUIRE(p.ok());
+  REQUIRE(p->k() == 6);
+  REQUIRE(purity(y, n, [&](int i) { return p->route(&x[std::size_t(i) * D]); }) == 1.0);
+}
+
+TEST_CASE("logistic router learns labels and its bias balances the paths", "[route]") {
+  const int n = 400, k = 4, D = 5;
+  auto [x, y] = clusters(n, k, D, 11, 1.0);
+  auto m = logistic_router::fit(x, n, D, y, {.k = k});
+  REQUIRE(m.ok());
+  int correct = 0;
+  for (int i = 0; i < n; ++i) correct += m->route(&x[std::size_t(i) * D]) == y[i];
+  REQUIRE(correct > 0.95 * n);
+  // Skewed labels: 70% say path 0. The fitted bias still routes documents to every path,
+  // near the uniform target.
+  std::vector<int> skew(n);
+  for (int i = 0; i < n; ++i) skew[i] = i % 10 < 3 ? y[i] : 0;
+  auto b = logistic_router::fit(x, n, D, skew, {.k = k});
+  REQUIRE(b.ok());
+  std::vector<int> count(k, 0);
+  for (int i = 0; i < n; ++i) ++count[b->route(&x[std::size_t(i) * D])];
+  INFO("routed counts " << count[0] << " " << count[1] << " " << count[2] << " " << count[3]);
+  for (int c : count) {
+    REQUIRE(c > 0);
+    REQUIRE(std::abs(c - n / k) <= n / k / 2);
+  }
+  // Paths that no document prefers still receive documents.
+  std::vector<int> two(n);
+  for (int i = 0; i < n; ++i) two[i] = y[i] % 2;
+  auto t = logistic_router::fit(x, n, D, two, {.k = k});
+  std::vector<int> tc(k, 0);
+  for (int i = 0; i < n; ++i) ++tc[t->route(&x[std::size_t(i) * D])];
+  for (int c : tc) REQUIRE(c > 0);
+  REQUIRE(!logistic_router::fit(x, n, D, std::vector<int>(n, 9), {.k = k}).ok());
+}
