@@ -1,0 +1,146 @@
+#pragma once
+// path_worker: one worker of a DiLoCo / DiPaCo run. It trains one path (one module per level)
+// on its shard: each round it pulls its modules from a store (verifying their hashes), keeps
+// them as θ_start (the arena's anchor plane), runs H inner optimizer steps, and pushes
+// Δ_m = θ_start,m − θ_end,m for every module m of its path, weighted by its shard's tokens.
+// The inner optimizer state stays with the worker across rounds (it is never synchronised).
+//
+// Store requires: pull(m, span<float>) → (round, hash); push(m, worker, round, span<const
+// float>, weight) → status; wait_closed(m, round, until).
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "paco/core/arena.hpp"
+#include "paco/core/hash.hpp"
+#include "paco/io/batches.hpp"
+#include "paco/nn/replica.hpp"
+#include "paco/optim/clip.hpp"
+#include "paco/optim/schedule.hpp"
+#include "paco/path/level_map.hpp"
+
+namespace paco::sync {
+
+struct inner_config {
+  int batch = 16;             // sequences per inner step
+  int ctx = 128;              // tokens per sequence
+  int steps = 100;            // H: inner steps per round
+  float grad_clip = 1.0f;     // 0 disables
+  optim::warmup_cosine schedule{};  // over the worker's global inner step count
+  int threads = 1;            // cores per worker
+};
+
+template <class Model, class InnerOpt>
+class path_worker {
+ public:
+  // modules[l] is the store's id of this worker's module at level l; levels[l] its span.
+  path_worker(int id, const Model& model, std::vector<path::level_span> levels,
+              std::vector<int> modules, InnerOpt opt, inner_config cfg,
+              const io::token_stream& shard, std::uint64_t seed)
+      : id_(id), model_(model), levels_(std::move(levels)), modules_(std::move(modules)),
+        opt_(opt), cfg_(cfg), arena_(model.layout()),
+        replica_(model, cfg.batch, cfg.ctx, cfg.threads),
+        sampler_(shard, cfg.batch, cfg.ctx, seed), shard_tokens_(double(shard.ids.size())),
+        x_(std::size_t(cfg.batch) * cfg.ctx), y_(x_.size()) {
+    PACO_ASSERT(levels_.size() == modules_.size(), "one module per level");
+    arena_.get(plane::moment1);
+    arena_.get(plane::moment2);
+    arena_.get(plane::anchor);
+  }
+
+  int id() const noexcept { return id_; }
+  arena<host>& state() noexcept { return arena_; }
+  const std::vector<int>& modules() const noexcept { return modules_; }
+  double shard_tokens() const noexcept { return shard_tokens_; }
+  long inner_step() const noexcept { return step_; }
+  long round() const noexcept { return round_; }
+  double last_loss() const noexcept { return last_loss_; }
+
+  // Pulls every module of the path into θ and θ_start. Errors: mismatch if the modules are not
+  // all at the same round or a copy's hash differs from the store's.
+  template <class Store>
+  status pull(const Store& store) {
+    auto th = arena_.get(plane::param);
+    long r = -1;
+    for (std::size_t l = 0; l < levels_.size(); ++l) {
+      auto span = std::span<float>(th.data() + levels_[l].offset, levels_[l].size);
+      auto [round, h] = store.pull(modules_[l], span);
+      if (hash64(span.data(), span.size_bytes()) != h)
+        return {errc::mismatch, "module " + std::to_string(modules_[l]) +
+                                    " arrived with a different hash than the store's"};
+      if (r >= 0 && round != r)
+        return {errc::mismatch, "modules of worker " + std::to_string(id_) +
+                                    " are at different rounds"};
+      r = round;
+    }
+    round_ = r;
+    auto an = arena_.get(plane::anchor);
+    std::copy(th.begin(), th.end(), an.begin());
+    return {};
+  }
+
+  // Runs n inner steps (H by default). Returns the mean loss over them.
+  double train(int n = -1) {
+    if (n < 0) n = cfg_.steps;
+    double sum = 0;
+    for (int i = 0; i < n; ++i) {
+      sampler_.next(x_.data(), y_.data());
+      const double l = replica_.forward_backward(arena_, x_.data(), y_.data());
+      auto g = arena_.get(plane::grad);
+      if (cfg_.grad_clip > 0) optim::clip_grad_norm(g.data(), g.size(), cfg_.grad_clip);
+      ++step_;
+      opt_.step(arena_, step_, cfg_.schedule.lr_at(step_));
+      sum += l;
+    }
+    last_loss_ = n ? sum / n : last_loss_;
+    return last_loss_;
+  }
+
+  // Pushes Δ = θ_start − θ for every module of the path, for the round pulled last.
+  template <class Store>
+  status push(Store& store) {
+    auto th = arena_.get(plane::param);
+    auto an = arena_.get(plane::anchor);
+    for (std::size_t l = 0; l < levels_.size(); ++l) {
+      const std::size_t o = levels_[l].offset, n = levels_[l].size;
+      delta_.resize(n);
+      for (std::size_t i = 0; i < n; ++i) delta_[i] = an[o + i] - th[o + i];
+      if (auto s = store.push(modules_[l], id_, round_, std::span<const float>(delta_), shard_tokens_);
+          !s)
+        return s;
+    }
+    return {};
+  }
+
+  // One synchronous round: pull, H inner steps, push, wait for every module's round to close.
+  template <class Store>
+  status run_round(Store& store, std::chrono::steady_clock::duration round_deadline) {
+    if (auto s = pull(store); !s) return s;
+    train();
+    if (auto s = push(store); !s) return s;
+    const auto until = std::chrono::steady_clock::now() + round_deadline;
+    for (int m : modules_) store.wait_closed(m, round_, until);
+    return {};
+  }
+
+ private:
+  int id_;
+  const Model& model_;
+  std::vector<path::level_span> levels_;
+  std::vector<int> modules_;
+  InnerOpt opt_;
+  inner_config cfg_;
+  arena<host> arena_;
+  nn::replica<Model> replica_;
+  io::batch_sampler sampler_;
+  double shard_tokens_;
+  std::vector<std::int32_t> x_, y_;
+  std::vector<float> delta_;
+  long step_ = 0, round_ = 0;
+  double last_loss_ = 0;
+};
+
+}  // namespace paco::sync

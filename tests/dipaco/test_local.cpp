@@ -1,0 +1,167 @@
+// In-process DiLoCo / DiPaCo against known answers (STYLE.md §4):
+//   DiLoCo with outer sgd(lr=1) is FedAvg; H=1 with inner SGD and outer sgd(lr=1) is one
+//   data-parallel step on the union batch; DiPaCo with one path is DiLoCo with k=1.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "paco/nn/gpt.hpp"
+#include "paco/optim/optim.hpp"
+#include "paco/outer/outer.hpp"
+#include "paco/sync/dipaco_local.hpp"
+
+using namespace paco;
+
+namespace {
+nn::gpt_config small() { return {.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2}; }
+
+io::token_stream stream(std::uint64_t seed, std::size_t n = 4000) {
+  rng r(seed);
+  io::token_stream s;
+  s.doc_start = {0};
+  for (std::size_t i = 0; i < n; ++i) s.ids.push_back(std::int32_t((i * 7 + r.below(5)) % 64));
+  return s;
+}
+
+double max_diff(const float* a, const float* b, std::size_t n) {
+  double m = 0;
+  for (std::size_t i = 0; i < n; ++i) m = std::max(m, double(std::abs(a[i] - b[i])));
+  return m;
+}
+}  // namespace
+
+TEST_CASE("DiLoCo with outer sgd(lr=1) is FedAvg", "[dipaco][known-answer]") {
+  nn::gpt model(small());
+  arena<host> a0(model.layout());
+  model.init(a0, 1);
+  auto levels = *path::split_gpt_levels(model.layout(), 2, 1);
+  auto grid = path::module_grid<1>::experts({1});
+  std::vector<io::token_stream> shards{stream(1), stream(2), stream(3)};
+  std::vector<sync::worker_spec> ws;
+  for (int i = 0; i < 3; ++i) ws.push_back({sync::path_modules(grid, 0), &shards[i], 10u + i});
+  sync::inner_config cfg{.batch = 2, .ctx = 16, .steps = 4, .grad_clip = 0,
+                         .schedule = {.lr = 1e-2f, .min_lr = 1e-2f, .warmup = 0, .total = 100}};
+  optim::adamw inner{.lr = 1e-2f};
+  sync::local_store<outer::sgd> store(sync::grid_modules(grid, levels, ws), outer::sgd{.lr = 1.0f},
+                                      {.weight_by_shard = false});
+  REQUIRE(store.store().info(0).paths_through == 3);
+  REQUIRE(sync::run_local(store, model, levels, {0}, a0.get(plane::param).data(), ws, inner, cfg, 1)
+              .ok());
+  // Reference: three independent workers from θ0, then the plain mean of θ_end.
+  std::vector<float> mean(model.layout().total(), 0.0f);
+  for (int i = 0; i < 3; ++i) {
+    sync::path_worker<nn::gpt, optim::adamw> w(i, model, levels, {0}, inner, cfg, shards[i], 10u + i);
+    auto th = w.state().get(plane::param);
+    std::copy(a0.get(plane::param).begin(), a0.get(plane::param).end(), th.begin());
+    w.train();
+    for (std::size_t k = 0; k < mean.size(); ++k) mean[k] += th[k] / 3.0f;
+  }
+  std::vector<float> got(model.layout().total());
+  store.pull(0, std::span<float>(got.data() + levels[0].offset, levels[0].size));
+  const double d = max_diff(got.data() + levels[0].offset, mean.data() + levels[0].offset, levels[0].size);
+  INFO("max |θ_store − mean θ_i| = " << d);
+  REQUIRE(d < 1e-6);
+  REQUIRE(store.store().round(0) == 1);
+}
+
+TEST_CASE("H=1, inner SGD, outer sgd(lr=1) is one data-parallel step on the union batch",
+          "[dipaco][known-answer]") {
+  nn::gpt model(small());
+  arena<host> a0(model.layout());
+  model.init(a0, 2);
+  auto levels = *path::split_gpt_levels(model.layout(), 2, 1);
+  auto grid = path::module_grid<1>::experts({1});
+  std::vector<io::token_stream> shards{stream(4), stream(5)};
+  std::vector<sync::worker_spec> ws{{{0}, &shards[0], 7}, {{0}, &shards[1], 8}};
+  const float lr = 0.1f;
+  sync::inner_config cfg{.batch = 3, .ctx = 16, .steps = 1, .grad_clip = 0,
+                         .schedule = {.lr = lr, .min_lr = lr, .warmup = 0, .total = 10}};
+  sync::local_store<outer::sgd> store(sync::grid_modules(grid, levels, ws), outer::sgd{.lr = 1.0f},
+                                      {.weight_by_shard = false});
+  REQUIRE(sync::run_local(store, model, levels, {0}, a0.get(plane::param).data(), ws,
+                          optim::sgd{.lr = lr}, cfg, 1)
+              .ok());
+  // The union batch: worker 0's batch then worker 1's, as their samplers draw them.
+  std::vector<std::int32_t> x(6 * 16), y(6 * 16);
+  io::batch_sampler s0(shards[0], 3, 16, 7), s1(shards[1], 3, 16, 8);
+  s0.next(x.data(), y.data());
+  s1.next(x.data() + 3 * 16, y.data() + 3 * 16);
+  arena<host> dp(model.layout());
+  auto th = dp.get(plane::param);
+  std::copy(a0.get(plane::param).begin(), a0.get(plane::param).end(), th.begin());
+  nn::replica<nn::gpt> rep(model, 6, 16, 1);
+  rep.forward_backward(dp, x.data(), y.data());
+  optim::sgd{.lr = lr}.step(dp, 1, lr);
+  std::vector<float> got(model.layout().total());
+  store.pull(0, std::span<float>(got.data() + levels[0].offset, levels[0].size));
+  const double d = max_diff(got.data() + levels[0].offset, th.data() + levels[0].offset, levels[0].size);
+  INFO("max |θ_DiLoCo − θ_DP| = " << d);
+  REQUIRE(d < 1e-6);
+}
+
+TEST_CASE("DiPaCo with a single path equals DiLoCo with k=1", "[dipaco][known-answer]") {
+  nn::gpt model(small());
+  arena<host> a0(model.layout());
+  model.init(a0, 3);
+  auto shard = stream(9);
+  sync::inner_config cfg{.batch = 2, .ctx = 16, .steps = 3, .grad_clip = 1.0f,
+                         .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 2, .total = 9}};
+  optim::adamw inner{.lr = 1e-2f};
+  // DiLoCo k = 1: one module (the whole model).
+  auto l1 = *path::split_gpt_levels(model.layout(), 2, 1);
+  auto g1 = path::module_grid<1>::experts({1});
+  std::vector<sync::worker_spec> w1{{{0}, &shard, 5}};
+  sync::local_store<outer::nesterov> s1(sync::grid_modules(g1, l1, w1), outer::nesterov{});
+  REQUIRE(sync::run_local(s1, model, l1, {0}, a0.get(plane::param).data(), w1, inner, cfg, 3).ok());
+  // DiPaCo 1×1 with two levels: two modules, one path.
+  auto l2 = *path::split_gpt_levels(model.layout(), 2, 2);
+  auto g2 = path::module_grid<2>::experts({1, 1});
+  std::vector<sync::worker_spec> w2{{sync::path_modules(g2, 0), &shard, 5}};
+  sync::local_store<outer::nesterov> s2(sync::grid_modules(g2, l2, w2), outer::nesterov{});
+  REQUIRE(sync::run_local(s2, model, l2, {0, 1}, a0.get(plane::param).data(), w2, inner, cfg, 3).ok());
+  std::vector<float> t1(model.layout().total()), t2(model.layout().total());
+  sync::assemble_path(s1, l1, {0}, {0}, t1.data());
+  sync::assemble_path(s2, l2, {0, 1}, {0, 1}, t2.data());
+  REQUIRE(std::equal(t1.begin(), t1.end(), t2.begin()));  // bit-identical
+  REQUIRE(s2.store().round(1) == 3);
+}
+
+TEST_CASE("DiPaCo 2x2: each module averages the paths through it", "[dipaco]") {
+  nn::gpt model(small());
+  arena<host> a0(model.layout());
+  model.init(a0, 4);
+  auto levels = *path::split_gpt_levels(model.layout(), 2, 2);
+  auto grid = path::module_grid<2>::experts({2, 2});
+  std::vector<io::token_stream> shards{stream(11), stream(12, 3000), stream(13), stream(14, 5000)};
+  std::vector<sync::worker_spec> ws;
+  for (int p = 0; p < 4; ++p) ws.push_back({sync::path_modules(grid, p), &shards[p], 20u + p});
+  std::vector<int> module_level = {0, 0, 1, 1};
+  sync::inner_config cfg{.batch = 2, .ctx = 16, .steps = 2, .grad_clip = 0,
+                         .schedule = {.lr = 1e-2f, .min_lr = 1e-2f, .warmup = 0, .total = 10}};
+  optim::adamw inner{.lr = 1e-2f};
+  sync::local_store<outer::sgd> store(sync::grid_modules(grid, levels, ws), outer::sgd{.lr = 1.0f},
+                                      {.weight_by_shard = true});
+  for (int m = 0; m < 4; ++m) REQUIRE(store.store().info(m).paths_through == 2);
+  REQUIRE(sync::run_local(store, model, levels, module_level, a0.get(plane::param).data(), ws,
+                          inner, cfg, 1)
+              .ok());
+  // Module (0,0) = id 0 is on paths 0 and 1 (level 0 most significant): with outer sgd(lr=1)
+  // and shard weights it must be the shard-weighted mean of those two paths' θ_end.
+  std::vector<float> ref(levels[0].size, 0.0f);
+  const double w0 = shards[0].ids.size(), w1 = shards[1].ids.size();
+  for (int p : {0, 1}) {
+    sync::path_worker<nn::gpt, optim::adamw> w(p, model, levels, ws[p].modules, inner, cfg,
+                                               shards[p], 20u + p);
+    auto th = w.state().get(plane::param);
+    std::copy(a0.get(plane::param).begin(), a0.get(plane::param).end(), th.begin());
+    w.train();
+    const float c = float((p == 0 ? w0 : w1) / (w0 + w1));
+    for (std::size_t k = 0; k < ref.size(); ++k) ref[k] += c * th[levels[0].offset + k];
+  }
+  std::vector<float> got(levels[0].size);
+  store.pull(0, got);
+  REQUIRE(max_diff(got.data(), ref.data(), ref.size()) < 1e-5);
+  auto hist = store.history();
+  REQUIRE(hist.size() == 4);
+  for (auto& h : hist) REQUIRE(h.arrived == 2);
+}
