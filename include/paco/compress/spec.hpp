@@ -1,0 +1,119 @@
+#pragma once
+// compress_spec: the compressor named by a config string, as the trainers' `compress = "..."`
+// field spells it, parsed with an error that names the accepted forms.
+//
+//   "fp32" | "identity"          no compression                          (summed)
+//   "bf16" | "fp16"              cast                                    (summed)
+//   "int8" | "int4" | "int2"     blockwise absmax quantisation, block 256 (all-gathered)
+//   "topk:D"                     top-k at density D ∈ (0, 1]             (all-gathered)
+//   "sign_prune:P" | "ties:P"    TIES pruning of the fraction P ∈ [0,1)  (all-gathered, TIES merge)
+//   "powersgd:R"                 rank-R PowerSGD, R >= 1                 (summed, two rounds)
+//   "lgreco:int"                 L-GreCo over bits {2,4,8}, default 4
+//   "lgreco:topk:D"              L-GreCo over densities D·{1/4,1/2,1,2,4} ∩ (0,1], default D
+//   "lgreco:powersgd:R"          L-GreCo over ranks ⌊R/2⌋..2R (γ = 0.5, β = 2), default R
+// Lossy codecs run with error feedback unless the string ends in "+noef".
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "paco/core/error.hpp"
+
+namespace paco::compress {
+
+enum class codec_kind { identity, bf16, fp16, quantize, topk, sign_prune, powersgd };
+
+struct compress_spec {
+  codec_kind kind = codec_kind::identity;
+  int bits = 8;                // quantize
+  double density = 0.01;       // topk
+  double prune = 0.5;          // sign_prune
+  int rank = 4;                // powersgd
+  bool lgreco = false;         // per-module adaptive levels (L-GreCo)
+  bool error_feedback = true;  // keep a residual per module (ignored for lossless codecs)
+};
+
+namespace detail {
+inline bool parse_number(std::string_view s, double& v) {
+  const std::string t(s);
+  char* end = nullptr;
+  v = std::strtod(t.c_str(), &end);
+  return !t.empty() && end == t.c_str() + t.size() && std::isfinite(v);
+}
+}  // namespace detail
+
+// Ensures: the spec of `text`, or invalid_argument naming the accepted forms.
+inline result<compress_spec> parse_compress_spec(std::string_view text) {
+  const auto bad = [&](const std::string& why) {
+    return result<compress_spec>(
+        errc::invalid_argument,
+        "compress = \"" + std::string(text) + "\": " + why +
+            "; accepted fp32, bf16, fp16, int8, int4, int2, topk:D (0<D<=1), sign_prune:P "
+            "(0<=P<1), powersgd:R (R>=1), lgreco:int, lgreco:topk:D, lgreco:powersgd:R, "
+            "optionally followed by +noef");
+  };
+  compress_spec s;
+  std::string_view t = text;
+  if (t.size() >= 5 && t.substr(t.size() - 5) == "+noef") {
+    s.error_feedback = false;
+    t.remove_suffix(5);
+  }
+  if (t.substr(0, 7) == "lgreco:") {
+    s.lgreco = true;
+    t.remove_prefix(7);
+    if (t == "int") t = "int4";
+  }
+  const auto colon = t.find(':');
+  const std::string_view head = t.substr(0, colon);
+  const std::string_view arg = colon == std::string_view::npos ? "" : t.substr(colon + 1);
+  double v = 0;
+  if ((head == "fp32" || head == "identity") && arg.empty() && !s.lgreco) {
+    s.kind = codec_kind::identity;
+  } else if ((head == "bf16" || head == "fp16") && arg.empty() && !s.lgreco) {
+    s.kind = head == "bf16" ? codec_kind::bf16 : codec_kind::fp16;
+  } else if ((head == "int8" || head == "int4" || head == "int2") && arg.empty()) {
+    s.kind = codec_kind::quantize;
+    s.bits = head[3] - '0';
+  } else if (head == "topk") {
+    if (!detail::parse_number(arg, v) || !(v > 0 && v <= 1)) return bad("density out of (0, 1]");
+    s.kind = codec_kind::topk;
+    s.density = v;
+  } else if ((head == "sign_prune" || head == "ties") && !s.lgreco) {
+    if (!detail::parse_number(arg, v) || !(v >= 0 && v < 1)) return bad("prune out of [0, 1)");
+    s.kind = codec_kind::sign_prune;
+    s.prune = v;
+  } else if (head == "powersgd") {
+    if (!detail::parse_number(arg, v) || v < 1 || v != std::floor(v) || v > 65535)
+      return bad("rank must be an integer >= 1");
+    s.kind = codec_kind::powersgd;
+    s.rank = static_cast<int>(v);
+  } else {
+    return bad("unknown compressor");
+  }
+  return s;
+}
+
+// L-GreCo candidate bit widths for quantize. Ensures: {2, 4, 8}.
+inline std::vector<int> lgreco_bits() {
+  return {2, 4, 8};
+}
+// L-GreCo candidate densities around d: d·{1/4, 1/2, 1, 2, 4} within (0, 1].
+inline std::vector<double> lgreco_densities(double d) {
+  std::vector<double> out;
+  for (double f : {0.25, 0.5, 1.0, 2.0, 4.0})
+    if (d * f > 0 && d * f <= 1) out.push_back(d * f);
+  return out;
+}
+// L-GreCo candidate ranks ⌊γ r0⌋ … ⌈β r0⌉ (ALGORITHMS.md §5.1; γ = 0.5, β = 2), at least 1.
+inline std::vector<int> lgreco_ranks(int r0, double gamma = 0.5, double beta = 2.0) {
+  std::vector<int> out;
+  const int lo = std::max(1, static_cast<int>(std::floor(gamma * r0)));
+  const int hi = std::max(lo, static_cast<int>(std::ceil(beta * r0)));
+  for (int r = lo; r <= hi; ++r) out.push_back(r);
+  return out;
+}
+
+}  // namespace paco::compress

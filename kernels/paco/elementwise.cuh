@@ -1,0 +1,122 @@
+#pragma once
+// Element-wise CUDA kernels, each one call of a PACO_HD formula from
+// paco/compress/detail/formulas.hpp whose host twin is in paco/compress/ (cast.hpp,
+// error_feedback.hpp, elementwise.hpp):
+//   cast_to_half / cast_from_half     fp32 ↔ bf16/fp16 (round to nearest even)
+//   nesterov_update                   b ← μ·b + Δ; θ ← θ − η·(Δ + μ·b)
+//   adamw_update                      PyTorch AdamW (decoupled decay, bias correction)
+//   ef_accumulate / ef_subtract       r ← g + r;  r ← r − sent
+// All: grid-stride loops of 256 threads, enqueued on a stream, no scratch and no allocation.
+//
+// Legend: n elements; θ parameters, b outer momentum, Δ pseudo-gradient, m/v moments, r residual.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "paco/compress/cast.hpp"
+#include "paco/compress/detail/formulas.hpp"
+#include "paco/cuda_check.cuh"
+
+namespace paco::kernels {
+
+namespace detail {
+
+#define PACO_GRID_STRIDE(i, n)                                                                   \
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+
+template <int = 0>  // a template: no duplicate symbols when many .cu files include this
+__global__ void to_half_kernel(const float* __restrict__ x, std::size_t n, bool fp16,
+                               std::uint16_t* __restrict__ h) {
+  namespace f = paco::compress::formula;
+  PACO_GRID_STRIDE(i, n) h[i] = fp16 ? f::to_fp16(x[i]) : f::to_bf16(x[i]);
+}
+template <int = 0>  // a template: no duplicate symbols when many .cu files include this
+__global__ void from_half_kernel(const std::uint16_t* __restrict__ h, std::size_t n, bool fp16,
+                                 float* __restrict__ y) {
+  namespace f = paco::compress::formula;
+  PACO_GRID_STRIDE(i, n) y[i] = fp16 ? f::from_fp16(h[i]) : f::from_bf16(h[i]);
+}
+template <int = 0>  // a template: no duplicate symbols when many .cu files include this
+__global__ void nesterov_kernel(float* __restrict__ theta, float* __restrict__ b,
+                                const float* __restrict__ delta, std::size_t n, float mu,
+                                float eta) {
+  PACO_GRID_STRIDE(i, n) {
+    float t = theta[i], m = b[i];
+    paco::compress::formula::nesterov_step(t, m, delta[i], mu, eta);
+    theta[i] = t;
+    b[i] = m;
+  }
+}
+template <int = 0>  // a template: no duplicate symbols when many .cu files include this
+__global__ void adamw_kernel(float* __restrict__ theta, float* __restrict__ m,
+                             float* __restrict__ v, const float* __restrict__ g, std::size_t n,
+                             paco::compress::formula::adamw_scalars k) {
+  PACO_GRID_STRIDE(i, n) {
+    float t = theta[i], mm = m[i], vv = v[i];
+    paco::compress::formula::adamw_step(t, mm, vv, g[i], k);
+    theta[i] = t;
+    m[i] = mm;
+    v[i] = vv;
+  }
+}
+template <int = 0>  // a template: no duplicate symbols when many .cu files include this
+__global__ void ef_accumulate_kernel(const float* __restrict__ g, float* __restrict__ r,
+                                     std::size_t n) {
+  PACO_GRID_STRIDE(i, n) r[i] = paco::compress::formula::ef_accumulate(g[i], r[i]);
+}
+template <int = 0>  // a template: no duplicate symbols when many .cu files include this
+__global__ void ef_subtract_kernel(float* __restrict__ r, const float* __restrict__ sent,
+                                   std::size_t n) {
+  PACO_GRID_STRIDE(i, n) r[i] = paco::compress::formula::ef_residual(r[i], sent[i]);
+}
+
+#undef PACO_GRID_STRIDE
+
+}  // namespace detail
+
+// fp32 → 16-bit codes (the compress::cast payload). Cost: reads 4n, writes 2n bytes.
+inline status cast_to_half(const float* x, std::size_t n, compress::half_format fmt,
+                           std::uint16_t* h, cudaStream_t stream) {
+  if (n == 0) return {};
+  detail::to_half_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(
+      x, n, fmt == compress::half_format::fp16, h);
+  return cuda_status(cudaGetLastError(), "cast_to_half launch");
+}
+// 16-bit codes → fp32 (exact). Cost: reads 2n, writes 4n bytes.
+inline status cast_from_half(const std::uint16_t* h, std::size_t n, compress::half_format fmt,
+                             float* y, cudaStream_t stream) {
+  if (n == 0) return {};
+  detail::from_half_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(
+      h, n, fmt == compress::half_format::fp16, y);
+  return cuda_status(cudaGetLastError(), "cast_from_half launch");
+}
+// Fused outer Nesterov step (host twin compress::nesterov_update). Cost: 20n bytes.
+inline status nesterov_update(float* theta, float* b, const float* delta, std::size_t n, float mu,
+                              float eta, cudaStream_t stream) {
+  if (n == 0) return {};
+  detail::nesterov_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(theta, b, delta, n, mu, eta);
+  return cuda_status(cudaGetLastError(), "nesterov_update launch");
+}
+// Fused AdamW step (host twin compress::adamw_update; k from make_adamw_scalars). Cost: 28n bytes.
+inline status adamw_update(float* theta, float* m, float* v, const float* g, std::size_t n,
+                           const compress::formula::adamw_scalars& k, cudaStream_t stream) {
+  if (n == 0) return {};
+  detail::adamw_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(theta, m, v, g, n, k);
+  return cuda_status(cudaGetLastError(), "adamw_update launch");
+}
+// r ← g + r (host twin compress::ef_accumulate). Cost: 12n bytes.
+inline status ef_accumulate(const float* g, float* r, std::size_t n, cudaStream_t stream) {
+  if (n == 0) return {};
+  detail::ef_accumulate_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(g, r, n);
+  return cuda_status(cudaGetLastError(), "ef_accumulate launch");
+}
+// r ← r − sent (host twin compress::ef_subtract). Cost: 12n bytes.
+inline status ef_subtract(float* r, const float* sent, std::size_t n, cudaStream_t stream) {
+  if (n == 0) return {};
+  detail::ef_subtract_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(r, sent, n);
+  return cuda_status(cudaGetLastError(), "ef_subtract launch");
+}
+
+}  // namespace paco::kernels

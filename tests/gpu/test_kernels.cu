@@ -1,0 +1,224 @@
+// Differential tests: every kernel in kernels/paco/ against its host twin in include/paco/.
+// Exits 77 (ctest SKIP_RETURN_CODE) with the reason when no CUDA device is usable.
+// Legend: n elements; bytes compared exactly where the formulas are exact (quantize codes,
+// casts, top-k), within a few ulps where FMA contraction may differ (Nesterov, AdamW).
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "paco/compress/cast.hpp"
+#include "paco/compress/elementwise.hpp"
+#include "paco/compress/error_feedback.hpp"
+#include "paco/compress/quantize.hpp"
+#include "paco/compress/topk.hpp"
+#include "paco/kernels.cuh"
+
+namespace pc = paco::compress;
+namespace pk = paco::kernels;
+
+namespace {
+
+int failures = 0;
+#define EXPECT(cond, ...)                                           \
+  do {                                                              \
+    if (!(cond)) {                                                  \
+      ++failures;                                                   \
+      std::printf("FAILED %s:%d: %s  ", __FILE__, __LINE__, #cond); \
+      std::printf(__VA_ARGS__);                                     \
+      std::printf("\n");                                            \
+    }                                                               \
+  } while (0)
+
+std::vector<float> gaussian(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
+  paco::rng g(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(g.normal()) * scale;
+  return v;
+}
+template <class T>
+paco::buffer<T, paco::cuda> to_device(const std::vector<T>& h) {
+  paco::buffer<T, paco::cuda> d(h.size());
+  if (!h.empty()) cudaMemcpy(d.data(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
+  return d;
+}
+template <class T>
+std::vector<T> to_host(const paco::buffer<T, paco::cuda>& d) {
+  std::vector<T> h(d.size());
+  if (!h.empty()) cudaMemcpy(h.data(), d.data(), h.size() * sizeof(T), cudaMemcpyDeviceToHost);
+  return h;
+}
+bool ok(const paco::status& s, const char* what) {
+  if (!s) std::printf("FAILED %s: %s\n", what, s.error().what().c_str());
+  failures += !s;
+  return static_cast<bool>(s);
+}
+// |a − b| in units of 2^-23·max(|a|, |b|, 1): the formulas use explicit FMAs, so host and device
+// should agree exactly (0); a few units are tolerated for libm/sqrt differences.
+float ulps(float a, float b) {
+  const float m = std::fmax(std::fmax(std::fabs(a), std::fabs(b)), 1.0f);
+  return std::fabs(a - b) / (m * 0x1.0p-23f);
+}
+
+void test_quantize(cudaStream_t st, pk::scratch_arena& scratch) {
+  for (auto mode : {pc::scale_mode::absmax, pc::scale_mode::minmax})
+    for (bool stochastic : {false, true})
+      for (int bits : {8, 4, 2})
+        for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{1} << 20}) {
+          const pc::quantize_config cfg{
+              .bits = bits, .block = 256, .scale = mode, .stochastic = stochastic};
+          pc::quantize host(cfg);
+          auto x = gaussian(n, n + bits, 0.1f);
+          std::vector<std::byte> hw(host.wire_bytes(n, bits));
+          host.encode_with_key({x.data(), n}, bits, 77, {hw.data(), hw.size()});
+          auto dx = to_device(x);
+          paco::buffer<std::byte, paco::cuda> dw(hw.size());
+          ok(pk::quantize_blockwise(dx.data(), n, cfg, bits, 77, dw.data(), dw.size(), st),
+             "quantize_blockwise");
+          cudaStreamSynchronize(st);
+          auto dwh = to_host(dw);
+          EXPECT(std::memcmp(dwh.data(), hw.data(), hw.size()) == 0,
+                 "quantize payload differs: mode %d stochastic %d bits %d n %zu", int(mode),
+                 int(stochastic), bits, n);
+          std::vector<float> hy(n);
+          ok(host.decode({hw.data(), hw.size()}, bits, {hy.data(), n}), "host decode");
+          paco::buffer<float, paco::cuda> dy(n);
+          scratch.reset();
+          unsigned* bad = nullptr;
+          ok(pk::dequantize_blockwise(dw.data(), dw.size(), n, cfg, bits, dy.data(), scratch, st,
+                                      &bad),
+             "dequantize_blockwise");
+          unsigned bad_h = 1;
+          cudaMemcpyAsync(&bad_h, bad, sizeof bad_h, cudaMemcpyDeviceToHost, st);
+          cudaStreamSynchronize(st);
+          auto dyh = to_host(dy);
+          EXPECT(bad_h == 0, "bad blocks %u", bad_h);
+          EXPECT(std::memcmp(dyh.data(), hy.data(), n * 4) == 0, "dequantize differs bits %d n %zu",
+                 bits, n);
+        }
+}
+
+void test_cast(cudaStream_t st) {
+  const std::size_t n = 1 << 20;
+  paco::rng g(3);
+  std::vector<float> x(n);
+  for (auto& v : x) v = pc::formula::float_of(static_cast<std::uint32_t>(g()));
+  auto dx = to_device(x);
+  for (auto fmt : {pc::half_format::bf16, pc::half_format::fp16}) {
+    pc::cast host({.format = fmt});
+    std::vector<std::byte> hw(host.wire_bytes(n));
+    (void)host.encode({x.data(), n}, 16, {hw.data(), hw.size()});
+    paco::buffer<std::uint16_t, paco::cuda> dh(n);
+    ok(pk::cast_to_half(dx.data(), n, fmt, dh.data(), st), "cast_to_half");
+    paco::buffer<float, paco::cuda> dy(n);
+    ok(pk::cast_from_half(dh.data(), n, fmt, dy.data(), st), "cast_from_half");
+    cudaStreamSynchronize(st);
+    auto hh = to_host(dh);
+    EXPECT(std::memcmp(hh.data(), hw.data(), hw.size()) == 0, "cast codes differ fmt %d", int(fmt));
+    std::vector<float> hy(n);
+    (void)host.decode({hw.data(), hw.size()}, 16, {hy.data(), n});
+    auto dyh = to_host(dy);
+    EXPECT(std::memcmp(dyh.data(), hy.data(), n * 4) == 0, "cast decode differs fmt %d", int(fmt));
+  }
+}
+
+void test_elementwise(cudaStream_t st) {
+  const std::size_t n = (1 << 20) + 3;
+  auto theta = gaussian(n, 1), b = gaussian(n, 2, 0.1f), d = gaussian(n, 3, 0.01f);
+  auto dt = to_device(theta), db = to_device(b), dd = to_device(d);
+  ok(pk::nesterov_update(dt.data(), db.data(), dd.data(), n, 0.9f, 0.7f, st), "nesterov");
+  ok(pc::nesterov_update({theta.data(), n}, {b.data(), n}, {d.data(), n}, 0.9f, 0.7f), "host");
+  cudaStreamSynchronize(st);
+  auto th = to_host(dt), bh = to_host(db);
+  float worst = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    worst = std::fmax(worst, std::fmax(ulps(th[i], theta[i]), ulps(bh[i], b[i])));
+  std::printf("nesterov max diff %.2f ulp\n", worst);
+  EXPECT(worst <= 4, "nesterov differs by %.2f ulp", worst);
+
+  auto m = gaussian(n, 4, 0.01f), v = gaussian(n, 5, 0.0f), gr = gaussian(n, 6, 0.1f);
+  for (auto& e : v) e = 1e-4f;
+  auto dm = to_device(m), dv = to_device(v), dg = to_device(gr);
+  dt = to_device(theta);
+  for (long t = 1; t <= 3; ++t) {
+    const auto k = pc::make_adamw_scalars(1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    ok(pk::adamw_update(dt.data(), dm.data(), dv.data(), dg.data(), n, k, st), "adamw");
+    ok(pc::adamw_update({theta.data(), n}, {m.data(), n}, {v.data(), n}, {gr.data(), n}, k),
+       "host adamw");
+  }
+  cudaStreamSynchronize(st);
+  th = to_host(dt);
+  worst = 0;
+  for (std::size_t i = 0; i < n; ++i) worst = std::fmax(worst, ulps(th[i], theta[i]));
+  std::printf("adamw max diff %.2f ulp\n", worst);
+  EXPECT(worst <= 16, "adamw differs by %.2f ulp", worst);
+
+  auto g = gaussian(n, 7), r = gaussian(n, 8, 0.1f), sent = gaussian(n, 9);
+  for (std::size_t i = 0; i < n; i += 3) r[i] = 0.0f;
+  auto dgg = to_device(g), dr = to_device(r), ds = to_device(sent);
+  ok(pk::ef_accumulate(dgg.data(), dr.data(), n, st), "ef_accumulate");
+  ok(pk::ef_subtract(dr.data(), ds.data(), n, st), "ef_subtract");
+  pc::ef_accumulate({g.data(), n}, {r.data(), n});
+  pc::ef_subtract({r.data(), n}, {sent.data(), n});
+  cudaStreamSynchronize(st);
+  auto rh = to_host(dr);
+  EXPECT(std::memcmp(rh.data(), r.data(), n * 4) == 0, "error feedback differs");
+}
+
+void test_topk(cudaStream_t st, paco::buffer<std::byte, paco::cuda>& scratch_mem) {
+  for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{3} << 20})
+    for (double dens : {0.001, 0.01, 0.5}) {
+      auto x = gaussian(n, n);
+      if (n > 100) x[10] = x[11] = x[50] = 50.0f;  // ties
+      pc::topk host;
+      std::vector<std::byte> hw(host.wire_bytes(n, dens));
+      (void)host.encode({x.data(), n}, dens, {hw.data(), hw.size()});
+      auto dx = to_device(x);
+      paco::buffer<std::byte, paco::cuda> dw(hw.size());
+      const std::size_t need = pk::topk_workspace_bytes(n, pc::topk_count(n, dens)) + 256;
+      if (scratch_mem.size() < need) scratch_mem.resize(need);
+      pk::scratch_arena scratch(scratch_mem.data(), scratch_mem.size());
+      ok(pk::topk_select(dx.data(), n, dens, dw.data(), dw.size(), scratch, st), "topk_select");
+      cudaStreamSynchronize(st);
+      auto dwh = to_host(dw);
+      EXPECT(std::memcmp(dwh.data(), hw.data(), hw.size()) == 0, "topk differs n %zu density %g", n,
+             dens);
+      std::vector<float> hy(n);
+      (void)host.decode({hw.data(), hw.size()}, dens, {hy.data(), n});
+      paco::buffer<float, paco::cuda> dy(n);
+      scratch.reset();
+      ok(pk::topk_decode(dw.data(), dw.size(), n, dens, dy.data(), scratch, st), "topk_decode");
+      cudaStreamSynchronize(st);
+      auto dyh = to_host(dy);
+      EXPECT(std::memcmp(dyh.data(), hy.data(), n * 4) == 0, "topk decode differs n %zu", n);
+    }
+}
+
+}  // namespace
+
+int main() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    std::printf(
+        "SKIPPED: no usable CUDA device (%s: %s); the kernels were compiled for sm_80 "
+        "and sm_90 but not run\n",
+        cudaGetErrorName(e), e == cudaSuccess ? "0 devices" : cudaGetErrorString(e));
+    return 77;
+  }
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  std::printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+  cudaStream_t st;
+  cudaStreamCreate(&st);
+  paco::buffer<std::byte, paco::cuda> scratch_mem(pk::dequantize_workspace_bytes());
+  pk::scratch_arena scratch(scratch_mem.data(), scratch_mem.size());
+  test_quantize(st, scratch);
+  test_cast(st);
+  test_elementwise(st);
+  paco::buffer<std::byte, paco::cuda> topk_mem;
+  test_topk(st, topk_mem);
+  cudaStreamDestroy(st);
+  std::printf("%s (%d failures)\n", failures ? "FAILED" : "all kernel tests passed", failures);
+  return failures ? 1 : 0;
+}
