@@ -45,7 +45,8 @@ TEST_CASE("DiLoCo with outer sgd(lr=1) is FedAvg", "[dipaco][known-answer]") {
   sync::local_store<outer::sgd> store(sync::grid_modules(grid, levels, ws), outer::sgd{.lr = 1.0f},
                                       {.weight_by_shard = false});
   REQUIRE(store.store().info(0).paths_through == 3);
-  REQUIRE(sync::run_local(store, model, levels, {0}, a0.get(plane::param).data(), ws, inner, cfg, 1)
+  sync::init_modules(store, levels, {0}, a0.get(plane::param).data());
+  REQUIRE(sync::run_local(store, model, levels, {0}, ws, inner, cfg, 1)
               .ok());
   // Reference: three independent workers from θ0, then the plain mean of θ_end.
   std::vector<float> mean(model.layout().total(), 0.0f);
@@ -78,7 +79,8 @@ TEST_CASE("H=1, inner SGD, outer sgd(lr=1) is one data-parallel step on the unio
                          .schedule = {.lr = lr, .min_lr = lr, .warmup = 0, .total = 10}};
   sync::local_store<outer::sgd> store(sync::grid_modules(grid, levels, ws), outer::sgd{.lr = 1.0f},
                                       {.weight_by_shard = false});
-  REQUIRE(sync::run_local(store, model, levels, {0}, a0.get(plane::param).data(), ws,
+  sync::init_modules(store, levels, {0}, a0.get(plane::param).data());
+  REQUIRE(sync::run_local(store, model, levels, {0}, ws,
                           optim::sgd{.lr = lr}, cfg, 1)
               .ok());
   // The union batch: worker 0's batch then worker 1's, as their samplers draw them.
@@ -112,13 +114,15 @@ TEST_CASE("DiPaCo with a single path equals DiLoCo with k=1", "[dipaco][known-an
   auto g1 = path::module_grid<1>::experts({1});
   std::vector<sync::worker_spec> w1{{{0}, &shard, 5}};
   sync::local_store<outer::nesterov> s1(sync::grid_modules(g1, l1, w1), outer::nesterov{});
-  REQUIRE(sync::run_local(s1, model, l1, {0}, a0.get(plane::param).data(), w1, inner, cfg, 3).ok());
+  sync::init_modules(s1, l1, {0}, a0.get(plane::param).data());
+  REQUIRE(sync::run_local(s1, model, l1, {0}, w1, inner, cfg, 3).ok());
   // DiPaCo 1×1 with two levels: two modules, one path.
   auto l2 = *path::split_gpt_levels(model.layout(), 2, 2);
   auto g2 = path::module_grid<2>::experts({1, 1});
   std::vector<sync::worker_spec> w2{{sync::path_modules(g2, 0), &shard, 5}};
   sync::local_store<outer::nesterov> s2(sync::grid_modules(g2, l2, w2), outer::nesterov{});
-  REQUIRE(sync::run_local(s2, model, l2, {0, 1}, a0.get(plane::param).data(), w2, inner, cfg, 3).ok());
+  sync::init_modules(s2, l2, {0, 1}, a0.get(plane::param).data());
+  REQUIRE(sync::run_local(s2, model, l2, {0, 1}, w2, inner, cfg, 3).ok());
   std::vector<float> t1(model.layout().total()), t2(model.layout().total());
   sync::assemble_path(s1, l1, {0}, {0}, t1.data());
   sync::assemble_path(s2, l2, {0, 1}, {0, 1}, t2.data());
@@ -142,7 +146,8 @@ TEST_CASE("DiPaCo 2x2: each module averages the paths through it", "[dipaco]") {
   sync::local_store<outer::sgd> store(sync::grid_modules(grid, levels, ws), outer::sgd{.lr = 1.0f},
                                       {.weight_by_shard = true});
   for (int m = 0; m < 4; ++m) REQUIRE(store.store().info(m).paths_through == 2);
-  REQUIRE(sync::run_local(store, model, levels, module_level, a0.get(plane::param).data(), ws,
+  sync::init_modules(store, levels, module_level, a0.get(plane::param).data());
+  REQUIRE(sync::run_local(store, model, levels, module_level, ws,
                           inner, cfg, 1)
               .ok());
   // Module (0,0) = id 0 is on paths 0 and 1 (level 0 most significant): with outer sgd(lr=1)

@@ -5,6 +5,7 @@
 
 #include "paco/core/rng.hpp"
 #include "paco/route/route.hpp"
+#include "paco/nn/gpt.hpp"
 
 using namespace paco;
 using namespace paco::route;
@@ -101,4 +102,43 @@ TEST_CASE("logistic router learns labels and its bias balances the paths", "[rou
   for (int i = 0; i < n; ++i) ++tc[t->route(&x[std::size_t(i) * D])];
   for (int c : tc) REQUIRE(c > 0);
   REQUIRE(!logistic_router::fit(x, n, D, std::vector<int>(n, 9), {.k = k}).ok());
+}
+
+#include "paco/route/evaluate.hpp"
+#include "paco/route/features.hpp"
+
+TEST_CASE("sequence_nll and chunk_nll agree with the model's loss; re-routing uses chunk i for i+1",
+          "[route]") {
+  nn::gpt m({.vocab = 32, .ctx = 8, .d = 8, .layers = 1, .heads = 2});
+  arena<host> a(m.layout());
+  m.init(a, 1);
+  rng r(3);
+  std::vector<std::int32_t> seq(9);
+  for (auto& v : seq) v = std::int32_t(r.below(32));
+  auto ws = m.make_workspace({1, 8});
+  // One full window: the same as the model's mean loss × 8.
+  auto n = sequence_nll(m, a.get(plane::param).data(), seq, 1, 9, ws);
+  REQUIRE(n.tokens == 8);
+  std::vector<std::int32_t> x(seq.begin(), seq.end() - 1), y(seq.begin() + 1, seq.end());
+  REQUIRE(n.nats == Approx(8 * m.loss(a.get(plane::param).data(), x.data(), y.data(), ws)).epsilon(1e-5));
+  // chunk_nll of the last 3 targets with full context equals the tail of that window.
+  auto c = chunk_nll(m, a.get(plane::param).data(), seq, 6, 9, ws);
+  REQUIRE(c.tokens == 3);
+  // Longer sequences: windows tile [begin, end) exactly.
+  std::vector<std::int32_t> longer(30);
+  for (auto& v : longer) v = std::int32_t(r.below(32));
+  REQUIRE(sequence_nll(m, a.get(plane::param).data(), longer, 4, 30, ws).tokens == 26);
+  // Re-routing: the path for chunk i+1 is route(chunk i).
+  std::vector<int> used;
+  auto total = rerouted_nll(
+      longer, 4, 30, 10,
+      [&](std::span<const std::int32_t> s) { return int(s.size()); },
+      [&](int p, std::size_t b, std::size_t e) {
+        used.push_back(p);
+        return nll{1.0, e - b};
+      });
+  REQUIRE(total.tokens == 26);
+  REQUIRE(used == std::vector<int>{4, 10, 10});
+  auto f = prefix_features(m, a.get(plane::param).data(), {std::span<const std::int32_t>(seq)}, 4);
+  REQUIRE(f.size() == 8);
 }

@@ -140,6 +140,12 @@ class gpt {
     head_.forward(head_theta(theta), xf, w.logits.data(), static_cast<float*>(nullptr), d, w.ctx);
   }
 
+  // The last block's output a_L (N, C) of the latest forward() on w (before ln_f): the hidden
+  // states DiPaCo's router features average.
+  const float* hidden(const workspace& w) const {
+    return w.cache.data() + std::size_t(w.d.rows()) * cfg_.d * cfg_.layers;
+  }
+
   // Mean cross-entropy (nats per token) of next-token targets (B,T).
   double loss(const float* theta, const std::int32_t* tokens, const std::int32_t* targets,
               workspace& w) const {

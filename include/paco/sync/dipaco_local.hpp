@@ -51,20 +51,26 @@ struct round_report {
   std::vector<double> worker_loss;  // mean inner loss of each worker in this round
 };
 
-// Initialises every module from θ0 (the matching level span of a model arena), then runs
-// `rounds` synchronous rounds with one thread per worker. on_round (optional) is called after
-// each round with its report. Errors from any worker are returned (the first one).
-template <class Model, class InnerOpt, class OuterOpt>
-status run_local(local_store<OuterOpt>& store, const Model& model,
-                 const std::vector<path::level_span>& levels, const std::vector<int>& module_level,
-                 const float* theta0, const std::vector<worker_spec>& workers, InnerOpt inner,
-                 inner_config cfg, int rounds,
-                 const std::function<void(const round_report&)>& on_round = {},
-                 std::chrono::steady_clock::duration round_deadline = std::chrono::hours(1)) {
+// Sets every module from θ0: module m takes the span of its level (module_level[m]).
+template <class OuterOpt>
+void init_modules(local_store<OuterOpt>& store, const std::vector<path::level_span>& levels,
+                  const std::vector<int>& module_level, const float* theta0) {
   for (int m = 0; m < store.store().module_count(); ++m) {
     const auto& sp = levels[module_level[m]];
     store.store().set(m, std::span<const float>(theta0 + sp.offset, sp.size));
   }
+}
+
+// Runs `rounds` synchronous rounds with one thread per worker from the store's current modules
+// (after init_modules, or after an earlier run_local: a run can be continued, e.g. on new
+// shards). on_round (optional) is called after each round. Errors from any worker are returned
+// (the first one).
+template <class Model, class InnerOpt, class OuterOpt>
+status run_local(local_store<OuterOpt>& store, const Model& model,
+                 const std::vector<path::level_span>& levels, const std::vector<int>& module_level,
+                 const std::vector<worker_spec>& workers, InnerOpt inner, inner_config cfg,
+                 int rounds, const std::function<void(const round_report&)>& on_round = {},
+                 std::chrono::steady_clock::duration round_deadline = std::chrono::hours(1)) {
   std::vector<std::unique_ptr<path_worker<Model, InnerOpt>>> ws;
   for (std::size_t i = 0; i < workers.size(); ++i) {
     std::vector<path::level_span> lv;
@@ -80,7 +86,7 @@ status run_local(local_store<OuterOpt>& store, const Model& model,
     for (auto& t : th) t.join();
     for (auto& e : errs)
       if (!e) return e;
-    round_report rep{r, {}};
+    round_report rep{store.store().round(0) - 1, {}};
     for (auto& w : ws) rep.worker_loss.push_back(w->last_loss());
     if (on_round) on_round(rep);
   }

@@ -31,6 +31,7 @@ struct inner_config {
   float grad_clip = 1.0f;     // 0 disables
   optim::warmup_cosine schedule{};  // over the worker's global inner step count
   int threads = 1;            // cores per worker
+  long start_step = 0;        // inner steps already taken (a run continued on new shards)
 };
 
 template <class Model, class InnerOpt>
@@ -44,7 +45,7 @@ class path_worker {
         opt_(opt), cfg_(cfg), arena_(model.layout()),
         replica_(model, cfg.batch, cfg.ctx, cfg.threads),
         sampler_(shard, cfg.batch, cfg.ctx, seed), shard_tokens_(double(shard.ids.size())),
-        x_(std::size_t(cfg.batch) * cfg.ctx), y_(x_.size()) {
+        x_(std::size_t(cfg.batch) * cfg.ctx), y_(x_.size()), step_(cfg.start_step) {
     PACO_ASSERT(levels_.size() == modules_.size(), "one module per level");
     arena_.get(plane::moment1);
     arena_.get(plane::moment2);
@@ -139,7 +140,8 @@ class path_worker {
   double shard_tokens_;
   std::vector<std::int32_t> x_, y_;
   std::vector<float> delta_;
-  long step_ = 0, round_ = 0;
+  long step_ = 0;
+  long round_ = 0;
   double last_loss_ = 0;
 };
 

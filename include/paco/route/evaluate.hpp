@@ -1,0 +1,107 @@
+#pragma once
+// Scoring text with a model, and routed evaluation (DiPaCo §2.4, §7.3).
+//   sequence_nll: nats of predicting tokens [begin, end) of a sequence, in windows of ctx tokens
+//     (each window sees only its own past: the same for every model compared);
+//   routed scoring: a document is routed by its prefix and the chosen path scores the rest;
+//   re-routing every W tokens: the path chosen from chunk i scores chunk i+1.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "paco/nn/gpt.hpp"
+
+namespace paco::route {
+
+struct nll {
+  double nats = 0;
+  std::size_t tokens = 0;
+  nll& operator+=(const nll& o) {
+    nats += o.nats;
+    tokens += o.tokens;
+    return *this;
+  }
+  double bits_per_token() const { return tokens ? nats / tokens / 0.6931471805599453 : NAN; }
+};
+
+// Nats of predicting seq[begin … end) from its past, window by window (a window of T tokens
+// starts at begin−1 and scores up to T targets). Requires: 1 ≤ begin ≤ end ≤ seq.size(); ws made
+// for dims {1, T}.
+inline nll sequence_nll(const nn::gpt& model, const float* theta,
+                        std::span<const std::int32_t> seq, std::size_t begin, std::size_t end,
+                        nn::gpt::workspace& ws) {
+  const int T = ws.d.T;
+  const int V = model.config().vocab;
+  nll r;
+  std::vector<std::int32_t> x(T), y(T);
+  for (std::size_t s = begin - 1; s + 1 < end; s += std::size_t(T)) {
+    const std::size_t cnt = std::min<std::size_t>(std::size_t(T), end - (s + 1));  // targets s+1…
+    for (int t = 0; t < T; ++t) {  // positions past cnt are padding (causal: never seen)
+      const std::size_t i = s + std::size_t(t);
+      x[t] = i + 1 < seq.size() ? seq[i] : 0;
+      y[t] = i + 1 < seq.size() ? seq[i + 1] : 0;
+    }
+    model.forward(theta, x.data(), ws);
+    const float* logits = ws.logits.data();
+    for (std::size_t t = 0; t < cnt; ++t) {
+      const float* row = logits + t * std::size_t(V);
+      float m = row[0];
+      for (int v = 1; v < V; ++v) m = std::max(m, row[v]);
+      double z = 0;
+      for (int v = 0; v < V; ++v) z += std::exp(double(row[v] - m));
+      r.nats += double(m) + std::log(z) - double(row[y[t]]);
+    }
+    r.tokens += cnt;
+  }
+  return r;
+}
+
+// Nats of seq[b … e) predicted with the most context a window allows: the window of T tokens
+// that ends at e (so up to T − (e − b) tokens before b are context).
+// Requires: 1 ≤ b ≤ e ≤ seq.size(), e − b ≤ T; ws made for dims {1, T}.
+inline nll chunk_nll(const nn::gpt& model, const float* theta, std::span<const std::int32_t> seq,
+                     std::size_t b, std::size_t e, nn::gpt::workspace& ws) {
+  const std::size_t T = std::size_t(ws.d.T);
+  const int V = model.config().vocab;
+  const std::size_t s = e > T + 1 ? e - 1 - T : 0;  // window x = seq[s, s+T), targets s+1 …
+  std::vector<std::int32_t> x(T), y(T);
+  for (std::size_t t = 0; t < T; ++t) {
+    const std::size_t i = s + t;
+    x[t] = i + 1 < seq.size() ? seq[i] : 0;
+    y[t] = i + 1 < seq.size() ? seq[i + 1] : 0;
+  }
+  model.forward(theta, x.data(), ws);
+  nll r;
+  for (std::size_t t = b - s - 1; t + s + 1 < e; ++t) {
+    const float* row = ws.logits.data() + t * std::size_t(V);
+    float m = row[0];
+    for (int v = 1; v < V; ++v) m = std::max(m, row[v]);
+    double z = 0;
+    for (int v = 0; v < V; ++v) z += std::exp(double(row[v] - m));
+    r.nats += double(m) + std::log(z) - double(row[y[t]]);
+    ++r.tokens;
+  }
+  return r;
+}
+
+// Frequent re-routing at test time: seq[begin … end) is cut into chunks of W tokens; chunk 0 is
+// scored by route(seq[0 … begin)) (the prefix), chunk i+1 by route(chunk i).
+// score(path, b, e) scores seq[b … e) with that path (e.g. chunk_nll with its θ).
+inline nll rerouted_nll(std::span<const std::int32_t> seq, std::size_t begin, std::size_t end,
+                        std::size_t W,
+                        const std::function<int(std::span<const std::int32_t>)>& route,
+                        const std::function<nll(int, std::size_t, std::size_t)>& score) {
+  nll r;
+  int path = route(seq.subspan(0, begin));
+  for (std::size_t b = begin; b < end; b += W) {
+    const std::size_t e = std::min(end, b + W);
+    r += score(path, b, e);
+    path = route(seq.subspan(b, e - b));
+  }
+  return r;
+}
+
+}  // namespace paco::route

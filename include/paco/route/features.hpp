@@ -1,0 +1,42 @@
+#pragma once
+// Router features (DiPaCo §2.4): g(doc) = the mean of a frozen base model's last hidden state
+// over the document's first `prefix` tokens. Computed in batches of documents.
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "paco/nn/gpt.hpp"
+
+namespace paco::route {
+
+// Features of each sequence, (n, d) row-major. Sequences shorter than prefix use what they have
+// (at least one token). Requires: prefix ≤ model ctx.
+inline std::vector<float> prefix_features(const nn::gpt& model, const float* theta,
+                                          const std::vector<std::span<const std::int32_t>>& seqs,
+                                          int prefix = 32, int batch = 32) {
+  const int C = model.config().d;
+  std::vector<float> out(seqs.size() * std::size_t(C), 0.0f);
+  auto ws = model.make_workspace({batch, prefix});
+  std::vector<std::int32_t> x(std::size_t(batch) * prefix);
+  for (std::size_t b0 = 0; b0 < seqs.size(); b0 += std::size_t(batch)) {
+    const std::size_t nb = std::min<std::size_t>(std::size_t(batch), seqs.size() - b0);
+    for (std::size_t b = 0; b < std::size_t(batch); ++b)
+      for (int t = 0; t < prefix; ++t) {
+        const auto& s = seqs[std::min(b0 + b, seqs.size() - 1)];
+        x[b * prefix + t] = s.empty() ? 0 : s[std::min<std::size_t>(std::size_t(t), s.size() - 1)];
+      }
+    model.forward(theta, x.data(), ws);
+    const float* h = model.hidden(ws);  // (batch·prefix, C)
+    for (std::size_t b = 0; b < nb; ++b) {
+      const int n = int(std::clamp<std::size_t>(seqs[b0 + b].size(), 1, std::size_t(prefix)));
+      float* f = &out[(b0 + b) * C];
+      for (int t = 0; t < n; ++t)
+        for (int c = 0; c < C; ++c) f[c] += h[(b * prefix + t) * C + c] / float(n);
+    }
+  }
+  return out;
+}
+
+}  // namespace paco::route
