@@ -91,12 +91,14 @@ void train_dense(const nn::gpt& m, arena<host>& a, const io::token_stream& s, in
 // Validation bits/byte: doc i (routed to path route[i]) scored on bytes [prefix, end) by θ_p.
 double routed_bpb(const nn::gpt& m, const std::vector<std::vector<float>>& thetas,
                   const std::vector<doc>& docs, const std::vector<int>& route, const options& o) {
-  auto ws = m.make_workspace({1, o.ctx});
+  auto ws = m.make_workspace({o.batch, o.ctx});
   route::nll total;
-  for (std::size_t i = 0; i < docs.size(); ++i) {
-    const auto& s = docs[i].all;
-    if (s.size() <= std::size_t(o.prefix) + 1) continue;
-    total += route::sequence_nll(m, thetas[route[i]].data(), s, o.prefix, s.size(), ws);
+  for (std::size_t p = 0; p < thetas.size(); ++p) {
+    std::vector<route::scored_span> spans;
+    for (std::size_t i = 0; i < docs.size(); ++i)
+      if (route[i] == int(p) && docs[i].all.size() > std::size_t(o.prefix) + 1)
+        spans.push_back({docs[i].all, std::size_t(o.prefix), docs[i].all.size()});
+    total += route::batched_nll(m, thetas[p].data(), spans, ws);
   }
   return total.bits_per_token();
 }
@@ -110,6 +112,7 @@ struct row {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   options o;
   CLI::App app{"DiPaCo Table 1 at our scale on Brown"};
   app.add_option("--steps", o.steps, "inner steps per worker (S)");
@@ -350,6 +353,7 @@ int main(int argc, char** argv) {
     // Re-routing every 64 tokens at evaluation, with the same logistic router on chunk features.
     const auto t1 = clk::now();
     auto wsr = model.make_workspace({1, o.ctx});
+    auto wsf = model.make_workspace({1, std::min(64, o.ctx)});
     route::nll tot;
     for (std::size_t i = 0; i < val.size(); ++i) {
       const auto& s = val[i].all;
@@ -357,7 +361,7 @@ int main(int argc, char** argv) {
       tot += route::rerouted_nll(
           s, o.prefix, s.size(), 64,
           [&](std::span<const std::int32_t> chunk) {
-            auto f = route::prefix_features(model, theta0.data(), {chunk}, std::min<int>(64, o.ctx), 1);
+            auto f = route::prefix_features(model, theta0.data(), {chunk}, std::min(64, o.ctx), 1, &wsf);
             return lr->route(f.data());
           },
           [&](int p, std::size_t b, std::size_t e) {

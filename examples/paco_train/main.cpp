@@ -49,6 +49,7 @@ double evaluate(nn::replica<nn::gpt>& rep, const arena<host>& a, const io::token
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"paco_train: train paco's byte-level GPT on the Brown corpus"};
   std::string config_path;
   std::vector<std::string> overrides;

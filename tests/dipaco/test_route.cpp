@@ -127,7 +127,16 @@ TEST_CASE("sequence_nll and chunk_nll agree with the model's loss; re-routing us
   // Longer sequences: windows tile [begin, end) exactly.
   std::vector<std::int32_t> longer(30);
   for (auto& v : longer) v = std::int32_t(r.below(32));
-  REQUIRE(sequence_nll(m, a.get(plane::param).data(), longer, 4, 30, ws).tokens == 26);
+  auto one = sequence_nll(m, a.get(plane::param).data(), longer, 4, 30, ws);
+  REQUIRE(one.tokens == 26);
+  auto wsb = m.make_workspace({3, 8});
+  auto bat = batched_nll(m, a.get(plane::param).data(),
+                         {{longer, 4, 30}, {seq, 1, 9}, {longer, 2, 5}}, wsb);
+  auto sep = one;
+  sep += sequence_nll(m, a.get(plane::param).data(), seq, 1, 9, ws);
+  sep += sequence_nll(m, a.get(plane::param).data(), longer, 2, 5, ws);
+  REQUIRE(bat.tokens == sep.tokens);
+  REQUIRE(bat.nats == Approx(sep.nats).epsilon(1e-5));
   // Re-routing: the path for chunk i+1 is route(chunk i).
   std::vector<int> used;
   auto total = rerouted_nll(

@@ -59,6 +59,52 @@ inline nll sequence_nll(const nn::gpt& model, const float* theta,
   return r;
 }
 
+// A piece of text to score: targets seq[begin … end) (as sequence_nll).
+struct scored_span {
+  std::span<const std::int32_t> seq;
+  std::size_t begin = 1, end = 1;
+};
+
+// sequence_nll over many spans with one model, batching windows B at a time (the same windows
+// and the same result as calling sequence_nll span by span, several times faster).
+inline nll batched_nll(const nn::gpt& model, const float* theta,
+                       const std::vector<scored_span>& spans, nn::gpt::workspace& ws) {
+  const int B = ws.d.B, T = ws.d.T, V = model.config().vocab;
+  struct window {
+    const scored_span* sp;
+    std::size_t s, cnt;
+  };
+  std::vector<window> all;
+  for (auto& sp : spans)
+    for (std::size_t s = sp.begin - 1; s + 1 < sp.end; s += std::size_t(T))
+      all.push_back({&sp, s, std::min<std::size_t>(std::size_t(T), sp.end - (s + 1))});
+  std::vector<std::int32_t> x(std::size_t(B) * T), y(x.size());
+  nll r;
+  for (std::size_t w0 = 0; w0 < all.size(); w0 += std::size_t(B)) {
+    const std::size_t nb = std::min<std::size_t>(std::size_t(B), all.size() - w0);
+    for (std::size_t b = 0; b < std::size_t(B); ++b) {
+      const window& w = all[std::min(w0 + b, all.size() - 1)];
+      for (int t = 0; t < T; ++t) {
+        const std::size_t i = w.s + std::size_t(t);
+        x[b * T + t] = i + 1 < w.sp->seq.size() ? w.sp->seq[i] : 0;
+        y[b * T + t] = i + 1 < w.sp->seq.size() ? w.sp->seq[i + 1] : 0;
+      }
+    }
+    model.forward(theta, x.data(), ws);
+    for (std::size_t b = 0; b < nb; ++b)
+      for (std::size_t t = 0; t < all[w0 + b].cnt; ++t) {
+        const float* row = ws.logits.data() + (b * T + t) * std::size_t(V);
+        float m = row[0];
+        for (int v = 1; v < V; ++v) m = std::max(m, row[v]);
+        double z = 0;
+        for (int v = 0; v < V; ++v) z += std::exp(double(row[v] - m));
+        r.nats += double(m) + std::log(z) - double(row[y[b * T + t]]);
+        ++r.tokens;
+      }
+  }
+  return r;
+}
+
 // Nats of seq[b … e) predicted with the most context a window allows: the window of T tokens
 // that ends at e (so up to T − (e − b) tokens before b are context).
 // Requires: 1 ≤ b ≤ e ≤ seq.size(), e − b ≤ T; ws made for dims {1, T}.

@@ -13,12 +13,19 @@ namespace paco::route {
 
 // Features of each sequence, (n, d) row-major. Sequences shorter than prefix use what they have
 // (at least one token). Requires: prefix ≤ model ctx.
+// ws: a workspace for dims {batch, prefix} to reuse across calls (made here when null).
 inline std::vector<float> prefix_features(const nn::gpt& model, const float* theta,
                                           const std::vector<std::span<const std::int32_t>>& seqs,
-                                          int prefix = 32, int batch = 32) {
+                                          int prefix = 32, int batch = 32,
+                                          nn::gpt::workspace* reuse = nullptr) {
   const int C = model.config().d;
   std::vector<float> out(seqs.size() * std::size_t(C), 0.0f);
-  auto ws = model.make_workspace({batch, prefix});
+  nn::gpt::workspace own;
+  if (!reuse || reuse->d.B != batch || reuse->d.T != prefix) {
+    own = model.make_workspace({batch, prefix});
+    reuse = &own;
+  }
+  auto& ws = *reuse;
   std::vector<std::int32_t> x(std::size_t(batch) * prefix);
   for (std::size_t b0 = 0; b0 < seqs.size(); b0 += std::size_t(batch)) {
     const std::size_t nb = std::min<std::size_t>(std::size_t(batch), seqs.size() - b0);
