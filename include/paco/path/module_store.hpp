@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <deque>
+#include <map>
 #include <vector>
 
 #include "paco/core/buffer.hpp"
@@ -99,20 +100,17 @@ class module_store {
       return {errc::invalid_argument, "push of " + std::to_string(delta.size()) +
                                           " elements to module " + std::to_string(m) + " of " +
                                           std::to_string(s.info.size)};
-    for (int p : s.pushed)
-      if (p == path)
-        return {errc::mismatch, "path " + std::to_string(path) + " already pushed round " +
-                                    std::to_string(round) + " of module " + std::to_string(m)};
+    if (s.pushed.count(path))
+      return {errc::mismatch, "path " + std::to_string(path) + " already pushed round " +
+                                  std::to_string(round) + " of module " + std::to_string(m)};
     for (float v : delta)
       if (!std::isfinite(v))
         return {errc::invalid_argument, "non-finite pseudo-gradient from path " +
                                             std::to_string(path) + " for module " +
                                             std::to_string(m)};
-    if (s.pushed.empty()) std::fill(s.acc.begin(), s.acc.end(), 0.0f);
-    const float wf = float(delta_.weight_by_shard ? w : 1.0);
-    for (std::size_t i = 0; i < delta.size(); ++i) s.acc[i] += wf * delta[i];
-    s.weight += delta_.weight_by_shard ? w : 1.0;
-    s.pushed.push_back(path);
+    auto& d = s.pushed[path];
+    d.weight = delta_.weight_by_shard ? w : 1.0;
+    d.delta.assign(delta.begin(), delta.end());
     return {};
   }
 
@@ -124,28 +122,32 @@ class module_store {
   bool complete(int m) const { return pushed(m) >= info(m).paths_through; }
 
   // Closes module m's open round: Δ = s·Σ w_i Δ_i / Σ w_i over what arrived, θ ← OuterOpt(θ, Δ).
-  // With no push the round still advances and θ is unchanged (every path was lost).
+  // The sum runs in ascending path order whatever order the pushes arrived in, so the result is
+  // bit-identical across transports and timings. With no push the round still advances and θ
+  // is unchanged (every path was lost).
   round_summary close(int m) {
     auto& s = slot(m);
     std::lock_guard lk(s.mu);
     round_summary r{m, s.round, int(s.pushed.size()), s.info.paths_through, 0, 0};
     if (!s.pushed.empty()) {
-      const double scale =
-          outer::delta_coefficients({1.0}, s.info.paths_through, {.weight_by_shard = false,
-                                                                  .rescale = delta_.rescale})[0];
-      const float c = float(scale / s.weight);
-      double nn = 0;
-      for (auto& v : s.acc) {
-        v *= c;
-        nn += double(v) * v;
+      std::vector<double> w;
+      for (auto& [p, d] : s.pushed) w.push_back(d.weight);
+      const auto coeff = outer::delta_coefficients(w, s.info.paths_through,
+                                                   {.weight_by_shard = true, .rescale = delta_.rescale});
+      std::fill(s.acc.begin(), s.acc.end(), 0.0f);
+      std::size_t i = 0;
+      for (auto& [p, d] : s.pushed) {
+        const float c = float(coeff[i++]);
+        for (std::size_t k = 0; k < d.delta.size(); ++k) s.acc[k] += c * d.delta[k];
       }
+      double nn = 0;
+      for (float v : s.acc) nn += double(v) * v;
       r.delta_norm = std::sqrt(nn);
       opt_.step(std::span<float>(s.theta.data(), s.theta.size()),
                 std::span<const float>(s.acc.data(), s.acc.size()),
                 std::span<float>(s.state.data(), s.state.size()));
     }
     s.pushed.clear();
-    s.weight = 0;
     ++s.round;
     s.hash = hash64(s.theta.data(), s.theta.size() * sizeof(float));
     r.hash = s.hash;
@@ -171,7 +173,6 @@ class module_store {
     std::copy(snap.state.begin(), snap.state.end(), s.state.data());
     s.round = snap.round;
     s.pushed.clear();
-    s.weight = 0;
     s.hash = hash64(s.theta.data(), s.theta.size() * sizeof(float));
     return {};
   }
@@ -185,8 +186,11 @@ class module_store {
     buffer<float> theta, acc, state;
     std::uint64_t hash = 0;
     long round = 0;
-    double weight = 0;
-    std::vector<int> pushed;
+    struct contribution {
+      double weight = 0;
+      std::vector<float> delta;
+    };
+    std::map<int, contribution> pushed;  // by path (or worker) id: combined in id order
     mutable std::mutex mu;
   };
   slot_t& slot(int m) { return slots_.at(std::size_t(m)); }

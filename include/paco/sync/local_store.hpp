@@ -13,6 +13,12 @@
 
 namespace paco::sync {
 
+// What a pull returns besides the parameters: the module's round and the hash of θ.
+struct pulled {
+  long round = 0;
+  std::uint64_t hash = 0;
+};
+
 template <class OuterOpt>
 class local_store {
  public:
@@ -22,8 +28,9 @@ class local_store {
   path::module_store<OuterOpt>& store() noexcept { return store_; }
   const path::module_store<OuterOpt>& store() const noexcept { return store_; }
 
-  std::pair<long, std::uint64_t> pull(int m, std::span<float> dst) const {
-    return store_.pull(m, dst);
+  result<pulled> pull(int m, std::span<float> dst) const {
+    auto [round, hash] = store_.pull(m, dst);
+    return pulled{round, hash};
   }
 
   // Pushes and, if that completes the round, closes it and wakes the waiters.
@@ -35,12 +42,13 @@ class local_store {
   }
 
   // Blocks until round `round` of module m is closed; at `until` closes it with what arrived.
-  // Ensures: on return store().round(m) > round. Returns the summary if this call closed it.
-  void wait_closed(int m, long round, std::chrono::steady_clock::time_point until) {
+  // Ensures: on return store().round(m) > round.
+  status wait_closed(int m, long round, std::chrono::steady_clock::time_point until) {
     std::unique_lock lk(mu_);
     if (!cv_.wait_until(lk, until, [&] { return store_.round(m) > round; }) &&
         store_.round(m) == round)
       close_locked(m);
+    return {};
   }
 
   // Summaries of every closed round, in closing order.

@@ -5,8 +5,9 @@
 // Δ_m = θ_start,m − θ_end,m for every module m of its path, weighted by its shard's tokens.
 // The inner optimizer state stays with the worker across rounds (it is never synchronised).
 //
-// Store requires: pull(m, span<float>) → (round, hash); push(m, worker, round, span<const
-// float>, weight) → status; wait_closed(m, round, until).
+// Store requires: pull(m, span<float>) → result<pulled> (round, hash); push(m, worker, round,
+// span<const float>, weight) → status; wait_closed(m, round, until) → status. Models:
+// local_store (threads of one process), store_client (a store service over any Transport).
 
 #include <array>
 #include <chrono>
@@ -21,6 +22,7 @@
 #include "paco/optim/clip.hpp"
 #include "paco/optim/schedule.hpp"
 #include "paco/path/level_map.hpp"
+#include "paco/sync/local_store.hpp"
 
 namespace paco::sync {
 
@@ -63,12 +65,14 @@ class path_worker {
   // Pulls every module of the path into θ and θ_start. Errors: mismatch if the modules are not
   // all at the same round or a copy's hash differs from the store's.
   template <class Store>
-  status pull(const Store& store) {
+  status pull(Store& store) {
     auto th = arena_.get(plane::param);
     long r = -1;
     for (std::size_t l = 0; l < levels_.size(); ++l) {
       auto span = std::span<float>(th.data() + levels_[l].offset, levels_[l].size);
-      auto [round, h] = store.pull(modules_[l], span);
+      auto got = store.pull(modules_[l], span);
+      if (!got) return got.error();
+      const auto [round, h] = *got;
       if (hash64(span.data(), span.size_bytes()) != h)
         return {errc::mismatch, "module " + std::to_string(modules_[l]) +
                                     " arrived with a different hash than the store's"};
@@ -123,7 +127,8 @@ class path_worker {
     train();
     if (auto s = push(store); !s) return s;
     const auto until = std::chrono::steady_clock::now() + round_deadline;
-    for (int m : modules_) store.wait_closed(m, round_, until);
+    for (int m : modules_)
+      if (auto s = store.wait_closed(m, round_, until); !s) return s;
     return {};
   }
 

@@ -1,0 +1,343 @@
+#pragma once
+// store_service: the module store as a service over any Transport (inproc threads, Asio TCP,
+// MPI). Store ranks own modules (module m lives on store rank owner(m)); worker ranks pull their
+// path's modules, push pseudo-gradients and wait for rounds to close.
+//
+// Wire protocol (packed little-endian structs, tags below), per worker → store rank:
+//   request{kind, module, round, worker, weight, count}       tag request_tag
+//   push:  request, then count floats (Δ)                     tag payload_tag
+//   store → worker: reply{status, module, round, hash, count} tag reply_tag
+//   pull:  reply, then count floats (θ)                        tag data_tag
+//   wait:  reply once the round is closed (or the request's deadline passed)
+// A round of module m closes when every live worker through m pushed, or round_timeout after
+// its first push (late and dead workers are left out). A worker whose transport link fails is
+// marked dead; a "hello" from it later marks it alive again (it then pulls and joins).
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "paco/net/concepts.hpp"
+#include "paco/path/module_store.hpp"
+#include "paco/sync/local_store.hpp"
+
+namespace paco::sync {
+
+namespace store_wire {
+inline constexpr net::tag_t request_tag = 0x53100001u;
+inline constexpr net::tag_t payload_tag = 0x53100002u;
+inline constexpr net::tag_t reply_tag = 0x53100003u;
+inline constexpr net::tag_t data_tag = 0x53100004u;
+
+enum class kind : std::uint32_t { hello = 1, pull = 2, push = 3, wait = 4, bye = 5 };
+
+#pragma pack(push, 1)
+struct request {
+  std::uint32_t kind;
+  std::int32_t module;
+  std::int64_t round;
+  std::int32_t worker;
+  std::uint32_t reserved;
+  double weight;
+  std::uint64_t count;  // floats that follow (push) or are expected (pull)
+};
+struct reply {
+  std::int32_t status;  // paco::errc
+  std::int32_t module;
+  std::int64_t round;
+  std::uint64_t hash;
+  std::uint64_t count;
+};
+#pragma pack(pop)
+static_assert(sizeof(request) == 40 && sizeof(reply) == 32, "store wire structs are packed");
+
+template <class V>
+std::span<const std::byte> bytes_of(const V& v) {
+  return {reinterpret_cast<const std::byte*>(&v), sizeof v};
+}
+template <class V>
+std::span<std::byte> bytes_of(V& v) {
+  return {reinterpret_cast<std::byte*>(&v), sizeof v};
+}
+}  // namespace store_wire
+
+// Which store rank owns module m: store_ranks[m % store_ranks.size()].
+struct store_layout {
+  std::vector<int> store_ranks;
+  int owner(int m) const { return store_ranks[std::size_t(m) % store_ranks.size()]; }
+};
+
+struct store_server_options {
+  std::chrono::milliseconds round_timeout{60000};  // after a round's first push
+  std::chrono::milliseconds io_timeout{10000};     // one send or recv
+};
+
+// Serves the modules this store rank owns to the given workers until every worker said bye or
+// died, or stop() is called. workers: rank → the module ids it pushes every round.
+template <net::Transport T, class OuterOpt>
+class store_server {
+ public:
+  store_server(T& t, path::module_store<OuterOpt>& store, std::map<int, std::vector<int>> workers,
+               store_server_options o = {})
+      : t_(t), store_(store), workers_(std::move(workers)), o_(o) {
+    for (auto& [w, mods] : workers_) alive_.insert(w);
+  }
+
+  void stop() { stop_ = true; }
+  const std::vector<path::round_summary>& history() const { return history_; }
+  std::size_t bytes_received() const { return bytes_in_; }
+
+  // Runs until stop(), or no worker is left (all said bye or died). Errors: none (failures of
+  // single workers are handled by leaving them out).
+  void serve() {
+    using namespace store_wire;
+    std::map<int, request> hdr;
+    std::map<int, typename T::request> pending;
+    auto post = [&](int w) {
+      pending[w] = t_.recv(w, request_tag, bytes_of(hdr[w]), net::after(std::chrono::hours(24 * 365)));
+    };
+    for (auto& [w, m] : workers_) post(w);
+    while (!stop_ && !pending.empty()) {
+      bool any = false;
+      for (auto it = pending.begin(); it != pending.end();) {
+        const int w = it->first;
+        if (!it->second.test()) {
+          ++it;
+          continue;
+        }
+        any = true;
+        auto ec = it->second.wait();
+        if (ec) {  // the link failed: the worker is dead until it says hello again
+          mark_dead(w);
+          it = pending.erase(it);
+          continue;
+        }
+        const bool keep = handle(w, hdr[w]);
+        if (!keep) {
+          mark_dead(w);
+          it = pending.erase(it);
+          continue;
+        }
+        post(w);
+        ++it;
+      }
+      close_due();
+      answer_waits();
+      if (!any) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+
+  // Returns false if the worker is gone (bye or a failed reply).
+  bool handle(int w, const store_wire::request& rq) {
+    using namespace store_wire;
+    const auto k = static_cast<store_wire::kind>(rq.kind);
+    if (k == store_wire::kind::bye) {
+      alive_.erase(w);
+      check_complete_all();
+      return false;
+    }
+    if (k == store_wire::kind::hello) {
+      alive_.insert(w);
+      return send_reply(w, {0, -1, 0, 0, 0});
+    }
+    if (rq.module < 0 || rq.module >= store_.module_count())
+      return send_reply(w, {int(errc::invalid_argument), rq.module, 0, 0, 0});
+    const int m = rq.module;
+    const std::size_t n = store_.info(m).size;
+    if (k == store_wire::kind::pull) {
+      buf_.resize(n);
+      auto [round, hash] = store_.pull(m, buf_);
+      if (!send_reply(w, {0, m, round, hash, n})) return false;
+      auto r = t_.send(w, data_tag, std::as_bytes(std::span<const float>(buf_)), io_deadline());
+      return !r.wait();
+    }
+    if (k == store_wire::kind::push) {
+      if (rq.count != n) {
+        // Drain nothing: a push of the wrong size is refused before its payload is read, and the
+        // worker must not send one (client checks). Treat as a protocol failure.
+        return false;
+      }
+      buf_.resize(n);
+      auto r = t_.recv(w, payload_tag, std::as_writable_bytes(std::span<float>(buf_)), io_deadline());
+      if (r.wait()) return false;
+      bytes_in_ += n * sizeof(float);
+      alive_.insert(w);
+      auto s = store_.push(m, w, rq.round, buf_, rq.weight);
+      if (s.ok() && !first_push_.count(m)) first_push_[m] = clock::now();
+      if (s.ok()) check_complete(m);
+      return send_reply(w, {s.ok() ? 0 : s.error().code.value(), m, store_.round(m), 0, 0});
+    }
+    if (k == store_wire::kind::wait) {
+      waits_.push_back({w, m, rq.round});
+      return true;
+    }
+    return send_reply(w, {int(errc::protocol), m, 0, 0, 0});
+  }
+
+  bool send_reply(int w, store_wire::reply rp) {
+    auto r = t_.send(w, store_wire::reply_tag, store_wire::bytes_of(rp), io_deadline());
+    return !r.wait();
+  }
+  net::deadline io_deadline() const { return net::after(o_.io_timeout); }
+
+  int expected(int m) const {
+    int n = 0;
+    for (auto& [w, mods] : workers_)
+      if (alive_.count(w))
+        for (int x : mods) n += x == m;
+    return n;
+  }
+  void check_complete(int m) {
+    const int e = expected(m);
+    if (store_.pushed(m) > 0 && store_.pushed(m) >= e) close(m);
+  }
+  void check_complete_all() {
+    for (int m = 0; m < store_.module_count(); ++m) check_complete(m);
+  }
+  void close(int m) {
+    history_.push_back(store_.close(m));
+    first_push_.erase(m);
+  }
+  void close_due() {
+    const auto now = clock::now();
+    std::vector<int> due;
+    for (auto& [m, t0] : first_push_)
+      if (now - t0 > o_.round_timeout) due.push_back(m);
+    for (int m : due) close(m);
+  }
+  void answer_waits() {
+    for (auto it = waits_.begin(); it != waits_.end();) {
+      if (store_.round(it->module) > it->round) {
+        if (!send_reply(it->worker, {0, it->module, store_.round(it->module), store_.hash(it->module), 0}))
+          mark_dead(it->worker);
+        it = waits_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  void mark_dead(int w) {
+    alive_.erase(w);
+    for (auto it = waits_.begin(); it != waits_.end();)
+      it = it->worker == w ? waits_.erase(it) : std::next(it);
+    check_complete_all();
+  }
+
+  struct wait_t {
+    int worker, module;
+    long round;
+  };
+  T& t_;
+  path::module_store<OuterOpt>& store_;
+  std::map<int, std::vector<int>> workers_;
+  store_server_options o_;
+  std::set<int> alive_;
+  std::map<int, clock::time_point> first_push_;
+  std::vector<wait_t> waits_;
+  std::vector<float> buf_;
+  std::vector<path::round_summary> history_;
+  std::size_t bytes_in_ = 0;
+  bool stop_ = false;
+};
+
+// The worker side: models the Store interface of path_worker over a Transport.
+template <net::Transport T>
+class store_client {
+ public:
+  store_client(T& t, store_layout layout, int worker,
+               std::chrono::milliseconds io_timeout = std::chrono::milliseconds(10000))
+      : t_(t), layout_(std::move(layout)), worker_(worker), io_(io_timeout) {}
+
+  std::size_t bytes_sent() const noexcept { return bytes_out_; }
+
+  // Announces this worker to every store rank (after a start or a restart).
+  status hello() {
+    for (int s : layout_.store_ranks) {
+      store_wire::request rq{std::uint32_t(store_wire::kind::hello), -1, 0, worker_, 0, 0, 0};
+      if (auto st = call(s, rq); !st) return st.error();
+    }
+    return {};
+  }
+  status bye() {
+    for (int s : layout_.store_ranks) {
+      store_wire::request rq{std::uint32_t(store_wire::kind::bye), -1, 0, worker_, 0, 0, 0};
+      auto r = t_.send(s, store_wire::request_tag, store_wire::bytes_of(rq), deadline());
+      if (auto ec = r.wait()) return error(ec, "bye to store rank " + std::to_string(s));
+    }
+    return {};
+  }
+
+  result<pulled> pull(int m, std::span<float> dst) {
+    const int s = layout_.owner(m);
+    store_wire::request rq{std::uint32_t(store_wire::kind::pull), m, 0, worker_, 0, 0, dst.size()};
+    auto rp = call(s, rq);
+    if (!rp) return rp.error();
+    if (rp->count != dst.size())
+      return error(errc::mismatch, "module " + std::to_string(m) + " has " +
+                                       std::to_string(rp->count) + " elements, expected " +
+                                       std::to_string(dst.size()));
+    auto r = t_.recv(s, store_wire::data_tag, std::as_writable_bytes(dst), deadline());
+    if (auto ec = r.wait()) return error(ec, "pulling module " + std::to_string(m));
+    return pulled{rp->round, rp->hash};
+  }
+
+  status push(int m, int /*worker*/, long round, std::span<const float> delta, double weight) {
+    const int s = layout_.owner(m);
+    store_wire::request rq{std::uint32_t(store_wire::kind::push), m, round, worker_, 0, weight,
+                           delta.size()};
+    auto h = t_.send(s, store_wire::request_tag, store_wire::bytes_of(rq), deadline());
+    auto p = t_.send(s, store_wire::payload_tag, std::as_bytes(delta), deadline());
+    if (auto ec = h.wait()) return error(ec, "push header to store rank " + std::to_string(s));
+    if (auto ec = p.wait()) return error(ec, "push payload to store rank " + std::to_string(s));
+    bytes_out_ += sizeof rq + delta.size_bytes();
+    store_wire::reply rp{};
+    auto r = t_.recv(s, store_wire::reply_tag, store_wire::bytes_of(rp), deadline());
+    if (auto ec = r.wait()) return error(ec, "push reply from store rank " + std::to_string(s));
+    if (rp.status != 0)
+      return error(static_cast<errc>(rp.status),
+                   "store refused the push of module " + std::to_string(m) + " for round " +
+                       std::to_string(round));
+    return {};
+  }
+
+  status wait_closed(int m, long round, std::chrono::steady_clock::time_point until) {
+    const int s = layout_.owner(m);
+    store_wire::request rq{std::uint32_t(store_wire::kind::wait), m, round, worker_, 0, 0, 0};
+    auto h = t_.send(s, store_wire::request_tag, store_wire::bytes_of(rq), deadline());
+    if (auto ec = h.wait()) return error(ec, "wait request to store rank " + std::to_string(s));
+    store_wire::reply rp{};
+    auto r = t_.recv(s, store_wire::reply_tag, store_wire::bytes_of(rp), until);
+    if (auto ec = r.wait())
+      return error(ec, "waiting for round " + std::to_string(round) + " of module " +
+                           std::to_string(m));
+    return {};
+  }
+
+ private:
+  result<store_wire::reply> call(int s, const store_wire::request& rq) {
+    auto h = t_.send(s, store_wire::request_tag, store_wire::bytes_of(rq), deadline());
+    if (auto ec = h.wait()) return error(ec, "request to store rank " + std::to_string(s));
+    store_wire::reply rp{};
+    auto r = t_.recv(s, store_wire::reply_tag, store_wire::bytes_of(rp), deadline());
+    if (auto ec = r.wait()) return error(ec, "reply from store rank " + std::to_string(s));
+    if (rp.status != 0)
+      return error(static_cast<errc>(rp.status), "store rank " + std::to_string(s) + " refused");
+    return rp;
+  }
+  net::deadline deadline() const { return net::after(io_); }
+
+  T& t_;
+  store_layout layout_;
+  int worker_;
+  std::chrono::milliseconds io_;
+  std::size_t bytes_out_ = 0;
+};
+
+}  // namespace paco::sync

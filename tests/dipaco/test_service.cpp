@@ -1,0 +1,124 @@
+// The module store as a service over a Transport (inproc threads here; the same code runs over
+// asio_tcp between processes): identical results to the in-process store, and a worker that
+// dies mid-run is left out while the others finish.
+#include <catch2/catch.hpp>
+
+#include <thread>
+
+#include "paco/net/inproc.hpp"
+#include "paco/nn/gpt.hpp"
+#include "paco/optim/optim.hpp"
+#include "paco/outer/outer.hpp"
+#include "paco/sync/dipaco_local.hpp"
+#include "paco/sync/store_service.hpp"
+
+using namespace paco;
+
+namespace {
+io::token_stream stream(std::uint64_t seed, std::size_t n = 3000) {
+  rng r(seed);
+  io::token_stream s;
+  s.doc_start = {0};
+  for (std::size_t i = 0; i < n; ++i) s.ids.push_back(std::int32_t((i * 5 + r.below(7)) % 64));
+  return s;
+}
+}  // namespace
+
+TEST_CASE("DiPaCo 2x2 over the store service equals the in-process run bit for bit",
+          "[dipaco][service]") {
+  nn::gpt model({.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2});
+  arena<host> a0(model.layout());
+  model.init(a0, 5);
+  auto levels = *path::split_gpt_levels(model.layout(), 2, 2);
+  auto grid = path::module_grid<2>::experts({2, 2});
+  const std::vector<int> module_level = {0, 0, 1, 1};
+  std::vector<io::token_stream> shards{stream(1), stream(2, 2000), stream(3), stream(4, 5000)};
+  std::vector<sync::worker_spec> ws;
+  for (int p = 0; p < 4; ++p) ws.push_back({sync::path_modules(grid, p), &shards[p], 30u + p});
+  sync::inner_config cfg{.batch = 2, .ctx = 16, .steps = 3, .grad_clip = 1.0f,
+                         .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 2, .total = 9}};
+  optim::adamw inner{.lr = 1e-2f};
+  const int rounds = 3;
+
+  // Reference: threads over local_store.
+  sync::local_store<outer::nesterov> ref(sync::grid_modules(grid, levels, ws), outer::nesterov{});
+  sync::init_modules(ref, levels, module_level, a0.get(plane::param).data());
+  REQUIRE(sync::run_local(ref, model, levels, module_level, ws, inner, cfg, rounds).ok());
+
+  // Service: rank 0 is the store, ranks 1..4 the workers (worker rank r trains path r − 1).
+  auto world = net::inproc::world(5);
+  path::module_store<outer::nesterov> store(sync::grid_modules(grid, levels, ws), outer::nesterov{});
+  for (int m = 0; m < 4; ++m) {
+    const auto& sp = levels[module_level[m]];
+    store.set(m, std::span<const float>(a0.get(plane::param).data() + sp.offset, sp.size));
+  }
+  std::map<int, std::vector<int>> by_rank;
+  for (int p = 0; p < 4; ++p) by_rank[p + 1] = ws[p].modules;
+  sync::store_server server(world[0], store, by_rank);
+  std::thread st([&] { server.serve(); });
+  std::vector<status> errs(4);
+  std::vector<std::size_t> sent(4);
+  std::vector<std::thread> th;
+  for (int p = 0; p < 4; ++p)
+    th.emplace_back([&, p] {
+      sync::store_client client(world[p + 1], sync::store_layout{{0}}, p + 1);
+      std::vector<path::level_span> lv{levels[0], levels[1]};
+      sync::path_worker<nn::gpt, optim::adamw> w(p + 1, model, lv, ws[p].modules, inner, cfg,
+                                                 shards[p], 30u + p);
+      for (int r = 0; r < rounds && errs[p].ok(); ++r)
+        errs[p] = w.run_round(client, std::chrono::seconds(30));
+      sent[p] = client.bytes_sent();
+      if (errs[p].ok()) errs[p] = client.bye();
+    });
+  for (auto& t : th) t.join();
+  st.join();
+  for (auto& e : errs) REQUIRE(e.ok());
+  for (int m = 0; m < 4; ++m) {
+    REQUIRE(store.round(m) == rounds);
+    REQUIRE(store.hash(m) == ref.store().hash(m));  // bit-identical θ
+  }
+  // Each worker pushed its two modules every round: header + Δ bytes.
+  REQUIRE(sent[0] == rounds * (2 * sizeof(sync::store_wire::request) +
+                               (levels[0].size + levels[1].size) * sizeof(float)));
+}
+
+TEST_CASE("a worker that dies is left out of the round; the others finish", "[dipaco][service]") {
+  auto world = net::inproc::world(4);  // store + 3 DiLoCo workers on one module of 8 floats
+  path::module_store<outer::sgd> store({{0, 8, 3}}, outer::sgd{.lr = 1.0f}, {.weight_by_shard = false});
+  store.set(0, std::vector<float>(8, 1.0f));
+  sync::store_server server(world[0], store, {{1, {0}}, {2, {0}}, {3, {0}}},
+                            {.round_timeout = std::chrono::milliseconds(20000)});
+  std::thread st([&] { server.serve(); });
+  std::vector<status> errs(3);
+  std::vector<std::thread> th;
+  for (int w = 1; w <= 3; ++w)
+    th.emplace_back([&, w] {
+      sync::store_client c(world[w], sync::store_layout{{0}}, w);
+      std::vector<float> theta(8);
+      for (long r = 0; r < 2; ++r) {
+        auto got = c.pull(0, theta);
+        if (!got) return void(errs[w - 1] = got.error());
+        if (w == 3 && r == 1) {  // worker 3 dies before pushing round 1
+          world[3].close();
+          return;
+        }
+        std::vector<float> d(8, float(w));
+        if (auto s = c.push(0, w, got->round, d, 1.0); !s) return void(errs[w - 1] = s);
+        if (auto s = c.wait_closed(0, got->round, net::after(std::chrono::seconds(20))); !s)
+          return void(errs[w - 1] = s);
+      }
+      errs[w - 1] = c.bye();
+    });
+  for (auto& t : th) t.join();
+  st.join();
+  REQUIRE(errs[0].ok());
+  REQUIRE(errs[1].ok());
+  auto h = server.history();
+  REQUIRE(h.size() == 2);
+  REQUIRE(h[0].arrived == 3);
+  REQUIRE(h[1].arrived == 2);  // the dead worker was left out, without waiting for the timeout
+  std::vector<float> theta(8);
+  store.pull(0, theta);
+  // Round 0: Δ = mean(1,2,3) = 2 → θ = −1; round 1: Δ = mean(1,2) = 1.5 → θ = −2.5.
+  for (float v : theta) REQUIRE(v == Approx(-2.5f));
+}
