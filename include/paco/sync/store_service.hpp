@@ -16,7 +16,9 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <atomic>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
@@ -76,18 +78,46 @@ struct store_server_options {
   std::chrono::milliseconds io_timeout{10000};     // one send or recv
 };
 
-// Serves the modules this store rank owns to the given workers until every worker said bye or
-// died, or stop() is called. workers: rank → the module ids it pushes every round.
+// Where a worker is reached: a transport and the worker's rank in it. One world for everyone
+// (link{&t, w}), or one two-rank link per worker (a star: link{&t_w, 1}) so that a worker that
+// restarts can reconnect without disturbing the others (see attach()).
+template <class T>
+struct worker_link {
+  T* t = nullptr;
+  int peer = 0;
+};
+
+// Serves the modules this store owns to the given workers until every worker said bye or died
+// (and none can come back), or stop() is called. workers: id → the module ids it pushes.
 template <net::Transport T, class OuterOpt>
 class store_server {
  public:
+  // Every worker reached through one transport in which worker id w is rank w.
   store_server(T& t, path::module_store<OuterOpt>& store, std::map<int, std::vector<int>> workers,
                store_server_options o = {})
-      : t_(t), store_(store), workers_(std::move(workers)), o_(o) {
-    for (auto& [w, mods] : workers_) alive_.insert(w);
+      : store_(store), workers_(std::move(workers)), o_(o) {
+    for (auto& [w, mods] : workers_) {
+      links_[w] = {&t, w};
+      alive_.insert(w);
+    }
+  }
+  // Workers reached through their own links; a worker without a link yet is attached later.
+  store_server(std::map<int, worker_link<T>> links, path::module_store<OuterOpt>& store,
+               std::map<int, std::vector<int>> workers, store_server_options o = {})
+      : store_(store), workers_(std::move(workers)), o_(o), links_(std::move(links)) {
+    for (auto& [w, l] : links_) alive_.insert(w);
   }
 
+  // Thread-safe: hands the server a (new) link to worker w, e.g. after it restarted and
+  // reconnected. The serve loop picks it up and starts listening to it.
+  void attach(int w, worker_link<T> l) {
+    std::lock_guard lk(attach_mu_);
+    attached_.push_back({w, l});
+  }
+  // Thread-safe: serve() returns at its next iteration.
   void stop() { stop_ = true; }
+  // While true, serve() keeps running even when no worker is connected (rejoins are possible).
+  void expect_rejoins(bool on) { rejoins_ = on; }
   const std::vector<path::round_summary>& history() const { return history_; }
   std::size_t bytes_received() const { return bytes_in_; }
 
@@ -98,10 +128,22 @@ class store_server {
     std::map<int, request> hdr;
     std::map<int, typename T::request> pending;
     auto post = [&](int w) {
-      pending[w] = t_.recv(w, request_tag, bytes_of(hdr[w]), net::after(std::chrono::hours(24 * 365)));
+      auto& l = links_.at(w);
+      pending[w] = l.t->recv(l.peer, request_tag, bytes_of(hdr[w]),
+                             net::after(std::chrono::hours(24 * 365)));
     };
-    for (auto& [w, m] : workers_) post(w);
-    while (!stop_ && !pending.empty()) {
+    for (auto& [w, l] : links_) post(w);
+    while (!stop_ && (!pending.empty() || rejoins_)) {
+      {
+        std::lock_guard lk(attach_mu_);
+        for (auto& [w, l] : attached_) {
+          pending.erase(w);
+          links_[w] = l;
+          alive_.insert(w);
+          post(w);
+        }
+        attached_.clear();
+      }
       bool any = false;
       for (auto it = pending.begin(); it != pending.end();) {
         const int w = it->first;
@@ -140,6 +182,7 @@ class store_server {
     const auto k = static_cast<store_wire::kind>(rq.kind);
     if (k == store_wire::kind::bye) {
       alive_.erase(w);
+      finished_.insert(w);
       check_complete_all();
       return false;
     }
@@ -155,7 +198,8 @@ class store_server {
       buf_.resize(n);
       auto [round, hash] = store_.pull(m, buf_);
       if (!send_reply(w, {0, m, round, hash, n})) return false;
-      auto r = t_.send(w, data_tag, std::as_bytes(std::span<const float>(buf_)), io_deadline());
+      auto& l = links_.at(w);
+      auto r = l.t->send(l.peer, data_tag, std::as_bytes(std::span<const float>(buf_)), io_deadline());
       return !r.wait();
     }
     if (k == store_wire::kind::push) {
@@ -165,7 +209,9 @@ class store_server {
         return false;
       }
       buf_.resize(n);
-      auto r = t_.recv(w, payload_tag, std::as_writable_bytes(std::span<float>(buf_)), io_deadline());
+      auto& l = links_.at(w);
+      auto r = l.t->recv(l.peer, payload_tag, std::as_writable_bytes(std::span<float>(buf_)),
+                         io_deadline());
       if (r.wait()) return false;
       bytes_in_ += n * sizeof(float);
       alive_.insert(w);
@@ -182,7 +228,8 @@ class store_server {
   }
 
   bool send_reply(int w, store_wire::reply rp) {
-    auto r = t_.send(w, store_wire::reply_tag, store_wire::bytes_of(rp), io_deadline());
+    auto& l = links_.at(w);
+    auto r = l.t->send(l.peer, store_wire::reply_tag, store_wire::bytes_of(rp), io_deadline());
     return !r.wait();
   }
   net::deadline io_deadline() const { return net::after(o_.io_timeout); }
@@ -234,30 +281,41 @@ class store_server {
     int worker, module;
     long round;
   };
-  T& t_;
   path::module_store<OuterOpt>& store_;
   std::map<int, std::vector<int>> workers_;
   store_server_options o_;
-  std::set<int> alive_;
+  std::map<int, worker_link<T>> links_;
+  std::mutex attach_mu_;
+  std::vector<std::pair<int, worker_link<T>>> attached_;
+  std::set<int> alive_, finished_;
+  std::atomic<bool> rejoins_{false};
   std::map<int, clock::time_point> first_push_;
   std::vector<wait_t> waits_;
   std::vector<float> buf_;
   std::vector<path::round_summary> history_;
   std::size_t bytes_in_ = 0;
-  bool stop_ = false;
+  std::atomic<bool> stop_{false};
 };
 
 // The worker side: models the Store interface of path_worker over a Transport.
 template <net::Transport T>
 class store_client {
  public:
+  // One world: store id s is rank s of t.
   store_client(T& t, store_layout layout, int worker,
                std::chrono::milliseconds io_timeout = std::chrono::milliseconds(10000))
-      : t_(t), layout_(std::move(layout)), worker_(worker), io_(io_timeout) {}
+      : layout_(std::move(layout)), worker_(worker), io_(io_timeout) {
+    for (int s : layout_.store_ranks) stores_[s] = {&t, s};
+  }
+  // One link per store id (a star): links[s] reaches store s.
+  store_client(std::map<int, worker_link<T>> links, store_layout layout, int worker,
+               std::chrono::milliseconds io_timeout = std::chrono::milliseconds(10000))
+      : layout_(std::move(layout)), worker_(worker), io_(io_timeout), stores_(std::move(links)) {}
 
   std::size_t bytes_sent() const noexcept { return bytes_out_; }
+  std::size_t bytes_received() const noexcept { return bytes_in_; }
 
-  // Announces this worker to every store rank (after a start or a restart).
+  // Announces this worker to every store (after a start or a restart).
   status hello() {
     for (int s : layout_.store_ranks) {
       store_wire::request rq{std::uint32_t(store_wire::kind::hello), -1, 0, worker_, 0, 0, 0};
@@ -265,11 +323,13 @@ class store_client {
     }
     return {};
   }
+  // Tells every store this worker is done (it is no longer expected in later rounds).
   status bye() {
     for (int s : layout_.store_ranks) {
       store_wire::request rq{std::uint32_t(store_wire::kind::bye), -1, 0, worker_, 0, 0, 0};
-      auto r = t_.send(s, store_wire::request_tag, store_wire::bytes_of(rq), deadline());
-      if (auto ec = r.wait()) return error(ec, "bye to store rank " + std::to_string(s));
+      auto& l = stores_.at(s);
+      auto r = l.t->send(l.peer, store_wire::request_tag, store_wire::bytes_of(rq), deadline());
+      if (auto ec = r.wait()) return error(ec, "bye to store " + std::to_string(s));
     }
     return {};
   }
@@ -283,23 +343,26 @@ class store_client {
       return error(errc::mismatch, "module " + std::to_string(m) + " has " +
                                        std::to_string(rp->count) + " elements, expected " +
                                        std::to_string(dst.size()));
-    auto r = t_.recv(s, store_wire::data_tag, std::as_writable_bytes(dst), deadline());
+    auto& l = stores_.at(s);
+    auto r = l.t->recv(l.peer, store_wire::data_tag, std::as_writable_bytes(dst), deadline());
     if (auto ec = r.wait()) return error(ec, "pulling module " + std::to_string(m));
+    bytes_in_ += dst.size_bytes();
     return pulled{rp->round, rp->hash};
   }
 
   status push(int m, int /*worker*/, long round, std::span<const float> delta, double weight) {
     const int s = layout_.owner(m);
+    auto& l = stores_.at(s);
     store_wire::request rq{std::uint32_t(store_wire::kind::push), m, round, worker_, 0, weight,
                            delta.size()};
-    auto h = t_.send(s, store_wire::request_tag, store_wire::bytes_of(rq), deadline());
-    auto p = t_.send(s, store_wire::payload_tag, std::as_bytes(delta), deadline());
-    if (auto ec = h.wait()) return error(ec, "push header to store rank " + std::to_string(s));
-    if (auto ec = p.wait()) return error(ec, "push payload to store rank " + std::to_string(s));
+    auto h = l.t->send(l.peer, store_wire::request_tag, store_wire::bytes_of(rq), deadline());
+    auto p = l.t->send(l.peer, store_wire::payload_tag, std::as_bytes(delta), deadline());
+    if (auto ec = h.wait()) return error(ec, "push header to store " + std::to_string(s));
+    if (auto ec = p.wait()) return error(ec, "push payload to store " + std::to_string(s));
     bytes_out_ += sizeof rq + delta.size_bytes();
     store_wire::reply rp{};
-    auto r = t_.recv(s, store_wire::reply_tag, store_wire::bytes_of(rp), deadline());
-    if (auto ec = r.wait()) return error(ec, "push reply from store rank " + std::to_string(s));
+    auto r = l.t->recv(l.peer, store_wire::reply_tag, store_wire::bytes_of(rp), deadline());
+    if (auto ec = r.wait()) return error(ec, "push reply from store " + std::to_string(s));
     if (rp.status != 0)
       return error(static_cast<errc>(rp.status),
                    "store refused the push of module " + std::to_string(m) + " for round " +
@@ -309,11 +372,12 @@ class store_client {
 
   status wait_closed(int m, long round, std::chrono::steady_clock::time_point until) {
     const int s = layout_.owner(m);
+    auto& l = stores_.at(s);
     store_wire::request rq{std::uint32_t(store_wire::kind::wait), m, round, worker_, 0, 0, 0};
-    auto h = t_.send(s, store_wire::request_tag, store_wire::bytes_of(rq), deadline());
-    if (auto ec = h.wait()) return error(ec, "wait request to store rank " + std::to_string(s));
+    auto h = l.t->send(l.peer, store_wire::request_tag, store_wire::bytes_of(rq), deadline());
+    if (auto ec = h.wait()) return error(ec, "wait request to store " + std::to_string(s));
     store_wire::reply rp{};
-    auto r = t_.recv(s, store_wire::reply_tag, store_wire::bytes_of(rp), until);
+    auto r = l.t->recv(l.peer, store_wire::reply_tag, store_wire::bytes_of(rp), until);
     if (auto ec = r.wait())
       return error(ec, "waiting for round " + std::to_string(round) + " of module " +
                            std::to_string(m));
@@ -322,22 +386,23 @@ class store_client {
 
  private:
   result<store_wire::reply> call(int s, const store_wire::request& rq) {
-    auto h = t_.send(s, store_wire::request_tag, store_wire::bytes_of(rq), deadline());
-    if (auto ec = h.wait()) return error(ec, "request to store rank " + std::to_string(s));
+    auto& l = stores_.at(s);
+    auto h = l.t->send(l.peer, store_wire::request_tag, store_wire::bytes_of(rq), deadline());
+    if (auto ec = h.wait()) return error(ec, "request to store " + std::to_string(s));
     store_wire::reply rp{};
-    auto r = t_.recv(s, store_wire::reply_tag, store_wire::bytes_of(rp), deadline());
-    if (auto ec = r.wait()) return error(ec, "reply from store rank " + std::to_string(s));
+    auto r = l.t->recv(l.peer, store_wire::reply_tag, store_wire::bytes_of(rp), deadline());
+    if (auto ec = r.wait()) return error(ec, "reply from store " + std::to_string(s));
     if (rp.status != 0)
-      return error(static_cast<errc>(rp.status), "store rank " + std::to_string(s) + " refused");
+      return error(static_cast<errc>(rp.status), "store " + std::to_string(s) + " refused");
     return rp;
   }
   net::deadline deadline() const { return net::after(io_); }
 
-  T& t_;
   store_layout layout_;
   int worker_;
   std::chrono::milliseconds io_;
-  std::size_t bytes_out_ = 0;
+  std::map<int, worker_link<T>> stores_;
+  std::size_t bytes_out_ = 0, bytes_in_ = 0;
 };
 
 }  // namespace paco::sync
