@@ -21,8 +21,8 @@ struct broadcast_fn {
     using req_t = typename T::request;
     const int p = t.size();
     if (root < 0 || root >= p)
-      return {errc::invalid_argument, "broadcast: root " + std::to_string(root) +
-                                          " outside 0.." + std::to_string(p - 1)};
+      return {errc::invalid_argument,
+              "broadcast: root " + std::to_string(root) + " outside 0.." + std::to_string(p - 1)};
     if (p == 1 || data.size() == 0) return {};
     auto ordr = detail::resolve_order(o.order, p);
     if (!ordr) return ordr.error();
@@ -40,8 +40,8 @@ struct broadcast_fn {
     std::vector<req_t> recvs, sends;
     if (k > 0)
       for (std::size_t c = 0; c < n; c += chunk)
-        recvs.push_back(t.recv(left, o.tag, detail::wbytes(data.data() + c, std::min(chunk, n - c)),
-                               o.until));
+        recvs.push_back(
+            t.recv(left, o.tag, detail::wbytes(data.data() + c, std::min(chunk, n - c)), o.until));
     std::size_t idx = 0;
     for (std::size_t c = 0; c < n; c += chunk, ++idx) {
       std::size_t m = std::min(chunk, n - c);
@@ -49,7 +49,8 @@ struct broadcast_fn {
         if (auto ec = recvs[idx].wait())
           return detail::op_error("broadcast", "recv from", left, static_cast<std::size_t>(k - 1),
                                   static_cast<std::size_t>(p - 1), ec);
-      if (k < p - 1) sends.push_back(t.send(right, o.tag, detail::cbytes(data.data() + c, m), o.until));
+      if (k < p - 1)
+        sends.push_back(t.send(right, o.tag, detail::cbytes(data.data() + c, m), o.until));
     }
     for (auto& r : sends)
       if (auto ec = r.wait())

@@ -20,7 +20,9 @@
 
 namespace paco::sync::detail {
 
-inline int mod(int a, int p) noexcept { return ((a % p) + p) % p; }
+inline int mod(int a, int p) noexcept {
+  return ((a % p) + p) % p;
+}
 
 // The ring order to use, or an error naming the accepted form.
 inline result<std::vector<int>> resolve_order(std::span<const int> order, int p) {
@@ -31,8 +33,8 @@ inline result<std::vector<int>> resolve_order(std::span<const int> order, int p)
   }
   if (order.size() != static_cast<std::size_t>(p))
     return {errc::invalid_argument, "collective_options.order: has " +
-                                        std::to_string(order.size()) + " entries, need p = " +
-                                        std::to_string(p)};
+                                        std::to_string(order.size()) +
+                                        " entries, need p = " + std::to_string(p)};
   std::vector<char> seen(static_cast<std::size_t>(p), 0);
   for (std::size_t i = 0; i < order.size(); ++i) {
     int r = order[i];
@@ -88,8 +90,8 @@ inline V* scratch(std::size_t n) {
 // Runs ring steps [s0, s1) of 0..2p-3 over data (see file comment).
 // Requires: every rank calls with the same s0, s1, n, options.
 template <net::Transport T, class V, class Op>
-status ring_steps(const char* name, T& t, slice<V> data, const collective_options& o, Op op,
-                  int s0, int s1) {
+status ring_steps(const char* name, T& t, slice<V> data, const collective_options& o, Op op, int s0,
+                  int s1) {
   using req_t = typename T::request;
   const int p = t.size();
   const std::size_t n = data.size();
@@ -129,7 +131,8 @@ status ring_steps(const char* name, T& t, slice<V> data, const collective_option
     } else {
       for (auto& r : sends[static_cast<std::size_t>(mod(j, p))])
         if (auto ec = r.wait())
-          return op_error(name, "send to", right, static_cast<std::size_t>(s - s0), steps_total, ec);
+          return op_error(name, "send to", right, static_cast<std::size_t>(s - s0), steps_total,
+                          ec);
       sends[static_cast<std::size_t>(mod(j, p))].clear();
       dst = data.data() + off;
     }
@@ -140,7 +143,8 @@ status ring_steps(const char* name, T& t, slice<V> data, const collective_option
 
   {  // the first step's sends
     auto [off, cnt] = seg(pos - s0);
-    for (std::size_t c = 0; c < cnt; c += chunk) send_chunk(pos - s0, off + c, std::min(chunk, cnt - c));
+    for (std::size_t c = 0; c < cnt; c += chunk)
+      send_chunk(pos - s0, off + c, std::min(chunk, cnt - c));
   }
   std::vector<req_t> cur, next;
   if (auto st = post_recvs(s0, cur); !st) return st;
@@ -162,7 +166,8 @@ status ring_steps(const char* name, T& t, slice<V> data, const collective_option
   }
   for (auto& v : sends)
     for (auto& r : v)
-      if (auto ec = r.wait()) return op_error(name, "send to", right, steps_total - 1, steps_total, ec);
+      if (auto ec = r.wait())
+        return op_error(name, "send to", right, steps_total - 1, steps_total, ec);
   return {};
 }
 

@@ -1,0 +1,1032 @@
+#pragma once
+// asio_tcp: a Transport over TCP with Boost.Asio. One connection per pair of ranks; frames of
+// wire.hpp (magic, version, kind, tag, length, CRC-32C of header and payload); a token (HMAC)
+// handshake; heartbeats and failure detection; bounded send queues and bounded buffering of
+// unexpected messages (TCP flow control pushes back on a fast sender); an optional per-link
+// shaper (token-bucket rate and added one-way latency) for WAN experiments.
+//
+// Rendezvous: either `peers` lists every rank's "host:port" (rank r listens on peers[r]), or
+// `coordinator` names rank 0's "host:port": the other ranks listen on an OS-chosen port of
+// `listen_host`, tell rank 0, and rank 0 sends everyone the table. Rank r connects to every
+// rank below it (retrying with exponential backoff until connect_timeout) and accepts the ranks
+// above it. Connections that fail the handshake (wrong token, group size or epoch) are
+// refused and the rendezvous goes on waiting for the right peer.
+//
+// Threads: one I/O thread per transport runs Asio; callers' send/recv/wait run on any thread.
+// Zero-copy: sends write from the caller's buffer (header + payload gathered), from the
+// caller's thread when the link is idle (the rest by the I/O thread); a recv posted before its
+// message arrives is read straight into the caller's buffer.
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "paco/core/error.hpp"
+#include "paco/net/concepts.hpp"
+#include "paco/net/detail/rendezvous.hpp"
+#include "paco/net/wire.hpp"
+
+namespace paco::net {
+
+// A per-link traffic shaper. Defaults: off.
+struct shaper_options {
+  double rate_bytes_per_s = 0;           // token-bucket rate; 0 = unlimited
+  std::size_t burst_bytes = 64 * 1024;   // bucket depth (and largest single write)
+  std::chrono::microseconds latency{0};  // added one-way latency per frame
+};
+
+// Configuration of one rank's asio_tcp endpoint. Names and ranges are checked by connect().
+struct tcp_options {
+  int rank = 0;                           // 0 <= rank < size
+  int size = 1;                           // number of ranks; 1 only with allow_single
+  std::vector<std::string> peers;         // "host:port" of every rank (size entries), or empty
+  std::string coordinator;                // "host:port" of rank 0 when peers is empty
+  std::string listen_host = "127.0.0.1";  // coordinator mode: interface ranks > 0 listen on
+  std::string token;                      // shared secret of the group (non-empty)
+  std::uint64_t epoch = 0;                // group generation; ranks of other epochs are refused
+  bool allow_single = false;              // a world of size 1 is refused unless this is set
+  // Elastic group (coordinator mode only): when > 0, `size` is the largest group and `rank` a
+  // stable member id in 0..size-1 (0 is the coordinator). Rank 0 admits the members that
+  // arrive within join_window (or until all size have) and numbers them by id; rank() and
+  // size() are then the assigned ones. This is how survivors (and rejoining members) form the
+  // next group after a failure: every member calls connect() with epoch + 1.
+  std::chrono::milliseconds join_window{0};
+  std::chrono::milliseconds connect_timeout{20000};    // whole rendezvous
+  std::chrono::milliseconds heartbeat_interval{200};   // idle links send a heartbeat this often
+  std::chrono::milliseconds peer_timeout{3000};        // silence after which a peer is lost
+  std::chrono::milliseconds linger{1000};              // close(): time to flush and say bye
+  std::size_t max_frame_bytes = std::size_t(1) << 30;  // largest accepted message
+  std::size_t max_unexpected_bytes = std::size_t(256) << 20;  // per peer, before pushing back
+  std::size_t max_queued_sends = 1 << 16;  // per peer; a send beyond fails with too_large
+  int socket_buffer_bytes = 0;             // SO_SNDBUF/SO_RCVBUF; 0 = kernel autotuning
+  bool payload_crc = true;                 // CRC-32C of every payload (header CRC always)
+  shaper_options shaper;                   // applied to every outgoing link
+};
+
+namespace detail {
+
+namespace asio = boost::asio;
+
+struct tcp_op {
+  enum class state_t { queued, active, done };
+  bool is_send = false;
+  int peer = 0;
+  tag_t tag = 0;
+  std::byte* buf = nullptr;
+  std::size_t len = 0;
+  wire::frame_header hdr{};
+  state_t state = state_t::queued;
+  std::error_code ec;
+  std::error_code override_ec;  // set when a caller abandoned the op mid-frame
+  clock::time_point ready_at{};
+};
+using op_ptr = std::shared_ptr<tcp_op>;
+
+struct tcp_link {
+  explicit tcp_link(asio::io_context& io) : sock(io), shape_timer(io) {}
+  int peer = 0;
+  asio::ip::tcp::socket sock;
+  bool failed = false;
+  std::error_code err;
+  std::string why;
+  // send side
+  std::deque<op_ptr> sendq;
+  bool writing = false;  // a write is scheduled or in flight
+  op_ptr wop;
+  std::size_t woff = 0;        // bytes of header + payload of wop already written
+  bool inline_active = false;  // a caller thread is in sendmsg on this socket
+  bool close_pending = false;  // fail_link ran during an inline write: close afterwards
+  double tokens = 0;
+  clock::time_point tok_t{};
+  asio::steady_timer shape_timer;
+  clock::time_point last_tx{};
+  // receive side
+  wire::frame_header rh{};
+  std::deque<op_ptr> posted;
+  struct message {
+    tag_t tag;
+    std::unique_ptr<std::byte[]> bytes;
+    std::size_t len;
+    std::error_code ec;
+  };
+  std::deque<message> unexpected;
+  std::size_t unexpected_bytes = 0;
+  bool parked = false;  // header read, waiting for a recv or room to buffer
+  op_ptr rop;           // recv being read into directly
+  std::unique_ptr<std::byte[]> ubuf;
+  std::byte* rptr = nullptr;
+  std::size_t rlen = 0, rdone = 0;
+  bool rdrop = false;
+  std::uint32_t rcrc = 0;
+  clock::time_point last_rx{};
+};
+
+// Shared state of one endpoint: I/O thread, links, the lock all queues live under.
+struct tcp_core {
+  tcp_options o;
+  wire::limits lim;
+  asio::io_context io{1};
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  std::thread th;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::unique_ptr<tcp_link>> links;  // links[rank] is null
+  asio::steady_timer hb{io};
+  bool stopped = false;   // I/O thread joined
+  bool stopping = false;  // shutdown begun: timers do not re-arm
+
+  static constexpr std::size_t piece = std::size_t(1)
+                                       << 20;  // read granularity (liveness, CRC in cache)
+
+  // Requires: mu held.
+  void complete(tcp_op& op, std::error_code ec) {
+    if (op.state == tcp_op::state_t::done) return;
+    op.state = tcp_op::state_t::done;
+    op.ec = op.override_ec ? op.override_ec : ec;
+    cv.notify_all();
+  }
+
+  // Requires: mu held; I/O thread (closes the socket).
+  void fail_link(tcp_link& L, std::error_code ec, std::string why) {
+    if (!L.failed) {
+      L.failed = true;
+      L.err = ec;
+      L.why = std::move(why);
+      boost::system::error_code ig;
+      if (L.inline_active) {  // a caller is in sendmsg on this descriptor: do not free it yet
+        ::shutdown(L.sock.native_handle(), SHUT_RDWR);
+        L.close_pending = true;
+      } else {
+        L.sock.close(ig);
+      }
+      L.shape_timer.cancel();
+    }
+    for (auto& op : L.sendq) complete(*op, L.err);
+    L.sendq.clear();
+    for (auto& op : L.posted) complete(*op, L.err);
+    L.posted.clear();
+    if (L.parked) L.parked = false;
+    cv.notify_all();
+  }
+
+  void socket_error(tcp_link& L, const boost::system::error_code& e) {
+    if (L.failed) return;
+    fail_link(L, errc::peer_lost, "rank " + std::to_string(L.peer) + " connection: " + e.message());
+  }
+
+  // ---- send side (I/O thread) ----
+  void start_write(tcp_link& L) {
+    std::unique_lock lk(mu);
+    if (L.failed || L.sendq.empty()) {
+      L.writing = false;
+      return;
+    }
+    auto op = L.sendq.front();
+    L.sendq.pop_front();
+    op->state = tcp_op::state_t::active;
+    L.wop = op;
+    L.woff = 0;
+    lk.unlock();
+    if (o.shaper.rate_bytes_per_s > 0 || o.shaper.latency.count() > 0) {
+      shaped_write(L);
+      return;
+    }
+    std::array<asio::const_buffer, 2> bufs{asio::buffer(&op->hdr, sizeof op->hdr),
+                                           asio::buffer(op->buf, op->len)};
+    asio::async_write(L.sock, bufs, [this, &L](const boost::system::error_code& e, std::size_t) {
+      on_written(L, e);
+    });
+  }
+
+  void on_written(tcp_link& L, const boost::system::error_code& e) {
+    {
+      std::lock_guard lk(mu);
+      auto op = std::move(L.wop);
+      L.last_tx = clock::now();
+      if (e) {
+        socket_error(L, e);
+        if (op) complete(*op, L.err);
+      } else if (op) {
+        complete(*op, {});
+      }
+    }
+    start_write(L);
+  }
+
+  // Writes the rest of L.wop from L.woff (after a partial inline write).
+  void continue_write(tcp_link& L) {
+    auto& op = *L.wop;
+    std::array<asio::const_buffer, 2> bufs;
+    std::size_t nb = 0, off = L.woff;
+    if (off < sizeof op.hdr)
+      bufs[nb++] =
+          asio::buffer(reinterpret_cast<const std::byte*>(&op.hdr) + off, sizeof op.hdr - off);
+    std::size_t poff = off > sizeof op.hdr ? off - sizeof op.hdr : 0;
+    if (op.len > poff) bufs[nb++] = asio::buffer(op.buf + poff, op.len - poff);
+    auto done = [this, &L](const boost::system::error_code& e, std::size_t) { on_written(L, e); };
+    if (nb == 1)
+      asio::async_write(L.sock, asio::buffer(bufs[0]), done);
+    else
+      asio::async_write(L.sock, bufs, done);
+  }
+
+  // Tries to write op now from the calling thread (no hand-off to the I/O thread when the
+  // socket has room). Requires: lk holds mu; L idle (not writing, empty queue); no shaper.
+  void write_inline(std::unique_lock<std::mutex>& lk, tcp_link& L, const op_ptr& op) {
+    L.writing = true;
+    L.inline_active = true;
+    op->state = tcp_op::state_t::active;
+    L.wop = op;
+    L.woff = 0;
+    int fd = L.sock.native_handle();
+    lk.unlock();
+    const std::size_t total = sizeof op->hdr + op->len;
+    std::size_t sent = 0;
+    int err = 0;
+    while (sent < total) {
+      iovec iov[2];
+      int n = 0;
+      if (sent < sizeof op->hdr)
+        iov[n++] = {reinterpret_cast<std::byte*>(&op->hdr) + sent, sizeof op->hdr - sent};
+      std::size_t poff = sent > sizeof op->hdr ? sent - sizeof op->hdr : 0;
+      if (op->len > poff) iov[n++] = {op->buf + poff, op->len - poff};
+      msghdr m{};
+      m.msg_iov = iov;
+      m.msg_iovlen = static_cast<decltype(m.msg_iovlen)>(n);
+      ssize_t k = ::sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (k > 0) {
+        sent += static_cast<std::size_t>(k);
+      } else if (k < 0 && errno == EINTR) {
+        continue;
+      } else {
+        if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK) err = errno;
+        break;
+      }
+    }
+    lk.lock();
+    L.inline_active = false;
+    if (L.close_pending) {
+      L.close_pending = false;
+      asio::post(io, [this, &L] {
+        boost::system::error_code ig;
+        L.sock.close(ig);
+      });
+    }
+    if (sent < total &&
+        (err || L.failed)) {  // a frame fully sent counts even if the link failed since
+      L.wop = nullptr;
+      L.writing = false;
+      if (!L.failed)
+        asio::post(io, [this, &L, err] {
+          std::lock_guard g(mu);
+          fail_link(L, errc::peer_lost,
+                    "rank " + std::to_string(L.peer) + " connection: " + std::strerror(err));
+        });
+      complete(*op, L.failed ? L.err : make_error_code(errc::peer_lost));
+      return;
+    }
+    if (sent == total) {
+      L.wop = nullptr;
+      L.last_tx = clock::now();
+      complete(*op, {});
+      L.writing = false;
+      if (!L.sendq.empty() && !L.failed) schedule_write(L);
+      return;
+    }
+    L.woff = sent;  // the I/O thread writes the rest, then goes on with the queue
+    asio::post(io, [this, &L] { continue_write(L); });
+  }
+
+  void shaped_write(tcp_link& L) {
+    auto& op = *L.wop;
+    auto now = clock::now();
+    if (L.woff == 0 && now < op.ready_at) {  // added latency
+      L.shape_timer.expires_at(op.ready_at);
+      L.shape_timer.async_wait([this, &L](const boost::system::error_code& e) {
+        if (e) return on_written(L, e);
+        L.woff = 0;
+        L.wop->ready_at = {};
+        shaped_write(L);
+      });
+      return;
+    }
+    const std::size_t total = sizeof op.hdr + op.len;
+    std::size_t n = std::min(total - L.woff, o.shaper.burst_bytes);
+    double rate = o.shaper.rate_bytes_per_s;
+    if (rate > 0) {
+      double burst = static_cast<double>(o.shaper.burst_bytes);
+      L.tokens =
+          std::min(burst, L.tokens + rate * std::chrono::duration<double>(now - L.tok_t).count());
+      L.tok_t = now;
+      if (L.tokens < static_cast<double>(n)) {
+        auto wait = std::chrono::duration<double>((static_cast<double>(n) - L.tokens) / rate);
+        L.shape_timer.expires_after(std::chrono::duration_cast<clock::duration>(wait));
+        L.shape_timer.async_wait([this, &L](const boost::system::error_code& e) {
+          if (e) return on_written(L, e);
+          shaped_write(L);
+        });
+        return;
+      }
+      L.tokens -= static_cast<double>(n);
+    }
+    std::array<asio::const_buffer, 2> bufs;
+    std::size_t nb = 0, off = L.woff, left = n;
+    if (off < sizeof op.hdr) {
+      std::size_t k = std::min(left, sizeof op.hdr - off);
+      bufs[nb++] = asio::buffer(reinterpret_cast<const std::byte*>(&op.hdr) + off, k);
+      left -= k;
+      off = sizeof op.hdr;
+    }
+    if (left) bufs[nb++] = asio::buffer(op.buf + (off - sizeof op.hdr), left);
+    auto done = [this, &L, n, total](const boost::system::error_code& e, std::size_t) {
+      if (e) return on_written(L, e);
+      L.woff += n;
+      if (L.woff == total) return on_written(L, e);
+      shaped_write(L);
+    };
+    if (nb == 1)
+      asio::async_write(L.sock, asio::buffer(bufs[0]), done);
+    else
+      asio::async_write(L.sock, bufs, done);
+  }
+
+  // ---- receive side (I/O thread) ----
+  void read_header(tcp_link& L) {
+    asio::async_read(
+        L.sock, asio::buffer(&L.rh, sizeof L.rh),
+        [this, &L](const boost::system::error_code& e, std::size_t) { on_header(L, e); });
+  }
+
+  void on_header(tcp_link& L, const boost::system::error_code& e) {
+    std::unique_lock lk(mu);
+    if (e) return socket_error(L, e);
+    L.last_rx = clock::now();
+    if (auto ec = wire::check_header(L.rh, lim))
+      return fail_link(
+          L, ec, "bad frame header from rank " + std::to_string(L.peer) + ": " + ec.message());
+    switch (static_cast<wire::kind>(L.rh.kind)) {
+      case wire::kind::heartbeat:
+        lk.unlock();
+        return read_header(L);
+      case wire::kind::bye:
+        return fail_link(L, errc::peer_lost,
+                         "rank " + std::to_string(L.peer) + " closed the connection");
+      case wire::kind::data:
+        return dispatch(L);
+      default:
+        return fail_link(L, errc::protocol,
+                         "unexpected frame kind " + std::to_string(L.rh.kind) + " from rank " +
+                             std::to_string(L.peer));
+    }
+  }
+
+  // Requires: mu held; a data header in L.rh.
+  void dispatch(tcp_link& L) {
+    const std::size_t len = L.rh.length;
+    auto it = std::find_if(L.posted.begin(), L.posted.end(),
+                           [&](auto& op) { return op->tag == L.rh.tag; });
+    L.rop = nullptr;
+    L.rdrop = false;
+    if (it != L.posted.end()) {
+      auto op = *it;
+      L.posted.erase(it);
+      if (op->len != len) {
+        complete(*op, errc::mismatch);
+        L.rdrop = true;
+        L.ubuf = std::make_unique_for_overwrite<std::byte[]>(len ? len : 1);
+        L.rptr = L.ubuf.get();
+      } else {
+        op->state = tcp_op::state_t::active;
+        L.rop = op;
+        L.rptr = op->buf;
+      }
+    } else {
+      if (L.unexpected_bytes > 0 && L.unexpected_bytes + len > o.max_unexpected_bytes) {
+        L.parked = true;  // resumed by the next recv from this peer
+        return;
+      }
+      L.ubuf = std::make_unique_for_overwrite<std::byte[]>(len ? len : 1);
+      L.rptr = L.ubuf.get();
+    }
+    L.rlen = len;
+    L.rdone = 0;
+    L.rcrc = 0;
+    asio::post(io, [this, &L] { read_payload(L); });
+  }
+
+  void read_payload(tcp_link& L) {
+    if (L.rdone == L.rlen) return finish_payload(L);
+    std::size_t n = std::min(piece, L.rlen - L.rdone);
+    asio::async_read(L.sock, asio::buffer(L.rptr + L.rdone, n),
+                     [this, &L](const boost::system::error_code& e, std::size_t k) {
+                       if (e) {
+                         std::lock_guard lk(mu);
+                         socket_error(L, e);
+                         if (L.rop) complete(*L.rop, L.err);
+                         L.rop = nullptr;
+                         return;
+                       }
+                       if (L.rh.flags & wire::flag_payload_crc)
+                         L.rcrc = crc32c(L.rcrc, {L.rptr + L.rdone, k});
+                       L.rdone += k;
+                       L.last_rx = clock::now();
+                       read_payload(L);
+                     });
+  }
+
+  void finish_payload(tcp_link& L) {
+    {
+      std::lock_guard lk(mu);
+      std::error_code ec;
+      if ((L.rh.flags & wire::flag_payload_crc) && L.rcrc != L.rh.payload_crc) ec = errc::corrupt;
+      if (L.rop) {
+        complete(*L.rop, ec);
+        L.rop = nullptr;
+      } else if (!L.rdrop) {
+        // A recv may have been posted while this message was being read.
+        auto it = std::find_if(L.posted.begin(), L.posted.end(),
+                               [&](auto& op) { return op->tag == L.rh.tag; });
+        if (it != L.posted.end()) {
+          auto op = *it;
+          L.posted.erase(it);
+          if (!ec && op->len != L.rlen) ec = errc::mismatch;
+          if (!ec && L.rlen) std::memcpy(op->buf, L.ubuf.get(), L.rlen);
+          complete(*op, ec);
+        } else {
+          L.unexpected_bytes += L.rlen;
+          L.unexpected.push_back({L.rh.tag, std::move(L.ubuf), L.rlen, ec});
+        }
+      }
+      L.ubuf.reset();
+      if (L.failed) return;
+    }
+    read_header(L);
+  }
+
+  // ---- caller side ----
+  void schedule_write(tcp_link& L) {  // Requires: mu held
+    if (!L.writing) {
+      L.writing = true;
+      asio::post(io, [this, &L] { start_write(L); });
+    }
+  }
+
+  // Requires: mu held. A recv or room appeared: a parked link reads on.
+  void unpark(tcp_link& L) {
+    if (L.parked) {
+      L.parked = false;
+      asio::post(io, [this, &L] {
+        std::lock_guard lk(mu);
+        if (!L.failed) dispatch(L);
+      });
+    }
+  }
+
+  // Abandons op (deadline or cancel). Requires: lk holds mu.
+  void abandon(std::unique_lock<std::mutex>& lk, const op_ptr& op, std::error_code ec) {
+    if (op->state == tcp_op::state_t::done) return;
+    auto& L = *links[static_cast<std::size_t>(op->peer)];
+    if (op->state == tcp_op::state_t::queued) {
+      auto& q = op->is_send ? L.sendq : L.posted;
+      auto it = std::find(q.begin(), q.end(), op);
+      if (it != q.end()) q.erase(it);
+      complete(*op, ec);
+      return;
+    }
+    // Active: the I/O thread is moving bytes of this buffer. Drop the link, wait for the handler.
+    op->override_ec = ec;
+    std::string why = std::string(op->is_send ? "send to" : "recv from") + " rank " +
+                      std::to_string(op->peer) + " abandoned mid-frame (" + ec.message() + ")";
+    if (stopped) {
+      complete(*op, ec);
+      return;
+    }
+    asio::post(io, [this, &L, ec, why] {
+      std::lock_guard g(mu);
+      fail_link(L, ec, why);
+    });
+    cv.wait_for(lk, std::chrono::seconds(10), [&] { return op->state == tcp_op::state_t::done; });
+    complete(*op, ec);
+  }
+
+  std::error_code wait(const op_ptr& op, deadline d) {
+    std::unique_lock lk(mu);
+    if (!cv.wait_until(lk, d, [&] { return op->state == tcp_op::state_t::done; }))
+      abandon(lk, op, errc::timeout);
+    return op->ec;
+  }
+
+  void heartbeat() {
+    hb.expires_after(o.heartbeat_interval);
+    hb.async_wait([this](const boost::system::error_code& e) {
+      if (e) return;
+      std::lock_guard lk(mu);
+      if (stopping) return;
+      auto now = clock::now();
+      for (auto& Lp : links) {
+        if (!Lp || Lp->failed) continue;
+        auto& L = *Lp;
+        if (!L.parked && now - L.last_rx > o.peer_timeout) {
+          fail_link(L, errc::peer_lost,
+                    "no frame from rank " + std::to_string(L.peer) + " for " +
+                        std::to_string(o.peer_timeout.count()) + " ms");
+          continue;
+        }
+        if (!L.writing && now - L.last_tx >= o.heartbeat_interval) {
+          auto op = std::make_shared<tcp_op>();
+          op->is_send = true;
+          op->peer = L.peer;
+          op->hdr = wire::make_header(wire::kind::heartbeat, 0, {});
+          L.sendq.push_back(op);
+          schedule_write(L);
+        }
+      }
+      heartbeat();
+    });
+  }
+};
+
+}  // namespace detail
+
+// One rank's TCP endpoint. Models Transport. Create with asio_tcp::connect(options).
+class asio_tcp {
+ public:
+  // A pending operation. Destroying a pending request cancels it.
+  class request {
+   public:
+    request() = default;
+    request(request&&) noexcept = default;
+    request& operator=(request&& o) noexcept {
+      if (this != &o) {
+        cancel();
+        core_ = std::move(o.core_);
+        op_ = std::move(o.op_);
+        d_ = o.d_;
+      }
+      return *this;
+    }
+    ~request() { cancel(); }
+    // Blocks until complete or the deadline (a frame abandoned mid-way drops that link).
+    std::error_code wait() { return op_ ? core_->wait(op_, d_) : std::error_code{}; }
+    bool test() {
+      if (!op_) return true;
+      std::lock_guard lk(core_->mu);
+      return op_->state == detail::tcp_op::state_t::done;
+    }
+    void cancel() {
+      if (!op_ || !core_) return;
+      std::unique_lock lk(core_->mu);
+      core_->abandon(lk, op_, errc::cancelled);
+    }
+
+   private:
+    friend class asio_tcp;
+    request(std::shared_ptr<detail::tcp_core> c, detail::op_ptr op, deadline d)
+        : core_(std::move(c)), op_(std::move(op)), d_(d) {}
+    std::shared_ptr<detail::tcp_core> core_;
+    detail::op_ptr op_;
+    deadline d_{};
+  };
+
+  // Rendezvous with the other ranks (see file comment).
+  // Ensures: a connected endpoint, or an error naming the field, address or peer at fault:
+  //   invalid_argument (options), timeout (a peer never came), auth (token), mismatch
+  //   (size/epoch), version, io.
+  static result<std::unique_ptr<asio_tcp>> connect(tcp_options o);
+
+  ~asio_tcp() { close(); }
+  asio_tcp(const asio_tcp&) = delete;
+  asio_tcp& operator=(const asio_tcp&) = delete;
+
+  int rank() const { return core_->o.rank; }
+  int size() const { return core_->o.size; }
+  const tcp_options& options() const { return core_->o; }
+
+  // Queues `bytes` for peer. Requires: bytes alive until the request completes.
+  // Cost: one CRC-32C pass on the calling thread (payload_crc), no copy.
+  request send(int peer, tag_t tag, std::span<const std::byte> bytes, deadline d) {
+    auto op = std::make_shared<detail::tcp_op>();
+    op->is_send = true;
+    op->peer = peer;
+    op->tag = tag;
+    op->buf = const_cast<std::byte*>(bytes.data());
+    op->len = bytes.size();
+    if (peer < 0 || peer >= size() || peer == rank()) {
+      op->state = detail::tcp_op::state_t::done;
+      op->ec = errc::invalid_argument;
+      return request(core_, std::move(op), d);
+    }
+    op->hdr = wire::make_header(wire::kind::data, tag, bytes, core_->o.payload_crc);
+    op->ready_at = clock::now() + core_->o.shaper.latency;
+    std::unique_lock lk(core_->mu);
+    auto& L = *core_->links[static_cast<std::size_t>(peer)];
+    if (core_->stopped) {
+      core_->complete(*op, errc::cancelled);
+    } else if (L.failed) {
+      core_->complete(*op, L.err);
+    } else if (bytes.size() > core_->o.max_frame_bytes) {
+      core_->complete(*op, errc::too_large);
+    } else if (L.sendq.size() >= core_->o.max_queued_sends) {
+      core_->complete(*op, errc::too_large);
+    } else if (!L.writing && L.sendq.empty() && !shaped_) {
+      core_->write_inline(lk, L, op);
+    } else {
+      L.sendq.push_back(op);
+      core_->schedule_write(L);
+    }
+    lk.unlock();
+    return request(core_, std::move(op), d);
+  }
+
+  // Posts a recv of the next message from peer with tag into bytes.
+  request recv(int peer, tag_t tag, std::span<std::byte> bytes, deadline d) {
+    auto op = std::make_shared<detail::tcp_op>();
+    op->peer = peer;
+    op->tag = tag;
+    op->buf = bytes.data();
+    op->len = bytes.size();
+    if (peer < 0 || peer >= size() || peer == rank()) {
+      op->state = detail::tcp_op::state_t::done;
+      op->ec = errc::invalid_argument;
+      return request(core_, std::move(op), d);
+    }
+    std::lock_guard lk(core_->mu);
+    auto& L = *core_->links[static_cast<std::size_t>(peer)];
+    auto it = std::find_if(L.unexpected.begin(), L.unexpected.end(),
+                           [&](auto& m) { return m.tag == tag; });
+    if (it != L.unexpected.end()) {
+      if (it->ec) {
+        core_->complete(*op, it->ec);
+      } else if (it->len != bytes.size()) {
+        core_->complete(*op, errc::mismatch);
+      } else {
+        if (it->len) std::memcpy(bytes.data(), it->bytes.get(), it->len);
+        core_->complete(*op, {});
+      }
+      L.unexpected_bytes -= it->len;
+      L.unexpected.erase(it);
+      core_->unpark(L);
+    } else if (core_->stopped) {
+      core_->complete(*op, errc::cancelled);
+    } else if (L.failed) {
+      core_->complete(*op, L.err);
+    } else {
+      L.posted.push_back(op);
+      core_->unpark(L);
+    }
+    return request(core_, std::move(op), d);
+  }
+
+  // Ensures: every queued send and posted recv completes with errc::cancelled (operations
+  // already moving bytes finish or drop their link).
+  void cancel_all() {
+    std::lock_guard lk(core_->mu);
+    for (auto& Lp : core_->links) {
+      if (!Lp) continue;
+      for (auto& op : Lp->sendq) core_->complete(*op, errc::cancelled);
+      Lp->sendq.clear();
+      for (auto& op : Lp->posted) core_->complete(*op, errc::cancelled);
+      Lp->posted.clear();
+    }
+  }
+
+  // Is the link to peer up? Ensures: false once the peer was lost (closed, crashed, silent).
+  bool alive(int peer) const {
+    if (peer == rank()) return true;
+    std::lock_guard lk(core_->mu);
+    return !core_->links[static_cast<std::size_t>(peer)]->failed;
+  }
+  // Why the link to peer failed ("" while it is up).
+  std::string failure(int peer) const {
+    if (peer == rank()) return {};
+    std::lock_guard lk(core_->mu);
+    return core_->links[static_cast<std::size_t>(peer)]->why;
+  }
+
+  // Orderly close: flushes queued sends (up to options.linger), says bye, closes.
+  // Ensures: pending operations complete with cancelled; idempotent.
+  void close() {
+    if (!core_) return;
+    {
+      std::unique_lock lk(core_->mu);
+      if (core_->stopped) return;
+      for (auto& Lp : core_->links) {
+        if (!Lp || Lp->failed) continue;
+        auto op = std::make_shared<detail::tcp_op>();
+        op->is_send = true;
+        op->peer = Lp->peer;
+        op->hdr = wire::make_header(wire::kind::bye, 0, {});
+        Lp->sendq.push_back(op);
+        core_->schedule_write(*Lp);
+      }
+      // Wait for sends to drain and for the peers' bye (they close after reading ours).
+      core_->cv.wait_until(lk, clock::now() + core_->o.linger, [&] {
+        for (auto& Lp : core_->links)
+          if (Lp && !Lp->failed) return false;
+        return true;
+      });
+    }
+    shutdown();
+  }
+
+  // Closes every link at once, as a crash would (for tests). Ensures: peers see peer_lost.
+  void abort() { shutdown(); }
+
+ private:
+  explicit asio_tcp(std::shared_ptr<detail::tcp_core> c)
+      : core_(std::move(c)),
+        shaped_(core_->o.shaper.rate_bytes_per_s > 0 || core_->o.shaper.latency.count() > 0) {}
+
+  void shutdown() {
+    {
+      std::lock_guard lk(core_->mu);
+      if (core_->stopped || core_->stopping) return;
+      core_->stopping = true;
+    }
+    boost::asio::post(core_->io, [c = core_.get()] {
+      std::lock_guard lk(c->mu);
+      c->hb.cancel();
+      for (auto& Lp : c->links)
+        if (Lp) c->fail_link(*Lp, errc::cancelled, "closed");
+    });
+    core_->work.reset();
+    if (core_->th.joinable()) core_->th.join();
+    std::lock_guard lk(core_->mu);
+    core_->stopped = true;
+    for (auto& Lp : core_->links) {
+      if (!Lp) continue;
+      if (Lp->wop) core_->complete(*Lp->wop, errc::cancelled);
+      if (Lp->rop) core_->complete(*Lp->rop, errc::cancelled);
+      for (auto& op : Lp->sendq) core_->complete(*op, errc::cancelled);
+      for (auto& op : Lp->posted) core_->complete(*op, errc::cancelled);
+      Lp->sendq.clear();
+      Lp->posted.clear();
+    }
+  }
+
+  std::shared_ptr<detail::tcp_core> core_;
+  bool shaped_ = false;
+};
+
+inline result<std::unique_ptr<asio_tcp>> asio_tcp::connect(tcp_options o) {
+  using namespace detail;
+  auto bad = [](std::string m) -> result<std::unique_ptr<asio_tcp>> {
+    return {errc::invalid_argument, "tcp_options." + m};
+  };
+  if (o.size < 1) return bad("size: must be >= 1, got " + std::to_string(o.size));
+  if (o.rank < 0 || o.rank >= o.size)
+    return bad("rank: must be in 0.." + std::to_string(o.size - 1) + ", got " +
+               std::to_string(o.rank));
+  if (o.size == 1 && !o.allow_single)
+    return bad(
+        "size: a multi-rank transport with world size 1 was asked for (a common launch "
+        "mistake); set allow_single = true if a single rank is intended");
+  if (o.token.empty()) return bad("token: must be non-empty (shared secret of the group)");
+  if (!o.peers.empty() && o.peers.size() != static_cast<std::size_t>(o.size))
+    return bad("peers: has " + std::to_string(o.peers.size()) + " entries, size is " +
+               std::to_string(o.size));
+  if (o.peers.empty() && o.coordinator.empty())
+    return bad("peers / coordinator: one must be given");
+  if (o.heartbeat_interval.count() <= 0 || o.peer_timeout <= o.heartbeat_interval)
+    return bad("peer_timeout: must exceed heartbeat_interval (> 0)");
+  if (o.shaper.burst_bytes == 0) return bad("shaper.burst_bytes: must be >= 1");
+  if (o.join_window.count() > 0 && !o.peers.empty())
+    return bad("join_window: elastic groups need the coordinator rendezvous (peers empty)");
+  const bool elastic = o.join_window.count() > 0;
+  if (elastic && o.size == 1 && !o.allow_single) o.allow_single = true;  // checked after admission
+
+  deadline d = clock::now() + o.connect_timeout;
+  int p = o.size, me = o.rank;
+  std::vector<fd_owner> fds(static_cast<std::size_t>(p));
+  std::vector<sockaddr_in> addr(static_cast<std::size_t>(p));
+
+  // Our listening socket.
+  sockaddr_in la{};
+  if (!o.peers.empty()) {
+    auto a = resolve_ipv4(o.peers[static_cast<std::size_t>(me)]);
+    if (!a) return a.error();
+    la = a.value();
+    for (int r = 0; r < p; ++r) {
+      auto ar = resolve_ipv4(o.peers[static_cast<std::size_t>(r)]);
+      if (!ar) return ar.error();
+      addr[static_cast<std::size_t>(r)] = ar.value();
+    }
+  } else {
+    auto c = resolve_ipv4(o.coordinator);
+    if (!c) return c.error();
+    addr[0] = c.value();
+    if (me == 0) {
+      la = c.value();
+    } else {
+      auto l = resolve_ipv4(o.listen_host + ":0");
+      if (!l) return l.error();
+      la = l.value();
+    }
+  }
+  std::uint16_t port = 0;
+  fd_owner listener;
+  if (me < p - 1 || (o.peers.empty() && me == 0)) {
+    auto l = listen_on(la, p + 8, o.socket_buffer_bytes, port);
+    if (!l) return l.error();
+    listener = std::move(l.value());
+  }
+  auto hello = wire::make_hello(me, p, o.epoch, port);
+
+  auto connect_to = [&](int r) -> status {
+    auto& a = addr[static_cast<std::size_t>(r)];
+    while (true) {
+      auto s = connect_retry(a, o.socket_buffer_bytes, d);
+      if (!s)
+        return paco::error{s.error().code,
+                           "asio_tcp rank " + std::to_string(me) + ": " + s.error().message};
+      auto h = client_handshake(s.value().get(), hello, r, o.token, d);
+      if (h) {
+        fds[static_cast<std::size_t>(r)] = std::move(s.value());
+        return {};
+      }
+      // A peer that is not up yet may reset us: retry; anything it said is final.
+      if (h.error().code != errc::peer_lost || clock::now() >= d)
+        return paco::error{h.error().code, "asio_tcp rank " + std::to_string(me) + " -> rank " +
+                                               std::to_string(r) + " at " + to_string(a) + ": " +
+                                               h.error().message};
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  };
+  // Accepts until every rank in `want` is connected; refused connections do not count.
+  auto accept_from = [&](std::vector<int> want, std::vector<std::uint16_t>* ports) -> status {
+    std::size_t got = 0;
+    std::string last;
+    while (got < want.size()) {
+      sockaddr_in pa{};
+      auto s = accept_until(listener.get(), d, pa);
+      if (!s)
+        return paco::error{s.error().code, "asio_tcp rank " + std::to_string(me) + ": " +
+                                               std::to_string(want.size() - got) +
+                                               " peer(s) never arrived" +
+                                               (last.empty() ? "" : "; last refused: " + last)};
+      auto h = server_handshake(s.value().get(), hello, o.token, d);
+      if (!h) {
+        last = h.error().message;
+        continue;
+      }
+      int r = static_cast<int>(h.value().rank);
+      if (std::find(want.begin(), want.end(), r) == want.end() ||
+          fds[static_cast<std::size_t>(r)].get() >= 0) {
+        last = "unexpected or duplicate rank " + std::to_string(r);
+        continue;
+      }
+      fds[static_cast<std::size_t>(r)] = std::move(s.value());
+      addr[static_cast<std::size_t>(r)] = pa;
+      if (ports) (*ports)[static_cast<std::size_t>(r)] = h.value().listen_port;
+      ++got;
+    }
+    return {};
+  };
+
+  if (o.peers.empty()) {  // coordinator rendezvous: rank 0 collects and sends the table
+    if (me == 0) {
+      std::vector<int> all;
+      for (int r = 1; r < p; ++r) all.push_back(r);
+      std::vector<std::uint16_t> ports(static_cast<std::size_t>(p));
+      if (elastic) {  // admit whoever arrives within the window
+        auto window_end = std::min(d, clock::now() + o.join_window);
+        auto saved = d;
+        d = window_end;
+        auto st = accept_from(all, &ports);
+        d = saved;
+        if (!st && st.error().code != errc::timeout) return st.error();
+      } else if (auto st = accept_from(all, &ports); !st) {
+        return st.error();
+      }
+      // Members by id; the table's header carries the group size, entry.reserved the id.
+      std::vector<int> members{0};
+      for (int r = 1; r < p; ++r)
+        if (fds[static_cast<std::size_t>(r)].get() >= 0) members.push_back(r);
+      const int q = static_cast<int>(members.size());
+      if (q == 1 && p > 1 && !o.allow_single)
+        return paco::error{errc::timeout,
+                           "asio_tcp coordinator: no member joined within join_window"};
+      std::vector<wire::table_entry> table(static_cast<std::size_t>(q));
+      for (int k = 0; k < q; ++k) {
+        auto id = static_cast<std::size_t>(members[static_cast<std::size_t>(k)]);
+        if (k > 0) {
+          table[static_cast<std::size_t>(k)].ipv4 = ntohl(addr[id].sin_addr.s_addr);
+          table[static_cast<std::size_t>(k)].port = ports[id];
+        }
+        table[static_cast<std::size_t>(k)].reserved = static_cast<std::uint16_t>(id);
+      }
+      auto tb = std::as_bytes(std::span(table));
+      std::vector<fd_owner> renumbered(static_cast<std::size_t>(q));
+      for (int k = 1; k < q; ++k) {
+        auto id = static_cast<std::size_t>(members[static_cast<std::size_t>(k)]);
+        if (auto ec =
+                send_frame(fds[id].get(), wire::kind::table, tb, d, static_cast<std::uint32_t>(q)))
+          return paco::error{
+              ec, "asio_tcp coordinator: sending the table to rank " + std::to_string(id)};
+        renumbered[static_cast<std::size_t>(k)] = std::move(fds[id]);
+      }
+      fds = std::move(renumbered);
+      o.size = q;
+      p = q;
+      listener.reset();
+    } else {
+      if (auto st = connect_to(0); !st) return st.error();
+      wire::frame_header h;
+      std::vector<std::byte> pl;
+      if (auto ec = read_frame(fds[0].get(), h, pl,
+                               sizeof(wire::table_entry) * static_cast<std::size_t>(p), d))
+        return paco::error{
+            ec, "asio_tcp rank " + std::to_string(me) + ": reading the coordinator's table"};
+      const std::size_t q = h.aux;  // the group size the coordinator decided
+      if (h.kind != static_cast<std::uint8_t>(wire::kind::table) || q < 2 ||
+          q > static_cast<std::size_t>(p) || pl.size() != sizeof(wire::table_entry) * q)
+        return paco::error{errc::protocol, "asio_tcp: coordinator sent no valid table"};
+      int new_rank = -1;
+      for (std::size_t k = 0; k < q; ++k) {
+        wire::table_entry e;
+        std::memcpy(&e, pl.data() + sizeof e * k, sizeof e);
+        if (e.reserved == static_cast<std::uint16_t>(me)) new_rank = static_cast<int>(k);
+        if (k == 0) continue;
+        addr[k].sin_family = AF_INET;
+        addr[k].sin_addr.s_addr = htonl(e.ipv4);
+        addr[k].sin_port = htons(e.port);
+      }
+      if (new_rank < 1)
+        return paco::error{errc::protocol, "asio_tcp: coordinator's table lacks this member"};
+      if (static_cast<int>(q) != p || new_rank != me) {  // elastic: renumbered
+        auto f0 = std::move(fds[0]);
+        fds.clear();
+        fds.resize(q);
+        fds[0] = std::move(f0);
+        me = new_rank;
+        p = static_cast<int>(q);
+        o.rank = me;
+        o.size = p;
+        hello = wire::make_hello(me, p, o.epoch, port);
+      }
+      for (int r = 1; r < me; ++r)
+        if (auto st = connect_to(r); !st) return st.error();
+      std::vector<int> above;
+      for (int r = me + 1; r < p; ++r) above.push_back(r);
+      if (auto st = accept_from(above, nullptr); !st) return st.error();
+    }
+  } else {
+    for (int r = 0; r < me; ++r)
+      if (auto st = connect_to(r); !st) return st.error();
+    std::vector<int> above;
+    for (int r = me + 1; r < p; ++r) above.push_back(r);
+    if (auto st = accept_from(above, nullptr); !st) return st.error();
+  }
+  listener.reset();
+
+  auto core = std::make_shared<tcp_core>();
+  core->o = std::move(o);
+  core->lim.max_payload = core->o.max_frame_bytes;
+  core->links.resize(static_cast<std::size_t>(p));
+  auto now = clock::now();
+  for (int r = 0; r < p; ++r) {
+    if (r == me) continue;
+    auto L = std::make_unique<tcp_link>(core->io);
+    L->peer = r;
+    int fd = fds[static_cast<std::size_t>(r)].release();
+    tune_socket(fd, core->o.socket_buffer_bytes);
+    boost::system::error_code ec;
+    L->sock.assign(boost::asio::ip::tcp::v4(), fd, ec);
+    if (ec) {
+      ::close(fd);
+      return paco::error{errc::io, "asio_tcp: adopting socket: " + ec.message()};
+    }
+    L->last_rx = L->last_tx = L->tok_t = now;
+    L->tokens = static_cast<double>(core->o.shaper.burst_bytes);
+    core->links[static_cast<std::size_t>(r)] = std::move(L);
+  }
+  core->work.emplace(core->io.get_executor());
+  for (auto& L : core->links)
+    if (L) core->read_header(*L);
+  core->heartbeat();
+  core->th = std::thread([c = core.get()] { c->io.run(); });
+  return std::unique_ptr<asio_tcp>(new asio_tcp(core));
+}
+
+static_assert(Transport<asio_tcp>);
+
+}  // namespace paco::net

@@ -1,0 +1,289 @@
+#pragma once
+// Blocking POSIX socket steps of asio_tcp's rendezvous (listen, connect with backoff, framed
+// handshake), each bounded by a deadline through poll(2). The connected descriptors are then
+// handed to Asio for the data path.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "paco/core/error.hpp"
+#include "paco/net/concepts.hpp"
+#include "paco/net/wire.hpp"
+
+namespace paco::net::detail {
+
+// Owns a file descriptor. Ensures: closed on destruction unless released.
+class fd_owner {
+ public:
+  fd_owner() = default;
+  explicit fd_owner(int fd) : fd_(fd) {}
+  fd_owner(fd_owner&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  fd_owner& operator=(fd_owner&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  ~fd_owner() { reset(); }
+  int get() const noexcept { return fd_; }
+  int release() noexcept { return std::exchange(fd_, -1); }
+  void reset() noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+inline std::string errno_text(int e) {
+  return std::strerror(e);
+}
+
+// "host:port" -> IPv4 address. Ensures: errc::invalid_argument naming the text on failure.
+inline result<sockaddr_in> resolve_ipv4(const std::string& hostport) {
+  auto colon = hostport.rfind(':');
+  if (colon == std::string::npos || colon + 1 >= hostport.size())
+    return {errc::invalid_argument, "address '" + hostport + "': expected host:port"};
+  std::string host = hostport.substr(0, colon), port = hostport.substr(colon + 1);
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0 || !res)
+    return {errc::invalid_argument,
+            "address '" + hostport + "': cannot resolve (" + gai_strerror(rc) + ")"};
+  sockaddr_in a{};
+  std::memcpy(&a, res->ai_addr, sizeof a);
+  ::freeaddrinfo(res);
+  return a;
+}
+
+inline std::string to_string(const sockaddr_in& a) {
+  char buf[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &a.sin_addr, buf, sizeof buf);
+  return std::string(buf) + ":" + std::to_string(ntohs(a.sin_port));
+}
+
+// Waits until fd is ready for `events` or the deadline passes.
+inline std::error_code poll_until(int fd, short events, deadline d) {
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(d - clock::now()).count();
+    if (left < 0) return errc::timeout;
+    pollfd p{fd, events, 0};
+    int rc = ::poll(&p, 1, static_cast<int>(std::min<long long>(left + 1, 1000)));
+    if (rc > 0) return {};
+    if (rc < 0 && errno != EINTR) return {errno, std::generic_category()};
+  }
+}
+
+inline std::error_code write_all(int fd, const void* data, std::size_t n, deadline d) {
+  auto p = static_cast<const char*>(data);
+  while (n) {
+    ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k > 0) {
+      p += k;
+      n -= static_cast<std::size_t>(k);
+    } else if (k < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (auto ec = poll_until(fd, POLLOUT, d)) return ec;
+    } else {
+      return errc::peer_lost;
+    }
+  }
+  return {};
+}
+
+inline std::error_code read_all(int fd, void* data, std::size_t n, deadline d) {
+  auto p = static_cast<char*>(data);
+  while (n) {
+    ssize_t k = ::recv(fd, p, n, MSG_DONTWAIT);
+    if (k > 0) {
+      p += k;
+      n -= static_cast<std::size_t>(k);
+    } else if (k == 0) {
+      return errc::peer_lost;
+    } else if (errno == EAGAIN || errno == EINTR) {
+      if (auto ec = poll_until(fd, POLLIN, d)) return ec;
+    } else {
+      return errc::peer_lost;
+    }
+  }
+  return {};
+}
+
+inline std::error_code send_frame(int fd, wire::kind k, std::span<const std::byte> payload,
+                                  deadline d, std::uint32_t aux = 0) {
+  auto h = wire::make_header(k, 0, payload, true, aux);
+  if (auto ec = write_all(fd, &h, sizeof h, d)) return ec;
+  return write_all(fd, payload.data(), payload.size(), d);
+}
+
+// Reads one control frame. Ensures: header and payload checked; payload <= max bytes.
+inline std::error_code read_frame(int fd, wire::frame_header& h, std::vector<std::byte>& payload,
+                                  std::size_t max, deadline d) {
+  if (auto ec = read_all(fd, &h, sizeof h, d)) return ec;
+  if (auto ec = wire::check_header(h, wire::limits{.max_payload = max})) return ec;
+  payload.resize(h.length);
+  if (auto ec = read_all(fd, payload.data(), payload.size(), d)) return ec;
+  return wire::check_payload(h, payload);
+}
+
+inline void tune_socket(int fd, int buffer_bytes) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (buffer_bytes > 0) {
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof buffer_bytes);
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof buffer_bytes);
+  }
+}
+
+// A listening socket on `a` (port 0: the OS picks). Ensures: the bound port in `port`.
+inline result<fd_owner> listen_on(sockaddr_in a, int backlog, int buffer_bytes,
+                                  std::uint16_t& port) {
+  fd_owner s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (s.get() < 0) return {errc::io, "socket(): " + errno_text(errno)};
+  int one = 1;
+  ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  tune_socket(s.get(), buffer_bytes);
+  if (::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+    return {errc::io, "bind " + to_string(a) + ": " + errno_text(errno)};
+  if (::listen(s.get(), backlog) != 0)
+    return {errc::io, "listen " + to_string(a) + ": " + errno_text(errno)};
+  socklen_t len = sizeof a;
+  ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &len);
+  port = ntohs(a.sin_port);
+  return s;
+}
+
+// Connects to `a`, retrying with exponential backoff (20 ms .. 1 s) until the deadline.
+inline result<fd_owner> connect_retry(sockaddr_in a, int buffer_bytes, deadline d) {
+  auto backoff = std::chrono::milliseconds(20);
+  int last = 0;
+  while (clock::now() < d) {
+    fd_owner s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (s.get() < 0) return {errc::io, "socket(): " + errno_text(errno)};
+    tune_socket(s.get(), buffer_bytes);
+    int rc = ::connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
+    if (rc != 0 && errno == EINPROGRESS) {
+      if (!poll_until(s.get(), POLLOUT, d)) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        ::getsockopt(s.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+        rc = err ? -1 : 0;
+        errno = err;
+      }
+    }
+    if (rc == 0) return s;
+    last = errno;
+    auto wake = std::min(d, clock::now() + backoff);
+    std::this_thread::sleep_until(wake);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+  return {errc::timeout, "connect to " + to_string(a) + ": no answer by the deadline (last: " +
+                             (last ? errno_text(last) : std::string("none")) + ")"};
+}
+
+inline result<fd_owner> accept_until(int listener, deadline d, sockaddr_in& peer) {
+  for (;;) {
+    if (auto ec = poll_until(listener, POLLIN, d))
+      return paco::error{ec, "accept: no peer connected by the deadline"};
+    socklen_t len = sizeof peer;
+    int fd =
+        ::accept4(listener, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0) return fd_owner(fd);
+    if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+      return {errc::io, "accept: " + errno_text(errno)};
+  }
+}
+
+// Client side of the handshake with the rank expected to be `want` (-1: any).
+// Ensures: the server's hello on success; errc::auth / version / mismatch / ... otherwise.
+inline result<wire::hello_body> client_handshake(int fd, const wire::hello_body& mine, int want,
+                                                 std::string_view token, deadline d) {
+  if (auto ec = send_frame(fd, wire::kind::hello, wire::bytes_of(mine), d))
+    return paco::error{ec, "handshake: sending hello"};
+  wire::frame_header h;
+  std::vector<std::byte> p;
+  if (auto ec = read_frame(fd, h, p, sizeof(wire::hello_body), d))
+    return paco::error{ec, "handshake: reading the server's hello"};
+  if (h.kind == static_cast<std::uint8_t>(wire::kind::refuse))
+    return {static_cast<errc>(h.aux), "handshake: refused by the server"};
+  if (h.kind != static_cast<std::uint8_t>(wire::kind::hello))
+    return {errc::protocol, "handshake: expected hello"};
+  wire::hello_body s;
+  std::memcpy(&s, p.data(), sizeof s);
+  if (auto ec = wire::check_hello(s, static_cast<int>(mine.rank), static_cast<int>(mine.size),
+                                  mine.epoch))
+    return paco::error{ec, "handshake: server's group (size " + std::to_string(s.size) +
+                               ", epoch " + std::to_string(s.epoch) + ") differs from ours"};
+  if (want >= 0 && s.rank != static_cast<std::uint32_t>(want))
+    return {errc::protocol,
+            "handshake: expected rank " + std::to_string(want) + ", got " + std::to_string(s.rank)};
+  if (auto ec = wire::verify_server(token, mine, s))
+    return paco::error{ec, "handshake: the server does not hold the token"};
+  wire::auth_body a{};
+  auto m = wire::client_mac(token, mine, s);
+  std::memcpy(a.mac, m.data(), 32);
+  if (auto ec = send_frame(fd, wire::kind::auth, wire::bytes_of(a), d))
+    return paco::error{ec, "handshake: auth"};
+  if (auto ec = read_frame(fd, h, p, 0, d))
+    return paco::error{ec, "handshake: waiting for welcome"};
+  if (h.kind == static_cast<std::uint8_t>(wire::kind::refuse))
+    return {static_cast<errc>(h.aux), "handshake: refused by the server"};
+  if (h.kind != static_cast<std::uint8_t>(wire::kind::welcome))
+    return {errc::protocol, "handshake: expected welcome"};
+  return s;
+}
+
+// Server side. Ensures: the client's hello on success; on failure the client was sent a
+// refuse frame carrying the errc.
+inline result<wire::hello_body> server_handshake(int fd, wire::hello_body mine,
+                                                 std::string_view token, deadline d) {
+  wire::frame_header h;
+  std::vector<std::byte> p;
+  auto refuse = [&](std::error_code ec, std::string why) -> result<wire::hello_body> {
+    send_frame(fd, wire::kind::refuse, {}, d, static_cast<std::uint32_t>(ec.value()));
+    return paco::error{ec, "handshake: " + why};
+  };
+  if (auto ec = read_frame(fd, h, p, sizeof(wire::hello_body), d))
+    return paco::error{ec, "handshake: reading hello"};
+  if (h.kind != static_cast<std::uint8_t>(wire::kind::hello))
+    return refuse(errc::protocol, "expected hello");
+  wire::hello_body c;
+  std::memcpy(&c, p.data(), sizeof c);
+  if (auto ec = wire::check_hello(c, static_cast<int>(mine.rank), static_cast<int>(mine.size),
+                                  mine.epoch))
+    return refuse(ec, "client's group (rank " + std::to_string(c.rank) + ", size " +
+                          std::to_string(c.size) + ", epoch " + std::to_string(c.epoch) +
+                          ") differs from ours");
+  auto m = wire::server_mac(token, c, mine);
+  std::memcpy(mine.mac, m.data(), 32);
+  if (auto ec = send_frame(fd, wire::kind::hello, wire::bytes_of(mine), d))
+    return paco::error{ec, "handshake: hello"};
+  if (auto ec = read_frame(fd, h, p, sizeof(wire::auth_body), d))
+    return paco::error{ec, "handshake: reading auth"};
+  if (h.kind != static_cast<std::uint8_t>(wire::kind::auth))
+    return refuse(errc::protocol, "expected auth");
+  wire::auth_body a;
+  std::memcpy(&a, p.data(), sizeof a);
+  if (auto ec = wire::verify_client(token, c, mine, a))
+    return refuse(ec, "rank " + std::to_string(c.rank) + " does not hold the token");
+  if (auto ec = send_frame(fd, wire::kind::welcome, {}, d))
+    return paco::error{ec, "handshake: welcome"};
+  return c;
+}
+
+}  // namespace paco::net::detail

@@ -1,0 +1,69 @@
+#pragma once
+// A test world of asio_tcp endpoints on 127.0.0.1, one thread per rank, coordinator rendezvous
+// on a port the OS just handed out.
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "paco/net/asio_tcp.hpp"
+
+namespace paco::testing {
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+inline int free_port() {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+inline net::tcp_options loopback_options(int rank, int size, int port) {
+  net::tcp_options o;
+  o.rank = rank;
+  o.size = size;
+  o.coordinator = "127.0.0.1:" + std::to_string(port);
+  o.token = "test-token";
+  o.connect_timeout = std::chrono::seconds(10);
+  o.heartbeat_interval = std::chrono::milliseconds(100);
+  o.peer_timeout = std::chrono::milliseconds(1500);
+  o.allow_single = true;
+  return o;
+}
+
+struct tcp_world {
+  using transport = net::asio_tcp;
+  static constexpr const char* name = "asio_tcp";
+  template <class F>
+  static void run(int p, F f) {
+    int port = free_port();
+    std::vector<std::thread> th;
+    std::vector<std::string> err(static_cast<std::size_t>(p));
+    for (int r = 0; r < p; ++r)
+      th.emplace_back([&, r] {
+        auto t = net::asio_tcp::connect(loopback_options(r, p, port));
+        if (!t) {
+          err[static_cast<std::size_t>(r)] = t.error().what();
+          return;
+        }
+        f(*t.value());
+      });
+    for (auto& t : th) t.join();
+    for (auto& e : err)
+      if (!e.empty()) throw std::runtime_error("tcp_world: " + e);
+  }
+  static void kill(transport& t) { t.abort(); }
+};
+
+}  // namespace paco::testing

@@ -1,0 +1,170 @@
+// Multi-process tests of asio_tcp on 127.0.0.1: separate processes (posix_spawn of
+// paco_net_worker), a clean run, and a rank SIGKILLed in the middle of an all-reduce.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tcp_world.hpp"
+
+extern char** environ;
+
+namespace {
+
+struct proc {
+  pid_t pid = -1;
+  std::string out;  // stdout file
+};
+
+proc spawn_worker(const std::vector<std::string>& args, const std::string& out) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<char*> argv;
+  std::string exe = PACO_NET_WORKER;
+  argv.push_back(exe.data());
+  std::vector<std::string> copy = args;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  proc p;
+  p.out = out;
+  REQUIRE(posix_spawn(&p.pid, exe.c_str(), &fa, nullptr, argv.data(), environ) == 0);
+  posix_spawn_file_actions_destroy(&fa);
+  return p;
+}
+
+// Waits for pid up to `limit`; kills it after that. Returns the exit status (or -1).
+int wait_for(pid_t pid, std::chrono::milliseconds limit) {
+  auto until = std::chrono::steady_clock::now() + limit;
+  int st = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &st, 0);
+  return -1;
+}
+
+std::string slurp(const std::string& f) {
+  std::ifstream in(f);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string tmpdir() {
+  char t[] = "/tmp/paco_multiproc_XXXXXX";
+  return mkdtemp(t);
+}
+
+}  // namespace
+
+TEST_CASE("asio_tcp across 4 processes: exact all-reduces", "[net][multiproc]") {
+  auto dir = tmpdir();
+  int port = paco::testing::free_port();
+  std::vector<proc> ps;
+  for (int r = 0; r < 4; ++r)
+    ps.push_back(
+        spawn_worker({std::to_string(r), "4", std::to_string(port), "100003", "20", "10000", "0"},
+                     dir + "/r" + std::to_string(r)));
+  for (int r = 0; r < 4; ++r) {
+    int rc = wait_for(ps[r].pid, std::chrono::seconds(60));
+    INFO("rank " << r << " output: " << slurp(ps[r].out));
+    REQUIRE(rc == 0);
+    REQUIRE(slurp(ps[r].out).find("ok 20") != std::string::npos);
+  }
+}
+
+TEST_CASE("SIGKILL mid all-reduce: survivors error within 2x deadline and regroup",
+          "[net][multiproc]") {
+  auto dir = tmpdir();
+  int port = paco::testing::free_port();
+  int regroup = paco::testing::free_port();  // rank 0's port for the next group
+  const int deadline_ms = 1000;
+  std::vector<proc> ps;
+  for (int r = 0; r < 4; ++r)
+    ps.push_back(spawn_worker({std::to_string(r), "4", std::to_string(port), "4000000", "100000",
+                               std::to_string(deadline_ms), std::to_string(regroup)},
+                              dir + "/r" + std::to_string(r)));
+  // Wait until all are connected and all-reducing, then kill rank 2.
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (int r = 0; r < 4; ++r)
+    while (slurp(ps[r].out).find("ready") == std::string::npos &&
+           std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  kill(ps[2].pid, SIGKILL);
+  wait_for(ps[2].pid, std::chrono::seconds(5));
+  for (int r : {0, 1, 3}) {
+    int rc = wait_for(ps[r].pid, std::chrono::seconds(30));
+    auto out = slurp(ps[r].out);
+    INFO("rank " << r << " output: " << out);
+    REQUIRE(rc == 0);
+    auto e = out.find("error ");
+    REQUIRE(e != std::string::npos);
+    double ms = std::stod(out.substr(e + 6));
+    std::printf("[multiproc] rank %d: error after %.1f ms (deadline %d ms): %s", r, ms, deadline_ms,
+                out.substr(e).c_str());
+    REQUIRE(ms < 2 * deadline_ms);
+    REQUIRE(out.find("regroup 3 ok") != std::string::npos);
+  }
+}
+
+TEST_CASE("asio_tcp shaper: a per-link rate within 10%, added latency", "[net][shaper]") {
+  using namespace paco;
+  const double rate = 40e6;  // bytes/s
+  const std::size_t bytes = 12 << 20, m = 1 << 20;
+  std::vector<double> secs(2, 0), lat(2, 0);
+  int port = paco::testing::free_port();
+  std::vector<std::thread> th;
+  for (int r = 0; r < 2; ++r)
+    th.emplace_back([&, r] {
+      auto o = paco::testing::loopback_options(r, 2, port);
+      o.shaper.rate_bytes_per_s = rate;
+      o.shaper.latency = std::chrono::milliseconds(30);
+      auto t = net::asio_tcp::connect(o).value_or_throw();
+      std::vector<std::byte> buf(m), one(1);
+      auto d = net::after(std::chrono::seconds(30));
+      // Latency: a ping-pong of one byte takes >= 2 x 30 ms.
+      auto t0 = net::clock::now();
+      if (r == 0) {
+        t->send(1, 9, one, d).wait();
+        t->recv(1, 9, one, d).wait();
+        lat[0] = std::chrono::duration<double>(net::clock::now() - t0).count();
+      } else {
+        t->recv(0, 9, one, d).wait();
+        t->send(0, 9, one, d).wait();
+      }
+      t0 = net::clock::now();
+      if (r == 0) {
+        std::vector<net::asio_tcp::request> q;
+        for (std::size_t off = 0; off < bytes; off += m) q.push_back(t->send(1, 1, buf, d));
+        for (auto& x : q) x.wait();
+      } else {
+        t->recv(0, 1, buf, d).wait();  // time from the first message (after the added latency)
+        t0 = net::clock::now();
+        for (std::size_t off = m; off < bytes; off += m) t->recv(0, 1, buf, d).wait();
+        secs[1] = std::chrono::duration<double>(net::clock::now() - t0).count();
+      }
+    });
+  for (auto& t : th) t.join();
+  double got = double(bytes - m) / secs[1];
+  std::printf(
+      "[shaper] configured %.1f MB/s, delivered %.1f MB/s; ping-pong %.1f ms (2 x 30 ms added)\n",
+      rate / 1e6, got / 1e6, lat[0] * 1e3);
+  REQUIRE(got > 0.9 * rate);
+  REQUIRE(got < 1.1 * rate);
+  REQUIRE(lat[0] >= 0.060);
+}

@@ -1,0 +1,124 @@
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "paco/net/crc32c.hpp"
+#include "paco/net/inproc.hpp"
+#include "paco/net/wire.hpp"
+#include "paco/testing/archetypes.hpp"
+#include "world.hpp"
+
+using namespace paco;
+using namespace paco::net;
+
+// ---- concept: archetype and negative tests ----
+namespace {
+struct no_deadline {  // send/recv without a deadline: not a Transport
+  using request = paco::testing::request_archetype;
+  int rank() const { return 0; }
+  int size() const { return 1; }
+  request send(int, tag_t, std::span<const std::byte>) { return {}; }
+  request recv(int, tag_t, std::span<std::byte>) { return {}; }
+  void cancel_all() {}
+};
+struct no_cancel {  // no cancel_all: not a Transport
+  using request = paco::testing::request_archetype;
+  int rank() const { return 0; }
+  int size() const { return 1; }
+  request send(int, tag_t, std::span<const std::byte>, deadline) { return {}; }
+  request recv(int, tag_t, std::span<std::byte>, deadline) { return {}; }
+};
+struct bool_wait {  // wait() without an error code: not a Request
+  bool wait() { return true; }
+  bool test() { return true; }
+  void cancel() {}
+};
+}  // namespace
+static_assert(Transport<paco::testing::transport_archetype>);
+static_assert(Transport<inproc>);
+static_assert(!Transport<no_deadline>);
+static_assert(!Transport<no_cancel>);
+static_assert(!Request<bool_wait>);
+static_assert(!Transport<int>);
+
+TEST_CASE("crc32c: known answers, hardware equals reference, incremental", "[net][wire]") {
+  const char* s = "123456789";
+  REQUIRE(crc32c(0, std::as_bytes(std::span(s, 9))) == 0xE3069283u);
+  std::vector<std::byte> buf(3 * 4096 * 3 + 77);
+  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = std::byte(i * 131 + (i >> 7));
+  for (std::size_t n : {0ul, 1ul, 7ul, 8ul, 4095ul, 12288ul, 12289ul, buf.size()}) {
+    auto sp = std::span<const std::byte>(buf).first(n);
+    REQUIRE(crc32c(0, sp) == crc32c_reference(0, sp));
+    std::size_t h = n / 3;
+    REQUIRE(crc32c(crc32c(0, sp.first(h)), sp.subspan(h)) == crc32c(0, sp));
+  }
+}
+
+TEST_CASE("sha256 / hmac: FIPS and RFC 4231 vectors", "[net][wire]") {
+  detail::sha256 h;
+  h.update("abc");
+  auto d = h.finish();
+  const std::uint8_t abc[4] = {0xba, 0x78, 0x16, 0xbf};
+  REQUIRE(std::memcmp(d.data(), abc, 4) == 0);
+  REQUIRE(d[31] == 0xad);
+  std::string msg = "what do ya want for nothing?";
+  auto m = detail::hmac_sha256("Jefe", {std::as_bytes(std::span(msg.data(), msg.size()))});
+  REQUIRE(m[0] == 0x5b);
+  REQUIRE(m[1] == 0xdc);
+  REQUIRE(m[31] == 0x43);
+}
+
+TEST_CASE("wire: a header round-trips and each corruption gets its own error", "[net][wire]") {
+  std::vector<std::byte> payload(100, std::byte{7});
+  auto h = wire::make_header(wire::kind::data, 42, payload);
+  wire::frame_header out{};
+  wire::limits lim{.max_payload = 1000};
+  REQUIRE(!wire::decode_header(wire::bytes_of(h), lim, out));
+  REQUIRE(out.tag == 42);
+  REQUIRE(out.length == 100);
+  REQUIRE(!wire::check_payload(out, payload));
+  auto bad = [&](auto mutate) {
+    auto x = h;
+    mutate(x);
+    return wire::check_header(x, lim);
+  };
+  REQUIRE(bad([](auto& x) { x.magic ^= 1; }) == errc::protocol);
+  REQUIRE(bad([](auto& x) { x.version = 2; }) == errc::version);
+  REQUIRE(bad([](auto& x) { x.tag ^= 1; }) == errc::corrupt);
+  auto big = wire::make_header(wire::kind::data, 1, payload);
+  big.length = 5000;
+  big.header_crc = crc32c(0, wire::bytes_of(big).first(wire::header_crc_bytes));
+  REQUIRE(wire::check_header(big, lim) == errc::too_large);
+  auto hb = wire::make_header(wire::kind::heartbeat, 0, payload);  // heartbeat with payload
+  REQUIRE(wire::check_header(hb, lim) == errc::protocol);
+  payload[3] = std::byte{8};
+  REQUIRE(wire::check_payload(out, payload) == errc::corrupt);
+  // Truncated stream.
+  wire::frame_reader rd(lim);
+  auto hbytes = wire::bytes_of(h);
+  int frames = 0;
+  REQUIRE(!rd.feed(hbytes, [&](auto&, auto) { ++frames; }));
+  REQUIRE(rd.finish() == errc::protocol);
+}
+
+TEST_CASE("wire: the handshake refuses a peer without the token", "[net][wire]") {
+  auto c = wire::make_hello(1, 2, 5, 0);
+  auto s = wire::make_hello(0, 2, 5, 0);
+  auto ms = wire::server_mac("secret", c, s);
+  std::memcpy(s.mac, ms.data(), 32);
+  REQUIRE(!wire::verify_server("secret", c, s));
+  REQUIRE(wire::verify_server("other", c, s) == errc::auth);
+  wire::auth_body a{};
+  auto mc = wire::client_mac("secret", c, s);
+  std::memcpy(a.mac, mc.data(), 32);
+  REQUIRE(!wire::verify_client("secret", c, s, a));
+  auto mw = wire::client_mac("wrong", c, s);
+  std::memcpy(a.mac, mw.data(), 32);
+  REQUIRE(wire::verify_client("secret", c, s, a) == errc::auth);
+  REQUIRE(!wire::check_hello(c, 0, 2, 5));
+  REQUIRE(wire::check_hello(c, 0, 3, 5) == errc::mismatch);
+  REQUIRE(wire::check_hello(c, 0, 2, 6) == errc::mismatch);
+  REQUIRE(wire::check_hello(c, 1, 2, 5) == errc::protocol);
+}
