@@ -4,6 +4,7 @@
 // naming the field and the accepted range.
 
 #include <filesystem>
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -49,11 +50,42 @@ struct output_section {
   std::string dir = "out/lm_brown";
 };
 
+struct job_section {
+  std::string mode = "lm";  // "lm": one model; "dipaco": a grid of paths, store + workers
+};
+
+// DiPaCo / DiLoCo runs (job.mode = "dipaco"). A grid [1] with workers_per_path = k is DiLoCo.
+struct dipaco_section {
+  std::vector<int> grid = {2, 2};  // experts per level (levels = entries, 1 or 2)
+  int workers_per_path = 1;
+  int rounds = 8;                  // outer steps
+  int inner_steps = 100;           // H
+  int pretrain_steps = 200;        // shared base model (also the router's feature extractor)
+  float outer_lr = 0.7f;
+  float outer_momentum = 0.9f;
+  std::string path_rescale = "none";  // none | sqrt_paths | inv_sqrt_paths
+  bool weight_by_shard = true;
+  int prefix = 32;                 // routing prefix (bytes)
+};
+
+struct launch_section {
+  std::string mode = "local";        // local: spawn store and workers here over TCP;
+                                     // manual: prepare the run, print one command per process
+  std::string store_host = "127.0.0.1";
+  int base_port = 0;                 // store listens on base_port + worker; 0: free ports
+  double round_timeout_s = 120;      // a round closes this long after its first push
+  double peer_timeout_s = 5;         // silence after which a process is considered dead
+  int restarts = 3;                  // local: a crashed worker is restarted up to this often
+};
+
 struct train_config {
   paco::nn::gpt_config model{.vocab = 256, .ctx = 256, .d = 256, .layers = 4, .heads = 4};
   train_section train;
   data_section data;
   output_section output;
+  job_section job;
+  dipaco_section dipaco;
+  launch_section launch;
 };
 
 namespace detail {
@@ -73,6 +105,16 @@ paco::status assign(T& dst, const toml::node& n, const std::string& key) {
   } else if constexpr (std::is_floating_point_v<T>) {
     if (auto v = n.value<double>()) return dst = T(*v), paco::status{};
     return {errc::invalid_argument, key + " must be a number"};
+  } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+    auto* a = n.as_array();
+    if (!a) return {errc::invalid_argument, key + " must be an array of integers, e.g. [2, 2]"};
+    dst.clear();
+    for (auto& e : *a) {
+      auto v = e.value<std::int64_t>();
+      if (!v) return {errc::invalid_argument, key + " must be an array of integers"};
+      dst.push_back(int(*v));
+    }
+    return {};
   } else {
     if (auto v = n.value<std::string>()) return dst = *v, paco::status{};
     return {errc::invalid_argument, key + " must be a string"};
@@ -114,6 +156,25 @@ inline std::map<std::string, detail::field> fields(train_config& c) {
   add("data.corpus", c.data.corpus);
   add("data.dir", c.data.dir);
   add("output.dir", c.output.dir);
+  add("job.mode", c.job.mode);
+  auto& d = c.dipaco;
+  add("dipaco.grid", d.grid);
+  add("dipaco.workers_per_path", d.workers_per_path);
+  add("dipaco.rounds", d.rounds);
+  add("dipaco.inner_steps", d.inner_steps);
+  add("dipaco.pretrain_steps", d.pretrain_steps);
+  add("dipaco.outer_lr", d.outer_lr);
+  add("dipaco.outer_momentum", d.outer_momentum);
+  add("dipaco.path_rescale", d.path_rescale);
+  add("dipaco.weight_by_shard", d.weight_by_shard);
+  add("dipaco.prefix", d.prefix);
+  auto& l = c.launch;
+  add("launch.mode", l.mode);
+  add("launch.store_host", l.store_host);
+  add("launch.base_port", l.base_port);
+  add("launch.round_timeout_s", l.round_timeout_s);
+  add("launch.peer_timeout_s", l.peer_timeout_s);
+  add("launch.restarts", l.restarts);
   return f;
 }
 
@@ -136,8 +197,41 @@ inline paco::status validate(const train_config& c) {
                  range(t.eval_every >= 1, "train.eval_every", ">= 1"),
                  range(t.eval_batches >= 1, "train.eval_batches", ">= 1"),
                  range(t.checkpoint_every >= 1, "train.checkpoint_every", ">= 1"),
-                 range(c.data.corpus == "brown", "data.corpus", "\"brown\"")})
+                 range(c.data.corpus == "brown", "data.corpus", "\"brown\""),
+                 range(c.job.mode == "lm" || c.job.mode == "dipaco", "job.mode",
+                       "\"lm\" or \"dipaco\"")})
     if (!s) return s;
+  if (c.job.mode == "dipaco") {
+    const auto& d = c.dipaco;
+    int paths = 1;
+    for (int k : d.grid) paths *= k;
+    for (auto s : {range(d.grid.size() >= 1 && d.grid.size() <= 2, "dipaco.grid",
+                         "1 or 2 levels, e.g. [2, 2]"),
+                   range(std::all_of(d.grid.begin(), d.grid.end(), [](int k) { return k >= 1 && k <= 64; }),
+                         "dipaco.grid", "experts in [1, 64] per level"),
+                   range(int(d.grid.size()) <= c.model.layers, "dipaco.grid",
+                         "at most model.layers levels"),
+                   range(d.workers_per_path >= 1 && paths * d.workers_per_path <= 64,
+                         "dipaco.workers_per_path", "≥ 1 with at most 64 workers in all"),
+                   range(d.rounds >= 1, "dipaco.rounds", "≥ 1"),
+                   range(d.inner_steps >= 1, "dipaco.inner_steps", "≥ 1"),
+                   range(d.pretrain_steps >= 0, "dipaco.pretrain_steps", "≥ 0"),
+                   range(d.outer_lr > 0, "dipaco.outer_lr", "> 0"),
+                   range(d.outer_momentum >= 0 && d.outer_momentum < 1, "dipaco.outer_momentum", "in [0, 1)"),
+                   range(d.path_rescale == "none" || d.path_rescale == "sqrt_paths" ||
+                             d.path_rescale == "inv_sqrt_paths",
+                         "dipaco.path_rescale", "none, sqrt_paths or inv_sqrt_paths"),
+                   range(d.prefix >= 1 && d.prefix <= c.model.ctx, "dipaco.prefix", "in [1, model.ctx]"),
+                   range(!c.model.tie_weights || d.grid.size() == 1, "model.tie_weights",
+                         "false when the grid has several levels"),
+                   range(c.launch.mode == "local" || c.launch.mode == "manual", "launch.mode",
+                         "\"local\" or \"manual\""),
+                   range(c.launch.base_port >= 0 && c.launch.base_port < 65000, "launch.base_port", "in [0, 65000)"),
+                   range(c.launch.round_timeout_s > 0, "launch.round_timeout_s", "> 0"),
+                   range(c.launch.peer_timeout_s > 0.2, "launch.peer_timeout_s", "> 0.2"),
+                   range(c.launch.restarts >= 0, "launch.restarts", "≥ 0")})
+      if (!s) return s;
+  }
   paco::optim::adamw o{.lr = t.lr, .beta1 = t.beta1, .beta2 = t.beta2,
                        .weight_decay = t.weight_decay};
   return o.validate();

@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "config.hpp"
+#include "dipaco_launch.hpp"
 #include "paco/io/io.hpp"
 #include "paco/nn/nn.hpp"
 #include "paco/optim/optim.hpp"
@@ -54,9 +55,15 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::vector<std::string> overrides;
   bool resume = false;
-  app.add_option("--config,-c", config_path, "TOML config (examples/configs/lm_brown.toml)");
+  std::string role = "launcher", run_dir;
+  int worker = 0;
+  app.add_option("--config,-c", config_path, "TOML config (examples/configs/*.toml)");
   app.add_option("--set", overrides, "override a setting: section.key=value (repeatable)");
   app.add_flag("--resume", resume, "continue from the checkpoint in output.dir if there is one");
+  app.add_option("--role", role, "dipaco jobs: launcher (default), prepare, store or worker")
+      ->check(CLI::IsMember({"launcher", "prepare", "store", "worker"}));
+  app.add_option("--worker", worker, "dipaco jobs, --role worker: this worker's id (1 … workers)");
+  app.add_option("--run-dir", run_dir, "dipaco jobs: the run directory (default: output.dir)");
   CLI11_PARSE(app, argc, argv);
 
   auto cfg_r = paco_train::load_config(config_path, overrides);
@@ -65,6 +72,29 @@ int main(int argc, char** argv) {
     return 2;
   }
   const auto cfg = *cfg_r;
+  if (cfg.job.mode == "dipaco") {
+    paco_train::run_dir rd{run_dir.empty() ? fs::path(cfg.output.dir) : fs::path(run_dir)};
+    try {
+      if (role == "store") return paco_train::run_store(cfg, rd, resume);
+      if (role == "worker") return paco_train::run_worker(cfg, rd, worker);
+      if (role == "prepare") {
+        auto data = paco_train::load_job_data(cfg);
+        if (!data) return std::fprintf(stderr, "paco_train: %s\n", data.error().what().c_str()), 2;
+        auto s = paco_train::prepare(cfg, rd, *data, paco_train::make_plan(cfg.dipaco));
+        if (!s) return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
+        std::printf("paco_train: prepared %s\n", rd.dir.c_str());
+        return 0;
+      }
+      return paco_train::run_launcher(cfg, rd, config_path, overrides, resume);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "paco_train (%s): %s\n", role.c_str(), e.what());
+      return 2;
+    }
+  }
+  if (role != "launcher") {
+    std::fprintf(stderr, "paco_train: --role is for job.mode = \"dipaco\"\n");
+    return 2;
+  }
   const auto& tc = cfg.train;
 
   // ---- data ----

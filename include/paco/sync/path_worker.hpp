@@ -104,20 +104,22 @@ class path_worker {
     return last_loss_;
   }
 
-  // Pushes Δ = θ_start − θ for every module of the path, for the round pulled last.
+  // Pushes Δ = θ_start − θ for every module of the path, for the round pulled last. Every
+  // module is tried even if one push fails (e.g. its round closed without us); the first error
+  // is returned.
   template <class Store>
   status push(Store& store) {
     auto th = arena_.get(plane::param);
     auto an = arena_.get(plane::anchor);
+    status first;
     for (std::size_t l = 0; l < levels_.size(); ++l) {
       const std::size_t o = levels_[l].offset, n = levels_[l].size;
       delta_.resize(n);
       for (std::size_t i = 0; i < n; ++i) delta_[i] = an[o + i] - th[o + i];
-      if (auto s = store.push(modules_[l], id_, round_, std::span<const float>(delta_), shard_tokens_);
-          !s)
-        return s;
+      auto s = store.push(modules_[l], id_, round_, std::span<const float>(delta_), shard_tokens_);
+      if (!s && first.ok()) first = s;
     }
-    return {};
+    return first;
   }
 
   // One synchronous round: pull, H inner steps, push, wait for every module's round to close.

@@ -9,14 +9,17 @@
 //   store → worker: reply{status, module, round, hash, count} tag reply_tag
 //   pull:  reply, then count floats (θ)                        tag data_tag
 //   wait:  reply once the round is closed (or the request's deadline passed)
-// A round of module m closes when every live worker through m pushed, or round_timeout after
-// its first push (late and dead workers are left out). A worker whose transport link fails is
+// A round of module m closes when every live worker through m pushed, or round_timeout after it
+// opened (late and dead workers are left out; a round nobody pushed to closes with θ unchanged),
+// so no round waits forever. A worker whose transport link fails is
 // marked dead; a "hello" from it later marks it alive again (it then pulls and joins).
 
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -74,8 +77,10 @@ struct store_layout {
 };
 
 struct store_server_options {
-  std::chrono::milliseconds round_timeout{60000};  // after a round's first push
+  std::chrono::milliseconds round_timeout{60000};  // after a round opened; > a round's compute
   std::chrono::milliseconds io_timeout{10000};     // one send or recv
+  // Called after every round close (e.g. to checkpoint the store), on the serving thread.
+  std::function<void(const path::round_summary&)> on_close = {};
 };
 
 // Where a worker is reached: a transport and the worker's rank in it. One world for everyone
@@ -105,7 +110,8 @@ class store_server {
   store_server(std::map<int, worker_link<T>> links, path::module_store<OuterOpt>& store,
                std::map<int, std::vector<int>> workers, store_server_options o = {})
       : store_(store), workers_(std::move(workers)), o_(o), links_(std::move(links)) {
-    for (auto& [w, l] : links_) alive_.insert(w);
+    // Every worker is expected until its link fails (one not connected yet is on its way).
+    for (auto& [w, mods] : workers_) alive_.insert(w);
   }
 
   // Thread-safe: hands the server a (new) link to worker w, e.g. after it restarted and
@@ -120,6 +126,8 @@ class store_server {
   void expect_rejoins(bool on) { rejoins_ = on; }
   const std::vector<path::round_summary>& history() const { return history_; }
   std::size_t bytes_received() const { return bytes_in_; }
+  // Workers that said bye (done for good).
+  std::size_t finished() const { return finished_.size(); }
 
   // Runs until stop(), or no worker is left (all said bye or died). Errors: none (failures of
   // single workers are handled by leaving them out).
@@ -133,13 +141,14 @@ class store_server {
                              net::after(std::chrono::hours(24 * 365)));
     };
     for (auto& [w, l] : links_) post(w);
-    while (!stop_ && (!pending.empty() || rejoins_)) {
+    for (int m = 0; m < store_.module_count(); ++m) opened_[m] = clock::now();
+    while (!stop_ && (!pending.empty() || rejoins_) && finished_.size() < workers_.size()) {
       {
         std::lock_guard lk(attach_mu_);
         for (auto& [w, l] : attached_) {
           pending.erase(w);
           links_[w] = l;
-          alive_.insert(w);
+          join(w);
           post(w);
         }
         attached_.clear();
@@ -187,7 +196,7 @@ class store_server {
       return false;
     }
     if (k == store_wire::kind::hello) {
-      alive_.insert(w);
+      if (!alive_.count(w)) join(w);
       return send_reply(w, {0, -1, 0, 0, 0});
     }
     if (rq.module < 0 || rq.module >= store_.module_count())
@@ -216,7 +225,6 @@ class store_server {
       bytes_in_ += n * sizeof(float);
       alive_.insert(w);
       auto s = store_.push(m, w, rq.round, buf_, rq.weight);
-      if (s.ok() && !first_push_.count(m)) first_push_[m] = clock::now();
       if (s.ok()) check_complete(m);
       return send_reply(w, {s.ok() ? 0 : s.error().code.value(), m, store_.round(m), 0, 0});
     }
@@ -234,12 +242,29 @@ class store_server {
   }
   net::deadline io_deadline() const { return net::after(o_.io_timeout); }
 
+  // Live workers through m that take part in its open round.
   int expected(int m) const {
     int n = 0;
     for (auto& [w, mods] : workers_)
       if (alive_.count(w))
-        for (int x : mods) n += x == m;
+        for (int x : mods)
+          if (x == m) {
+            auto it = active_from_.find({w, m});
+            n += it == active_from_.end() || it->second <= store_.round(m);
+          }
     return n;
+  }
+  // A worker connects. The first time it is expected from the start. After it died it rejoins
+  // at round R, the first round not yet started on every one of its modules (rounds with
+  // pushes already in finish without it), so it can pull all its modules at one round.
+  void join(int w) {
+    alive_.insert(w);
+    if (died_.count(w)) {
+      long R = 0;
+      for (int m : workers_.at(w)) R = std::max(R, store_.round(m) + (store_.pushed(m) > 0 ? 1 : 0));
+      for (int m : workers_.at(w)) active_from_[{w, m}] = R;
+    }
+    check_complete_all();
   }
   void check_complete(int m) {
     const int e = expected(m);
@@ -250,12 +275,13 @@ class store_server {
   }
   void close(int m) {
     history_.push_back(store_.close(m));
-    first_push_.erase(m);
+    opened_[m] = clock::now();
+    if (o_.on_close) o_.on_close(history_.back());
   }
   void close_due() {
     const auto now = clock::now();
     std::vector<int> due;
-    for (auto& [m, t0] : first_push_)
+    for (auto& [m, t0] : opened_)
       if (now - t0 > o_.round_timeout) due.push_back(m);
     for (int m : due) close(m);
   }
@@ -272,6 +298,7 @@ class store_server {
   }
   void mark_dead(int w) {
     alive_.erase(w);
+    if (!finished_.count(w)) died_.insert(w);
     for (auto it = waits_.begin(); it != waits_.end();)
       it = it->worker == w ? waits_.erase(it) : std::next(it);
     check_complete_all();
@@ -287,9 +314,10 @@ class store_server {
   std::map<int, worker_link<T>> links_;
   std::mutex attach_mu_;
   std::vector<std::pair<int, worker_link<T>>> attached_;
-  std::set<int> alive_, finished_;
+  std::set<int> alive_, finished_, died_;
+  std::map<std::pair<int, int>, long> active_from_;  // (worker, module) → first round it joins
   std::atomic<bool> rejoins_{false};
-  std::map<int, clock::time_point> first_push_;
+  std::map<int, clock::time_point> opened_;  // when each module's open round opened
   std::vector<wait_t> waits_;
   std::vector<float> buf_;
   std::vector<path::round_summary> history_;

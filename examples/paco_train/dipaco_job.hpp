@@ -1,0 +1,462 @@
+#pragma once
+// paco_train's DiPaCo job (job.mode = "dipaco"): real processes over TCP.
+//
+//   launcher  prepares the run directory (a shared base model, the routing of every document),
+//             starts one store process and one process per worker on this machine, shows a
+//             progress line per path, restarts a crashed worker, and at the end evaluates every
+//             path on the validation documents routed to it and prints the results table.
+//   store     owns every module of the grid; one TCP link per worker (a worker that restarts
+//             reconnects on its link); checkpoints the modules after every round close.
+//   worker    trains one path: pull (hash-checked), H inner steps, push Δ, wait; checkpoints
+//             its inner optimizer state after every round; on restart it resumes from it.
+//
+// Across machines: the same binary with --role store / --role worker --worker N on each
+// machine, the same config (launch.store_host = the store machine) and the same PACO_TOKEN;
+// copy the run directory that `--role prepare` wrote to every machine (docs/03_distributed.md).
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "config.hpp"
+#include "paco/io/io.hpp"
+#include "paco/net/asio_tcp.hpp"
+#include "paco/nn/nn.hpp"
+#include "paco/optim/optim.hpp"
+#include "paco/outer/outer.hpp"
+#include "paco/path/level_map.hpp"
+#include "paco/path/module_grid.hpp"
+#include "paco/route/route.hpp"
+#include "paco/sync/path_worker.hpp"
+#include "paco/sync/store_service.hpp"
+
+extern char** environ;
+
+namespace paco_train {
+
+namespace fs = std::filesystem;
+using namespace paco;
+using json = nlohmann::json;
+
+constexpr double ln2 = 0.6931471805599453;
+
+// ---- the grid at run time ----
+struct grid_plan {
+  int levels = 1, paths = 1, modules = 1, workers = 1, workers_per_path = 1;
+  std::vector<std::vector<int>> path_modules;  // per path: module id per level
+  std::vector<int> module_level;               // per module
+  std::vector<int> module_paths;               // per module: paths through it
+  // Worker ids are 1 … workers; worker w trains path (w − 1) / workers_per_path.
+  int path_of(int w) const { return (w - 1) / workers_per_path; }
+  std::string path_name(int p) const {
+    std::string s = "(";
+    for (int l = 0; l < levels; ++l) {
+      if (l) s += ",";
+      s += std::to_string(path_modules[p][l] - (l ? level_first[l] : 0));
+    }
+    return s + ")";
+  }
+  std::vector<int> level_first;
+};
+
+template <std::size_t L>
+grid_plan plan_of(const path::module_grid<L>& g, int wpp) {
+  grid_plan p;
+  p.levels = int(L);
+  p.paths = g.paths();
+  p.modules = g.module_count();
+  p.workers_per_path = wpp;
+  p.workers = g.paths() * wpp;
+  for (int i = 0; i < g.paths(); ++i) {
+    auto m = g.modules_of(i);
+    p.path_modules.push_back({m.begin(), m.end()});
+  }
+  for (int id = 0; id < g.module_count(); ++id) {
+    auto [l, e] = g.module_at(id);
+    p.module_level.push_back(int(l));
+    p.module_paths.push_back(g.paths_through(l, e));
+  }
+  for (std::size_t l = 0; l < L; ++l) p.level_first.push_back(g.module_id(l, 0));
+  return p;
+}
+
+inline grid_plan make_plan(const dipaco_section& d) {
+  if (d.grid.size() == 1)
+    return plan_of(path::module_grid<1>::experts({d.grid[0]}), d.workers_per_path);
+  return plan_of(path::module_grid<2>::experts({d.grid[0], d.grid[1]}), d.workers_per_path);
+}
+
+// ---- files of a run ----
+struct run_dir {
+  fs::path dir;
+  fs::path base() const { return dir / "base.safetensors"; }
+  fs::path routing() const { return dir / "routing.json"; }
+  fs::path store() const { return dir / "store.safetensors"; }
+  fs::path worker_state(int w) const { return dir / ("worker-" + std::to_string(w) + ".safetensors"); }
+  fs::path worker_log(int w) const { return dir / ("worker-" + std::to_string(w) + ".jsonl"); }
+  fs::path log(const std::string& role) const { return dir / (role + ".log"); }
+};
+
+// ---- data: Brown documents, tokenized, train / validation split ----
+struct job_data {
+  std::vector<std::vector<std::int32_t>> train, val;
+};
+
+inline result<job_data> load_job_data(const train_config& cfg) {
+  const fs::path d = cfg.data.dir.empty() ? io::default_brown_dir() : fs::path(cfg.data.dir);
+  auto c = io::load_brown(d);
+  if (!c) return c.error();
+  io::byte_tokenizer tok;
+  job_data j;
+  for (auto& doc : c->subset(io::split::train).docs) j.train.push_back(tok.encode(doc.text));
+  for (auto& doc : c->subset(io::split::validation).docs) j.val.push_back(tok.encode(doc.text));
+  return j;
+}
+
+inline io::token_stream stream_of(const job_data& j, const std::vector<int>& route, int path) {
+  io::token_stream s;
+  for (std::size_t i = 0; i < j.train.size(); ++i)
+    if (path < 0 || route[i] == path) {
+      s.doc_start.push_back(s.ids.size());
+      s.ids.insert(s.ids.end(), j.train[i].begin(), j.train[i].end());
+    }
+  return s;
+}
+
+inline std::vector<path::level_span> levels_of(const nn::gpt& m, const train_config& cfg) {
+  return path::split_gpt_levels(m.layout(), cfg.model.layers, int(cfg.dipaco.grid.size()))
+      .value_or_throw();
+}
+
+inline outer::nesterov outer_of(const train_config& cfg) {
+  return {.lr = cfg.dipaco.outer_lr, .momentum = cfg.dipaco.outer_momentum};
+}
+
+inline std::vector<path::module_info> module_table(const grid_plan& g,
+                                                   const std::vector<path::level_span>& lv) {
+  std::vector<path::module_info> t;
+  for (int m = 0; m < g.modules; ++m)
+    t.push_back({m, lv[g.module_level[m]].size, g.module_paths[m] * g.workers_per_path});
+  return t;
+}
+
+inline std::string token_from_env() {
+  const char* t = std::getenv("PACO_TOKEN");
+  return t ? t : "";
+}
+
+inline net::tcp_options link_options(const train_config& cfg, int worker, int port, int rank,
+                                     const std::string& token) {
+  net::tcp_options o;
+  o.rank = rank;
+  o.size = 2;
+  o.coordinator = cfg.launch.store_host + ":" + std::to_string(port);
+  o.listen_host = cfg.launch.store_host == "127.0.0.1" ? "127.0.0.1" : "0.0.0.0";
+  o.token = token;
+  o.epoch = std::uint64_t(worker);
+  o.connect_timeout = std::chrono::milliseconds(rank == 0 ? 2000 : 60000);
+  o.peer_timeout = std::chrono::milliseconds(long(cfg.launch.peer_timeout_s * 1000));
+  o.heartbeat_interval = std::chrono::milliseconds(std::max(50L, long(cfg.launch.peer_timeout_s * 100)));
+  return o;
+}
+
+inline int port_of(const train_config& cfg, const json& routing, int worker) {
+  if (routing.contains("ports")) return routing["ports"][std::size_t(worker - 1)].get<int>();
+  return cfg.launch.base_port + worker;
+}
+
+// ---- prepare: base model + routing ----
+inline status prepare(const train_config& cfg, const run_dir& rd, const job_data& data,
+                      const grid_plan& g) {
+  fs::create_directories(rd.dir);
+  nn::gpt model(cfg.model);
+  arena<host> a(model.layout());
+  model.init(a, std::uint64_t(cfg.train.seed));
+  const auto& tc = cfg.train;
+  const int B = tc.batch, T = cfg.model.ctx;
+  if (cfg.dipaco.pretrain_steps > 0) {
+    auto all = stream_of(data, {}, -1);
+    nn::replica<nn::gpt> rep(model, B, T, tc.threads);
+    optim::adamw opt{.lr = tc.lr, .beta1 = tc.beta1, .beta2 = tc.beta2, .weight_decay = tc.weight_decay};
+    optim::warmup_cosine sch{.lr = tc.lr, .min_lr = tc.lr, .warmup = tc.warmup,
+                             .total = cfg.dipaco.pretrain_steps};
+    io::batch_sampler smp(all, B, T, std::uint64_t(tc.seed) * 31 + 7);
+    std::vector<std::int32_t> x(std::size_t(B) * T), y(x.size());
+    a.zero(plane::moment1);
+    a.zero(plane::moment2);
+    io::progress bar("base model", cfg.dipaco.pretrain_steps);
+    for (int t = 1; t <= cfg.dipaco.pretrain_steps; ++t) {
+      smp.next(x.data(), y.data());
+      double l = rep.forward_backward(a, x.data(), y.data());
+      auto gr = a.get(plane::grad);
+      optim::clip_grad_norm(gr.data(), gr.size(), tc.grad_clip);
+      opt.step(a, t, sch.lr_at(t));
+      char txt[48];
+      std::snprintf(txt, sizeof txt, "loss %.3f", l);
+      bar.update(t, txt);
+    }
+  }
+  // Router: k-means over the base model's prefix features, one cluster per path.
+  const float* theta = a.get(plane::param).data();
+  std::vector<std::span<const std::int32_t>> tr, va;
+  for (auto& d : data.train) tr.push_back(d);
+  for (auto& d : data.val) va.push_back(d);
+  const int D = cfg.model.d, P = cfg.dipaco.prefix;
+  auto ft = route::prefix_features(model, theta, tr, P), fv = route::prefix_features(model, theta, va, P);
+  std::vector<int> train_route(data.train.size(), 0), val_route(data.val.size(), 0);
+  if (g.paths > 1) {
+    auto km = route::kmeans_router::fit(ft, int(tr.size()), D, {.k = g.paths, .seed = std::uint64_t(tc.seed)});
+    if (!km) return km.error();
+    for (std::size_t i = 0; i < tr.size(); ++i) train_route[i] = km->route(&ft[i * D]);
+    for (std::size_t i = 0; i < va.size(); ++i) val_route[i] = km->route(&fv[i * D]);
+  }
+  std::vector<io::tensor_ref> t;
+  for (auto& nt : model.tensors()) t.push_back({nt.name, nt.shape, theta + nt.offset});
+  if (auto s = io::save_safetensors(rd.base(), t, {{"format", "paco-base-1"}}); !s) return s;
+  json r = {{"paths", g.paths}, {"train_route", train_route}, {"val_route", val_route}};
+  return io::write_file_atomic(rd.routing(), r.dump());
+}
+
+inline result<json> read_routing(const run_dir& rd) {
+  std::ifstream in(rd.routing());
+  if (!in) return error(errc::not_found, "no routing file '" + rd.routing().string() +
+                                             "' (run the launcher or --role prepare first)");
+  json j = json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.contains("train_route") || !j.contains("val_route"))
+    return error(errc::corrupt, "'" + rd.routing().string() + "' is not a routing file");
+  return j;
+}
+
+inline status load_base(const run_dir& rd, const nn::gpt& model, arena<host>& a) {
+  auto f = io::load_safetensors(rd.base());
+  if (!f) return f.error();
+  auto th = a.get(plane::param);
+  for (auto& nt : model.tensors()) {
+    auto it = f->tensors.find(nt.name);
+    if (it == f->tensors.end() || it->second.shape != nt.shape)
+      return {errc::mismatch, "base model '" + rd.base().string() + "' lacks or mis-shapes " + nt.name};
+    std::copy(it->second.values.begin(), it->second.values.end(), th.data() + nt.offset);
+  }
+  return {};
+}
+
+// ---- the store's checkpoint: θ, outer state and round of every module ----
+template <class Store>
+status save_store(const run_dir& rd, const Store& st) {
+  std::vector<std::vector<float>> keep;
+  std::vector<io::tensor_ref> refs;
+  json rounds = json::array();
+  for (int m = 0; m < st.module_count(); ++m) {
+    auto snap = st.save(m);
+    rounds.push_back(snap.round);
+    keep.push_back(std::move(snap.theta));
+    refs.push_back({"module." + std::to_string(m) + ".theta", {keep.back().size()}, keep.back().data()});
+    keep.push_back(std::move(snap.state));
+    refs.push_back({"module." + std::to_string(m) + ".outer_state", {keep.back().size()}, keep.back().data()});
+  }
+  return io::save_safetensors(rd.store(), refs, {{"format", "paco-store-1"}, {"rounds", rounds.dump()}});
+}
+
+template <class Store>
+status load_store(const run_dir& rd, Store& st) {
+  auto f = io::load_safetensors(rd.store());
+  if (!f) return f.error();
+  auto it = f->metadata.find("rounds");
+  if (it == f->metadata.end()) return {errc::corrupt, "store checkpoint without rounds"};
+  json rounds = json::parse(it->second, nullptr, false);
+  if (!rounds.is_array() || int(rounds.size()) != st.module_count())
+    return {errc::mismatch, "store checkpoint has a different number of modules"};
+  for (int m = 0; m < st.module_count(); ++m) {
+    auto th = f->tensors.find("module." + std::to_string(m) + ".theta");
+    auto os = f->tensors.find("module." + std::to_string(m) + ".outer_state");
+    if (th == f->tensors.end() || os == f->tensors.end())
+      return {errc::mismatch, "store checkpoint lacks module " + std::to_string(m)};
+    typename Store::snapshot s{th->second.values, os->second.values, rounds[std::size_t(m)].get<long>()};
+    if (auto r = st.restore(m, s); !r) return r;
+  }
+  return {};
+}
+
+// ---- role: store ----
+inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
+  const auto g = make_plan(cfg.dipaco);
+  nn::gpt model(cfg.model);
+  auto lv = levels_of(model, cfg);
+  auto routing = read_routing(rd);
+  if (!routing) return std::fprintf(stderr, "store: %s\n", routing.error().what().c_str()), 2;
+  path::module_store<outer::nesterov> store(module_table(g, lv), outer_of(cfg),
+                                            {.weight_by_shard = cfg.dipaco.weight_by_shard,
+                                             .rescale = *outer::parse_path_rescale(cfg.dipaco.path_rescale)});
+  if (resume && fs::exists(rd.store())) {
+    if (auto s = load_store(rd, store); !s)
+      return std::fprintf(stderr, "store: cannot resume: %s\n", s.error().what().c_str()), 2;
+    std::printf("store: resumed from %s at round %ld\n", rd.store().c_str(), store.round(0));
+  } else {
+    arena<host> a(model.layout());
+    if (auto s = load_base(rd, model, a); !s)
+      return std::fprintf(stderr, "store: %s\n", s.error().what().c_str()), 2;
+    for (int m = 0; m < g.modules; ++m) {
+      const auto& sp = lv[g.module_level[m]];
+      store.set(m, std::span<const float>(a.get(plane::param).data() + sp.offset, sp.size));
+    }
+    if (auto s = save_store(rd, store); !s)
+      return std::fprintf(stderr, "store: %s\n", s.error().what().c_str()), 2;
+  }
+  const std::string token = token_from_env();
+  std::map<int, std::vector<int>> mods;
+  for (int w = 1; w <= g.workers; ++w) mods[w] = g.path_modules[g.path_of(w)];
+  sync::store_server<net::asio_tcp, outer::nesterov> server(
+      std::map<int, sync::worker_link<net::asio_tcp>>{}, store, mods,
+      {.round_timeout = std::chrono::milliseconds(long(cfg.launch.round_timeout_s * 1000)),
+       .on_close = [&](const path::round_summary& r) {
+         if (auto s = save_store(rd, store); !s)
+           std::fprintf(stderr, "store: checkpoint failed: %s\n", s.error().what().c_str());
+         std::printf("store: module %d round %ld closed with %d/%d pushes, |Δ| %.4g, hash %016llx\n",
+                     r.module, r.round, r.arrived, r.expected, r.delta_norm,
+                     (unsigned long long)r.hash);
+       }});
+  server.expect_rejoins(true);
+  // One accept loop per worker link: a worker that restarts reconnects here.
+  std::atomic<bool> done{false};
+  std::vector<std::thread> acceptors;
+  std::mutex keep_mu;
+  std::vector<std::unique_ptr<net::asio_tcp>> keep;
+  for (int w = 1; w <= g.workers; ++w)
+    acceptors.emplace_back([&, w] {
+      const int port = port_of(cfg, *routing, w);
+      while (!done) {
+        auto t = net::asio_tcp::connect(link_options(cfg, w, port, 0, token));
+        if (!t) continue;  // nobody came within the connect timeout: listen again
+        net::asio_tcp* raw = t->get();
+        {
+          std::lock_guard lk(keep_mu);
+          keep.push_back(std::move(*t));
+        }
+        server.attach(w, {raw, 1});
+        while (!done && raw->alive(1)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+  std::printf("store: serving %d modules to %d workers\n", g.modules, g.workers);
+  server.serve();
+  done = true;
+  for (auto& t : acceptors) t.join();
+  std::printf("store: done; %zu rounds closed, %.1f MB received\n", server.history().size(),
+              server.bytes_received() / 1e6);
+  return 0;
+}
+
+// ---- role: worker ----
+inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
+  const auto g = make_plan(cfg.dipaco);
+  if (w < 1 || w > g.workers)
+    return std::fprintf(stderr, "worker: --worker must be in [1, %d]\n", g.workers), 2;
+  const int p = g.path_of(w);
+  auto data = load_job_data(cfg);
+  if (!data) return std::fprintf(stderr, "worker: %s\n", data.error().what().c_str()), 2;
+  auto routing = read_routing(rd);
+  if (!routing) return std::fprintf(stderr, "worker: %s\n", routing.error().what().c_str()), 2;
+  auto shard = stream_of(*data, (*routing)["train_route"].get<std::vector<int>>(), p);
+  if (shard.ids.size() <= std::size_t(cfg.model.ctx) + 1)
+    return std::fprintf(stderr, "worker %d: path %d has no training documents\n", w, p), 2;
+  nn::gpt model(cfg.model);
+  auto lv_all = levels_of(model, cfg);
+  std::vector<path::level_span> lv;
+  for (int m : g.path_modules[p]) lv.push_back(lv_all[g.module_level[m]]);
+  const auto& tc = cfg.train;
+  const long total = long(cfg.dipaco.rounds) * cfg.dipaco.inner_steps;
+  sync::inner_config icfg{.batch = tc.batch, .ctx = cfg.model.ctx, .steps = cfg.dipaco.inner_steps,
+                          .grad_clip = tc.grad_clip,
+                          .schedule = {.lr = tc.lr, .min_lr = tc.min_lr, .warmup = tc.warmup, .total = total},
+                          .threads = std::max(1, tc.threads / g.workers)};
+  // Resume the inner optimizer state (moments and step) if this worker ran before.
+  long start_step = 0;
+  arena<host> saved(model.layout());
+  bool have_saved = false;
+  if (fs::exists(rd.worker_state(w))) {
+    auto info = io::load_checkpoint(rd.worker_state(w), model.tensors(), saved);
+    if (info) {
+      start_step = info->step;
+      have_saved = true;
+    }
+  }
+  icfg.start_step = start_step;
+  optim::adamw opt{.lr = tc.lr, .beta1 = tc.beta1, .beta2 = tc.beta2, .weight_decay = tc.weight_decay};
+  sync::path_worker<nn::gpt, optim::adamw> worker(w, model, lv, g.path_modules[p], opt, icfg, shard,
+                                                  std::uint64_t(tc.seed) * 1000 + std::uint64_t(w) * 7 +
+                                                      std::uint64_t(start_step));
+  if (have_saved)
+    for (auto pl : {plane::moment1, plane::moment2}) {
+      auto src = saved.get(pl), dst = worker.state().get(pl);
+      std::copy(src.begin(), src.end(), dst.begin());
+    }
+  const int port = port_of(cfg, *routing, w);
+  auto link = net::asio_tcp::connect(link_options(cfg, w, port, 1, token_from_env()));
+  if (!link) return std::fprintf(stderr, "worker %d: %s\n", w, link.error().what().c_str()), 3;
+  sync::store_client<net::asio_tcp> client(
+      std::map<int, sync::worker_link<net::asio_tcp>>{{0, {link->get(), 0}}}, sync::store_layout{{0}}, w);
+  if (auto s = client.hello(); !s) return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), 3;
+  auto log = io::metrics_log::open(rd.worker_log(w), true);
+  if (!log) return std::fprintf(stderr, "worker %d: %s\n", w, log.error().what().c_str()), 2;
+  const auto deadline = std::chrono::milliseconds(long(cfg.launch.round_timeout_s * 2000));
+  std::size_t bytes_before = 0;
+  if (have_saved) {
+    auto it = io::load_checkpoint(rd.worker_state(w), model.tensors(), saved);
+    if (it && it->metadata.count("bytes_sent")) bytes_before = std::stoull(it->metadata.at("bytes_sent"));
+  }
+  for (;;) {
+    // The path's modules can be at different rounds for a moment (after a restart, one module's
+    // round may close before another's): retry until they agree.
+    status pulled_ok;
+    const int max_tries = int(cfg.launch.round_timeout_s * 20) + 50;  // ≈ 2 round timeouts
+    for (int tries = 0; tries < max_tries; ++tries) {
+      pulled_ok = worker.pull(client);
+      if (pulled_ok.ok() || pulled_ok.error().code != errc::mismatch) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (!pulled_ok)
+      return std::fprintf(stderr, "worker %d: %s\n", w, pulled_ok.error().what().c_str()), 3;
+    if (worker.round() >= cfg.dipaco.rounds) break;
+    const auto t0 = std::chrono::steady_clock::now();
+    const double loss = worker.train();
+    if (auto s = worker.push(client); !s) {
+      // A refused push (the round closed without us) is not fatal: pull and go on.
+      if (s.error().code != errc::mismatch)
+        return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), 3;
+      std::fprintf(stderr, "worker %d: %s; continuing with the next round\n", w, s.error().what().c_str());
+      continue;
+    }
+    for (int m : g.path_modules[p])
+      if (auto s = client.wait_closed(m, worker.round(), std::chrono::steady_clock::now() + deadline); !s)
+        return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), 3;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::size_t sent = bytes_before + client.bytes_sent();
+    if (auto s = io::save_checkpoint(rd.worker_state(w), model.tensors(), worker.state(),
+                                     worker.inner_step(), {{"bytes_sent", std::to_string(sent)}});
+        !s)
+      std::fprintf(stderr, "worker %d: checkpoint failed: %s\n", w, s.error().what().c_str());
+    log->write({{"worker", w}, {"path", p}, {"round", worker.round()}, {"loss", loss},
+                {"bpb", loss / ln2}, {"step", worker.inner_step()}, {"bytes_sent", sent},
+                {"round_s", secs}});
+  }
+  client.bye();
+  (*link)->close();
+  return 0;
+}
+
+}  // namespace paco_train

@@ -1,0 +1,302 @@
+#pragma once
+// The launcher of paco_train's DiPaCo job: prepare, spawn, monitor, evaluate, report.
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <set>
+
+#include "dipaco_job.hpp"
+
+namespace paco_train {
+
+// A child process of the launcher: its role arguments, pid, and how often it was restarted.
+struct child {
+  std::string name;
+  std::vector<std::string> args;
+  pid_t pid = -1;
+  int restarts = 0;
+  bool done = false;
+  int status = 0;
+};
+
+inline pid_t spawn(const std::vector<std::string>& args, const fs::path& log) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  return rc == 0 ? pid : -1;
+}
+
+inline int free_tcp_port() {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+inline std::string random_token() {
+  std::random_device rd;
+  char b[33];
+  for (int i = 0; i < 32; ++i) b[i] = "0123456789abcdef"[rd() % 16];
+  b[32] = 0;
+  return b;
+}
+
+// The last record of each worker's JSONL log.
+inline std::map<int, json> latest_records(const run_dir& rd, int workers) {
+  std::map<int, json> out;
+  for (int w = 1; w <= workers; ++w) {
+    std::ifstream in(rd.worker_log(w));
+    std::string line, last;
+    while (std::getline(in, line))
+      if (!line.empty()) last = line;
+    if (!last.empty()) {
+      json j = json::parse(last, nullptr, false);
+      if (!j.is_discarded()) out[w] = j;
+    }
+  }
+  return out;
+}
+
+// Loss curves per path to a PNG with gnuplot (skipped with a message when gnuplot is missing).
+inline std::string plot_curves(const run_dir& rd, const grid_plan& g) {
+  const fs::path data = rd.dir / "loss_curves.dat", png = rd.dir / "loss_curves.png";
+  std::ofstream out(data);
+  for (int w = 1; w <= g.workers; ++w) {
+    out << "# worker " << w << "\n";
+    std::ifstream in(rd.worker_log(w));
+    std::string line;
+    while (std::getline(in, line)) {
+      json j = json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.contains("round")) out << j["step"] << " " << j["bpb"] << "\n";
+    }
+    out << "\n\n";
+  }
+  out.close();
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) return "(gnuplot not installed)";
+  std::ofstream gp(rd.dir / "loss_curves.gp");
+  gp << "set terminal png size 900,560\nset output '" << png.string() << "'\n"
+     << "set title 'DiPaCo " << g.paths << " paths: training loss per path'\n"
+     << "set xlabel 'inner step'\nset ylabel 'bits per byte'\nset grid\nplot ";
+  for (int w = 1; w <= g.workers; ++w)
+    gp << (w > 1 ? ", " : "") << "'" << data.string() << "' index " << (w - 1)
+       << " with linespoints title 'worker " << w << " path " << g.path_name(g.path_of(w)) << "'";
+  gp << "\n";
+  gp.close();
+  const std::string cmd = "gnuplot '" + (rd.dir / "loss_curves.gp").string() + "' 2>/dev/null";
+  return std::system(cmd.c_str()) == 0 ? png.string() : "(gnuplot failed)";
+}
+
+inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::string& config_path,
+                        const std::vector<std::string>& overrides, bool resume) {
+  const auto g = make_plan(cfg.dipaco);
+  const auto t_start = std::chrono::steady_clock::now();
+  auto data = load_job_data(cfg);
+  if (!data) return std::fprintf(stderr, "paco_train: %s\n", data.error().what().c_str()), 2;
+  std::printf("paco_train: DiPaCo grid %s: %d paths, %d modules, %d workers; %d rounds x %d inner "
+              "steps; Brown: %zu training / %zu validation documents\n",
+              [&] {
+                std::string s;
+                for (std::size_t i = 0; i < cfg.dipaco.grid.size(); ++i)
+                  s += (i ? "x" : "") + std::to_string(cfg.dipaco.grid[i]);
+                return s;
+              }().c_str(),
+              g.paths, g.modules, g.workers, cfg.dipaco.rounds, cfg.dipaco.inner_steps,
+              data->train.size(), data->val.size());
+  if (!(resume && fs::exists(rd.routing()) && fs::exists(rd.base()))) {
+    std::error_code ec;
+    for (int w = 1; w <= g.workers; ++w) {
+      fs::remove(rd.worker_state(w), ec);
+      fs::remove(rd.worker_log(w), ec);
+    }
+    fs::remove(rd.store(), ec);
+    if (auto s = prepare(cfg, rd, *data, g); !s)
+      return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
+  }
+  auto routing = read_routing(rd);
+  if (!routing) return std::fprintf(stderr, "paco_train: %s\n", routing.error().what().c_str()), 2;
+  // Ports: one per worker link on the store.
+  if (cfg.launch.base_port == 0) {
+    std::set<int> ports;
+    while (int(ports.size()) < g.workers) ports.insert(free_tcp_port());
+    (*routing)["ports"] = std::vector<int>(ports.begin(), ports.end());
+    if (auto s = io::write_file_atomic(rd.routing(), routing->dump()); !s)
+      return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
+  }
+  std::vector<int> per_path(g.paths, 0);
+  for (int r : (*routing)["train_route"].get<std::vector<int>>()) ++per_path[r];
+  std::printf("paco_train: k-means routing, training documents per path:");
+  for (int p = 0; p < g.paths; ++p) std::printf(" %s %d", g.path_name(p).c_str(), per_path[p]);
+  std::printf("\n");
+
+  std::vector<std::string> common = {"paco_train", "--run-dir", rd.dir.string()};
+  if (!config_path.empty()) common.insert(common.end(), {"--config", config_path});
+  for (auto& o : overrides) common.insert(common.end(), {"--set", o});
+  if (cfg.launch.mode == "manual") {
+    std::printf("\nOn each machine, with PACO_TOKEN set to the same secret and the run directory "
+                "%s copied there:\n", rd.dir.c_str());
+    auto join = [](const std::vector<std::string>& v) {
+      std::string s;
+      for (auto& x : v) s += (s.empty() ? "" : " ") + x;
+      return s;
+    };
+    auto store_args = common;
+    store_args.insert(store_args.end(), {"--role", "store"});
+    std::printf("  store:    %s\n", join(store_args).c_str());
+    for (int w = 1; w <= g.workers; ++w) {
+      auto a = common;
+      a.insert(a.end(), {"--role", "worker", "--worker", std::to_string(w)});
+      std::printf("  worker %d: %s\n", w, join(a).c_str());
+    }
+    return 0;
+  }
+  if (std::getenv("PACO_TOKEN") == nullptr) setenv("PACO_TOKEN", random_token().c_str(), 1);
+
+  std::vector<child> kids;
+  {
+    child s{"store", common};
+    s.args.insert(s.args.end(), {"--role", "store"});
+    if (resume) s.args.push_back("--resume");
+    kids.push_back(s);
+  }
+  for (int w = 1; w <= g.workers; ++w) {
+    child c{"worker-" + std::to_string(w), common};
+    c.args.insert(c.args.end(), {"--role", "worker", "--worker", std::to_string(w)});
+    kids.push_back(c);
+  }
+  for (auto& k : kids) {
+    k.pid = spawn(k.args, rd.log(k.name));
+    if (k.pid < 0) return std::fprintf(stderr, "paco_train: cannot start %s\n", k.name.c_str()), 2;
+  }
+  std::printf("paco_train: started the store and %d workers over TCP on %s (logs in %s)\n",
+              g.workers, cfg.launch.store_host.c_str(), rd.dir.c_str());
+
+  io::progress bar("dipaco rounds", long(cfg.dipaco.rounds) * g.workers);
+  bool failed = false;
+  std::string last_text;
+  for (;;) {
+    // Reap children; restart a worker that crashed (it resumes from its checkpoint).
+    int st = 0;
+    pid_t pid;
+    while ((pid = waitpid(-1, &st, WNOHANG)) > 0)
+      for (auto& k : kids)
+        if (k.pid == pid) {
+          const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+          if (!ok && k.name != "store" && k.restarts < cfg.launch.restarts) {
+            ++k.restarts;
+            std::fprintf(stderr, "\npaco_train: %s stopped (%s %d); restarting it (%d of %d)\n",
+                         k.name.c_str(), WIFSIGNALED(st) ? "signal" : "exit",
+                         WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), k.restarts, cfg.launch.restarts);
+            k.pid = spawn(k.args, rd.log(k.name));
+          } else {
+            k.done = true;
+            k.status = st;
+            if (!ok) failed = true;
+          }
+        }
+    auto rec = latest_records(rd, g.workers);
+    long done_rounds = 0;
+    std::string text;
+    for (int p = 0; p < g.paths; ++p) {
+      double loss = NAN;
+      long r = 0;
+      for (int w = 1; w <= g.workers; ++w)
+        if (g.path_of(w) == p && rec.count(w)) {
+          loss = rec[w]["bpb"].get<double>();
+          r = rec[w]["round"].get<long>() + 1;
+        }
+      char b[64];
+      std::snprintf(b, sizeof b, "%s%s r%ld %.2f", p ? " | " : "", g.path_name(p).c_str(), r, loss);
+      text += b;
+    }
+    for (auto& [w, j] : rec) done_rounds += j["round"].get<long>() + 1;
+    if (text != last_text) {  // one line per change (rounds are minutes apart)
+      bar.update(std::min(done_rounds, long(cfg.dipaco.rounds) * g.workers), text + " bpb");
+      last_text = text;
+    }
+    bool all = true;
+    for (auto& k : kids) all &= k.done;
+    if (all) break;
+    if (failed) {
+      for (auto& k : kids)
+        if (!k.done) kill(k.pid, SIGTERM);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  bar.finish();
+  if (failed) {
+    std::fprintf(stderr, "paco_train: a process failed; see the logs in %s\n", rd.dir.c_str());
+    return 3;
+  }
+  const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+
+  // ---- evaluation: every path on the validation documents routed to it ----
+  std::printf("paco_train: evaluating every path on its routed validation documents...\n");
+  nn::gpt model(cfg.model);
+  auto lv = levels_of(model, cfg);
+  path::module_store<outer::nesterov> store(module_table(g, lv), outer_of(cfg));
+  if (auto s = load_store(rd, store); !s)
+    return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
+  auto val_route = (*routing)["val_route"].get<std::vector<int>>();
+  auto ws = model.make_workspace({cfg.train.batch, cfg.model.ctx});
+  std::vector<route::nll> per(g.paths);
+  std::vector<int> docs(g.paths, 0);
+  route::nll total;
+  for (int p = 0; p < g.paths; ++p) {
+    arena<host> a(model.layout());
+    for (int m : g.path_modules[p]) {
+      const auto& sp = lv[g.module_level[m]];
+      store.pull(m, std::span<float>(a.get(plane::param).data() + sp.offset, sp.size));
+    }
+    std::vector<route::scored_span> spans;
+    for (std::size_t i = 0; i < data->val.size(); ++i)
+      if (val_route[i] == p && data->val[i].size() > std::size_t(cfg.dipaco.prefix) + 1) {
+        spans.push_back({data->val[i], std::size_t(cfg.dipaco.prefix), data->val[i].size()});
+        ++docs[p];
+      }
+    per[p] = route::batched_nll(model, a.get(plane::param).data(), spans, ws);
+    total += per[p];
+  }
+  auto rec = latest_records(rd, g.workers);
+  double bytes = 0;
+  for (auto& [w, j] : rec) bytes += j["bytes_sent"].get<double>();
+  const std::size_t P = model.param_count();
+  const long steps = long(cfg.dipaco.rounds) * cfg.dipaco.inner_steps;
+  const double dp = double(steps) * 2.0 * (g.workers - 1) / std::max(g.workers, 1) * double(P) * 4.0;
+  const std::string png = plot_curves(rd, g);
+
+  std::printf("\n| %-14s | %-9s | %-14s | %-14s |\n", "path", "val docs", "val bits/byte", "bytes sent");
+  std::printf("|%s|%s|%s|%s|\n", std::string(16, '-').c_str(), std::string(11, '-').c_str(),
+              std::string(16, '-').c_str(), std::string(16, '-').c_str());
+  for (int p = 0; p < g.paths; ++p) {
+    double b = 0;
+    for (auto& [w, j] : rec)
+      if (g.path_of(w) == p) b += j["bytes_sent"].get<double>();
+    std::printf("| %-14s | %9d | %14.4f | %11.2f MB |\n", g.path_name(p).c_str(), docs[p],
+                per[p].bits_per_token(), b / 1e6);
+  }
+  std::printf("| %-14s | %9zu | %14.4f | %11.2f MB |\n", "all (routed)", data->val.size(),
+              total.bits_per_token(), bytes / 1e6);
+  std::printf("\nper-path model %.2fM parameters, %d modules of %.2fM; %ld inner steps per worker; "
+              "%.0f s in all\n",
+              P / 1e6, g.modules, lv[0].size / 1e6, steps, train_s);
+  std::printf("bytes sent per worker %.2f MB; a data-parallel run of the same steps would send "
+              "%.1f MB per worker (%.0fx more)\n",
+              bytes / g.workers / 1e6, dp / 1e6, dp / std::max(bytes / g.workers, 1.0));
+  std::printf("loss curves: %s; store checkpoint: %s\n", png.c_str(), rd.store().c_str());
+  return 0;
+}
+
+}  // namespace paco_train
