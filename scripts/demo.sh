@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # The main job: installs what is missing (Debian packages, the Brown corpus), builds paco_train
 # and trains on Brown with a progress display and a final results table. Safe to run again.
-# Extra arguments go to paco_train (e.g. --set train.budget_s=120).
+#   bash scripts/demo.sh [lm|dipaco] [paco_train arguments, e.g. --set train.budget_s=120]
+#   lm (default): the byte-level GPT, examples/configs/lm_brown.toml
+#   dipaco:       DiPaCo 2x2, a store and 4 worker processes over TCP, examples/configs/dipaco_brown.toml
 set -euo pipefail
+job=lm
+if [[ "${1:-}" == lm || "${1:-}" == dipaco ]]; then job="$1"; shift; fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/deps.sh"
 build="${PACO_BUILD_DIR:-$root/build}"
@@ -15,4 +19,6 @@ if [[ -z "${PACO_KEEP_OPENBLAS_CORETYPE:-}" ]] && grep -q avx512f /proc/cpuinfo;
 fi
 echo "[demo] OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto}"
 cd "$root"
-exec "$build/examples/paco_train/paco_train" --config "$root/examples/configs/lm_brown.toml" "$@"
+config="$root/examples/configs/lm_brown.toml"
+[[ "$job" == dipaco ]] && config="$root/examples/configs/dipaco_brown.toml"
+exec "$build/examples/paco_train/paco_train" --config "$config" "$@"

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "paco/net/asio_tcp.hpp"
+#include "paco/net/free_port.hpp"
 #include "paco/sync/collectives.hpp"
 
 using namespace paco;
@@ -34,24 +35,13 @@ static long rss_kib() {
   return -1;
 }
 
-static int free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
 
 int main(int argc, char** argv) {
   double minutes = argc > 1 ? std::atof(argv[1]) : 10.0;
   int p = argc > 2 ? std::atoi(argv[2]) : 4;
   double mbit = argc > 3 ? std::atof(argv[3]) : 100.0;
   std::size_t n = argc > 4 ? std::strtoull(argv[4], nullptr, 10) : (std::size_t(1) << 20);
-  int port = free_port();
+  int port = net::free_loopback_port();
   auto end = net::clock::now() + std::chrono::duration_cast<net::clock::duration>(
                                      std::chrono::duration<double>(minutes * 60));
   std::atomic<long> rounds{0};

@@ -1,12 +1,10 @@
 #pragma once
 // The launcher of paco_train's DiPaCo job: prepare, spawn, monitor, evaluate, report.
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <set>
 
 #include "dipaco_job.hpp"
+#include "paco/net/free_port.hpp"
 
 namespace paco_train {
 
@@ -34,17 +32,6 @@ inline pid_t spawn(const std::vector<std::string>& args, const fs::path& log) {
   return rc == 0 ? pid : -1;
 }
 
-inline int free_tcp_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
 
 inline std::string random_token() {
   std::random_device rd;
@@ -130,7 +117,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   // Ports: one per worker link on the store.
   if (cfg.launch.base_port == 0) {
     std::set<int> ports;
-    while (int(ports.size()) < g.workers) ports.insert(free_tcp_port());
+    while (int(ports.size()) < g.workers) ports.insert(net::free_loopback_port());
     (*routing)["ports"] = std::vector<int>(ports.begin(), ports.end());
     if (auto s = io::write_file_atomic(rd.routing(), routing->dump()); !s)
       return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
@@ -218,7 +205,10 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
           r = rec[w]["round"].get<long>() + 1;
         }
       char b[64];
-      std::snprintf(b, sizeof b, "%s%s r%ld %.2f", p ? " | " : "", g.path_name(p).c_str(), r, loss);
+      if (std::isnan(loss))
+        std::snprintf(b, sizeof b, "%s%s r0 -", p ? " | " : "", g.path_name(p).c_str());
+      else
+        std::snprintf(b, sizeof b, "%s%s r%ld %.2f", p ? " | " : "", g.path_name(p).c_str(), r, loss);
       text += b;
     }
     for (auto& [w, j] : rec) done_rounds += j["round"].get<long>() + 1;

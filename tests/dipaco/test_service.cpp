@@ -13,73 +13,14 @@
 #include "paco/sync/store_service.hpp"
 
 using namespace paco;
+using paco::testing::dipaco_service_case;
 
-namespace {
-io::token_stream stream(std::uint64_t seed, std::size_t n = 3000) {
-  rng r(seed);
-  io::token_stream s;
-  s.doc_start = {0};
-  for (std::size_t i = 0; i < n; ++i) s.ids.push_back(std::int32_t((i * 5 + r.below(7)) % 64));
-  return s;
-}
-}  // namespace
+#include "service_case.hpp"
 
 TEST_CASE("DiPaCo 2x2 over the store service equals the in-process run bit for bit",
           "[dipaco][service]") {
-  nn::gpt model({.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2});
-  arena<host> a0(model.layout());
-  model.init(a0, 5);
-  auto levels = *path::split_gpt_levels(model.layout(), 2, 2);
-  auto grid = path::module_grid<2>::experts({2, 2});
-  const std::vector<int> module_level = {0, 0, 1, 1};
-  std::vector<io::token_stream> shards{stream(1), stream(2, 2000), stream(3), stream(4, 5000)};
-  std::vector<sync::worker_spec> ws;
-  for (int p = 0; p < 4; ++p) ws.push_back({sync::path_modules(grid, p), &shards[p], 30u + p});
-  sync::inner_config cfg{.batch = 2, .ctx = 16, .steps = 3, .grad_clip = 1.0f,
-                         .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 2, .total = 9}};
-  optim::adamw inner{.lr = 1e-2f};
-  const int rounds = 3;
-
-  // Reference: threads over local_store.
-  sync::local_store<outer::nesterov> ref(sync::grid_modules(grid, levels, ws), outer::nesterov{});
-  sync::init_modules(ref, levels, module_level, a0.get(plane::param).data());
-  REQUIRE(sync::run_local(ref, model, levels, module_level, ws, inner, cfg, rounds).ok());
-
-  // Service: rank 0 is the store, ranks 1..4 the workers (worker rank r trains path r − 1).
   auto world = net::inproc::world(5);
-  path::module_store<outer::nesterov> store(sync::grid_modules(grid, levels, ws), outer::nesterov{});
-  for (int m = 0; m < 4; ++m) {
-    const auto& sp = levels[module_level[m]];
-    store.set(m, std::span<const float>(a0.get(plane::param).data() + sp.offset, sp.size));
-  }
-  std::map<int, std::vector<int>> by_rank;
-  for (int p = 0; p < 4; ++p) by_rank[p + 1] = ws[p].modules;
-  sync::store_server server(world[0], store, by_rank);
-  std::thread st([&] { server.serve(); });
-  std::vector<status> errs(4);
-  std::vector<std::size_t> sent(4);
-  std::vector<std::thread> th;
-  for (int p = 0; p < 4; ++p)
-    th.emplace_back([&, p] {
-      sync::store_client client(world[p + 1], sync::store_layout{{0}}, p + 1);
-      std::vector<path::level_span> lv{levels[0], levels[1]};
-      sync::path_worker<nn::gpt, optim::adamw> w(p + 1, model, lv, ws[p].modules, inner, cfg,
-                                                 shards[p], 30u + p);
-      for (int r = 0; r < rounds && errs[p].ok(); ++r)
-        errs[p] = w.run_round(client, std::chrono::seconds(30));
-      sent[p] = client.bytes_sent();
-      if (errs[p].ok()) errs[p] = client.bye();
-    });
-  for (auto& t : th) t.join();
-  st.join();
-  for (auto& e : errs) REQUIRE(e.ok());
-  for (int m = 0; m < 4; ++m) {
-    REQUIRE(store.round(m) == rounds);
-    REQUIRE(store.hash(m) == ref.store().hash(m));  // bit-identical θ
-  }
-  // Each worker pushed its two modules every round: header + Δ bytes.
-  REQUIRE(sent[0] == rounds * (2 * sizeof(sync::store_wire::request) +
-                               (levels[0].size + levels[1].size) * sizeof(float)));
+  dipaco_service_case([&](int rank, auto&& body) { body(world[std::size_t(rank)]); }, 5);
 }
 
 TEST_CASE("a worker that dies is left out of the round; the others finish", "[dipaco][service]") {

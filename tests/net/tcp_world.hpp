@@ -13,21 +13,12 @@
 #include <vector>
 
 #include "paco/net/asio_tcp.hpp"
+#include "paco/net/free_port.hpp"
 
 namespace paco::testing {
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
-inline int free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
+inline int free_port() { return net::free_loopback_port(); }
 
 inline net::tcp_options loopback_options(int rank, int size, int port) {
   net::tcp_options o;
