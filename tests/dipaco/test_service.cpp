@@ -11,11 +11,10 @@
 #include "paco/outer/outer.hpp"
 #include "paco/sync/dipaco_local.hpp"
 #include "paco/sync/store_service.hpp"
+#include "service_case.hpp"
 
 using namespace paco;
 using paco::testing::dipaco_service_case;
-
-#include "service_case.hpp"
 
 TEST_CASE("DiPaCo 2x2 over the store service equals the in-process run bit for bit",
           "[dipaco][service]") {
