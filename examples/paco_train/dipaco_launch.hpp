@@ -181,16 +181,24 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
       for (auto& k : kids)
         if (k.pid == pid) {
           const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-          if (!ok && k.name != "store" && k.restarts < cfg.launch.restarts) {
+          if (!ok && k.restarts < cfg.launch.restarts) {
+            // A worker resumes from its checkpoint and rejoins; the store resumes from its own.
             ++k.restarts;
             std::fprintf(stderr, "\npaco_train: %s stopped (%s %d); restarting it (%d of %d)\n",
                          k.name.c_str(), WIFSIGNALED(st) ? "signal" : "exit",
                          WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), k.restarts, cfg.launch.restarts);
+            if (k.name == "store" && std::find(k.args.begin(), k.args.end(), "--resume") == k.args.end())
+              k.args.push_back("--resume");
             k.pid = spawn(k.args, rd.log(k.name));
           } else {
             k.done = true;
             k.status = st;
-            if (!ok) failed = true;
+            if (!ok) {
+              failed = true;
+              std::fprintf(stderr, "\npaco_train: %s failed (%s %d), see %s\n", k.name.c_str(),
+                           WIFSIGNALED(st) ? "signal" : "exit",
+                           WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), rd.log(k.name).c_str());
+            }
           }
         }
     auto rec = latest_records(rd, g.workers);

@@ -4,6 +4,7 @@
 //
 //   paco_train --config examples/configs/lm_brown.toml [--set train.steps=300] [--resume]
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -51,6 +52,7 @@ double evaluate(nn::replica<nn::gpt>& rep, const arena<host>& a, const io::token
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  std::signal(SIGPIPE, SIG_IGN);  // a peer that died must be an error code, not a dead process
   CLI::App app{"paco_train: train paco's byte-level GPT on the Brown corpus"};
   std::string config_path;
   std::vector<std::string> overrides;
