@@ -1,0 +1,102 @@
+#pragma once
+// The DiPaCo-over-store-service case shared by the inproc test (tests/dipaco), the asio_tcp test
+// and the MPI run (tests/multiproc): rank 0 serves the store, ranks 1..4 train the four paths of
+// a 2x2 grid; the final modules must be bit-identical to the in-process run over local_store.
+// No test framework here: callers check what run_rank and reference_hashes return.
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "paco/nn/gpt.hpp"
+#include "paco/optim/optim.hpp"
+#include "paco/outer/outer.hpp"
+#include "paco/sync/dipaco_local.hpp"
+#include "paco/sync/store_service.hpp"
+
+namespace paco::testing {
+
+inline io::token_stream service_stream(std::uint64_t seed, std::size_t n = 3000) {
+  rng r(seed);
+  io::token_stream s;
+  s.doc_start = {0};
+  for (std::size_t i = 0; i < n; ++i) s.ids.push_back(std::int32_t((i * 5 + r.below(7)) % 64));
+  return s;
+}
+
+struct service_setup {
+  static constexpr int ranks = 5;
+  static constexpr int rounds = 3;
+  nn::gpt model{{.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2}};
+  arena<host> a0{model.layout()};
+  std::vector<path::level_span> levels;
+  path::module_grid<2> grid = path::module_grid<2>::experts({2, 2});
+  std::vector<int> module_level = {0, 0, 1, 1};
+  std::vector<io::token_stream> shards{service_stream(1), service_stream(2, 2000),
+                                       service_stream(3), service_stream(4, 5000)};
+  std::vector<sync::worker_spec> ws;
+  sync::inner_config cfg{.batch = 2, .ctx = 16, .steps = 3, .grad_clip = 1.0f,
+                         .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 2, .total = 9}};
+  optim::adamw inner{.lr = 1e-2f};
+  path::module_store<outer::nesterov> store;
+
+  service_setup()
+      : levels(*path::split_gpt_levels(model.layout(), 2, 2)),
+        store(make_table(), outer::nesterov{}) {
+    model.init(a0, 5);
+    for (int m = 0; m < 4; ++m) {
+      const auto& sp = levels[module_level[m]];
+      store.set(m, std::span<const float>(a0.get(plane::param).data() + sp.offset, sp.size));
+    }
+  }
+
+  // The module hashes of the same run over local_store (threads in this process).
+  std::vector<std::uint64_t> reference_hashes() {
+    sync::local_store<outer::nesterov> ref(sync::grid_modules(grid, levels, ws), outer::nesterov{});
+    sync::init_modules(ref, levels, module_level, a0.get(plane::param).data());
+    auto s = sync::run_local(ref, model, levels, module_level, ws, inner, cfg, rounds);
+    if (!s) return {};
+    std::vector<std::uint64_t> h;
+    for (int m = 0; m < 4; ++m) h.push_back(ref.store().hash(m));
+    return h;
+  }
+
+  // Runs rank r's part over transport t: the store on rank 0, path r − 1 on ranks 1..4.
+  // Returns the worker's status (and its bytes sent through *sent).
+  template <class T>
+  status run_rank(T& t, int r, std::size_t* sent = nullptr) {
+    if (r == 0) {
+      std::map<int, std::vector<int>> by_rank;
+      for (int p = 0; p < 4; ++p) by_rank[p + 1] = ws[std::size_t(p)].modules;
+      sync::store_server<T, outer::nesterov> server(t, store, by_rank);
+      server.serve();
+      return {};
+    }
+    const int p = r - 1;
+    sync::store_client<T> client(t, sync::store_layout{{0}}, r);
+    std::vector<path::level_span> lv{levels[0], levels[1]};
+    sync::path_worker<nn::gpt, optim::adamw> w(r, model, lv, ws[std::size_t(p)].modules, inner, cfg,
+                                               shards[std::size_t(p)], 30u + std::uint64_t(p));
+    status s;
+    for (int k = 0; k < rounds && s.ok(); ++k) s = w.run_round(client, std::chrono::seconds(30));
+    if (sent) *sent = client.bytes_sent();
+    if (s.ok()) s = client.bye();
+    return s;
+  }
+
+  // Bytes one worker pushes over the run: request headers and Δ of its two modules per round.
+  std::size_t expected_bytes() const {
+    return rounds * (2 * sizeof(sync::store_wire::request) +
+                     (levels[0].size + levels[1].size) * sizeof(float));
+  }
+
+ private:
+  std::vector<path::module_info> make_table() {
+    levels = *path::split_gpt_levels(model.layout(), 2, 2);
+    for (int p = 0; p < 4; ++p)
+      ws.push_back({sync::path_modules(grid, p), &shards[std::size_t(p)], 30u + std::uint64_t(p)});
+    return sync::grid_modules(grid, levels, ws);
+  }
+};
+
+}  // namespace paco::testing
