@@ -27,36 +27,13 @@ struct nll {
   double bits_per_token() const { return tokens ? nats / tokens / 0.6931471805599453 : NAN; }
 };
 
-// Nats of predicting seq[begin … end) from its past, window by window (a window of T tokens
-// starts at begin−1 and scores up to T targets). Requires: 1 ≤ begin ≤ end ≤ seq.size(); ws made
-// for dims {1, T}.
-inline nll sequence_nll(const nn::gpt& model, const float* theta,
-                        std::span<const std::int32_t> seq, std::size_t begin, std::size_t end,
-                        nn::gpt::workspace& ws) {
-  const int T = ws.d.T;
-  const int V = model.config().vocab;
-  nll r;
-  std::vector<std::int32_t> x(T), y(T);
-  for (std::size_t s = begin - 1; s + 1 < end; s += std::size_t(T)) {
-    const std::size_t cnt = std::min<std::size_t>(std::size_t(T), end - (s + 1));  // targets s+1…
-    for (int t = 0; t < T; ++t) {  // positions past cnt are padding (causal: never seen)
-      const std::size_t i = s + std::size_t(t);
-      x[t] = i + 1 < seq.size() ? seq[i] : 0;
-      y[t] = i + 1 < seq.size() ? seq[i + 1] : 0;
-    }
-    model.forward(theta, x.data(), ws);
-    const float* logits = ws.logits.data();
-    for (std::size_t t = 0; t < cnt; ++t) {
-      const float* row = logits + t * std::size_t(V);
-      float m = row[0];
-      for (int v = 1; v < V; ++v) m = std::max(m, row[v]);
-      double z = 0;
-      for (int v = 0; v < V; ++v) z += std::exp(double(row[v] - m));
-      r.nats += double(m) + std::log(z) - double(row[y[t]]);
-    }
-    r.tokens += cnt;
-  }
-  return r;
+// −log softmax(row)[y] for one row of V logits, accumulated in double.
+inline double row_nll(const float* row, int V, std::int32_t y) {
+  float m = row[0];
+  for (int v = 1; v < V; ++v) m = std::max(m, row[v]);
+  double z = 0;
+  for (int v = 0; v < V; ++v) z += std::exp(double(row[v] - m));
+  return double(m) + std::log(z) - double(row[y]);
 }
 
 // A piece of text to score: targets seq[begin … end) (as sequence_nll).
@@ -65,8 +42,8 @@ struct scored_span {
   std::size_t begin = 1, end = 1;
 };
 
-// sequence_nll over many spans with one model, batching windows B at a time (the same windows
-// and the same result as calling sequence_nll span by span, several times faster).
+// Nats of many spans with one model, batching their windows B at a time (each span scored as
+// sequence_nll does: windows of T tokens from begin−1, each seeing only its own past).
 inline nll batched_nll(const nn::gpt& model, const float* theta,
                        const std::vector<scored_span>& spans, nn::gpt::workspace& ws) {
   const int B = ws.d.B, T = ws.d.T, V = model.config().vocab;
@@ -93,16 +70,20 @@ inline nll batched_nll(const nn::gpt& model, const float* theta,
     model.forward(theta, x.data(), ws);
     for (std::size_t b = 0; b < nb; ++b)
       for (std::size_t t = 0; t < all[w0 + b].cnt; ++t) {
-        const float* row = ws.logits.data() + (b * T + t) * std::size_t(V);
-        float m = row[0];
-        for (int v = 1; v < V; ++v) m = std::max(m, row[v]);
-        double z = 0;
-        for (int v = 0; v < V; ++v) z += std::exp(double(row[v] - m));
-        r.nats += double(m) + std::log(z) - double(row[y[b * T + t]]);
+        r.nats += row_nll(ws.logits.data() + (b * T + t) * std::size_t(V), V, y[b * T + t]);
         ++r.tokens;
       }
   }
   return r;
+}
+
+// Nats of predicting seq[begin … end) from its past, window by window (a window of T tokens
+// starts at begin−1 and scores up to T targets). Requires: 1 ≤ begin ≤ end ≤ seq.size(); ws made
+// for dims {B, T} (any B).
+inline nll sequence_nll(const nn::gpt& model, const float* theta,
+                        std::span<const std::int32_t> seq, std::size_t begin, std::size_t end,
+                        nn::gpt::workspace& ws) {
+  return batched_nll(model, theta, {scored_span{seq, begin, end}}, ws);
 }
 
 // Nats of seq[b … e) predicted with the most context a window allows: the window of T tokens
@@ -122,12 +103,7 @@ inline nll chunk_nll(const nn::gpt& model, const float* theta, std::span<const s
   model.forward(theta, x.data(), ws);
   nll r;
   for (std::size_t t = b - s - 1; t + s + 1 < e; ++t) {
-    const float* row = ws.logits.data() + t * std::size_t(V);
-    float m = row[0];
-    for (int v = 1; v < V; ++v) m = std::max(m, row[v]);
-    double z = 0;
-    for (int v = 0; v < V; ++v) z += std::exp(double(row[v] - m));
-    r.nats += double(m) + std::log(z) - double(row[y[t]]);
+    r.nats += row_nll(ws.logits.data() + t * std::size_t(V), V, y[t]);
     ++r.tokens;
   }
   return r;
