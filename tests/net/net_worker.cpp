@@ -1,9 +1,10 @@
-// paco_net_worker RANK SIZE PORT N ITERS DEADLINE_MS REGROUP_PORT
+// paco_net_worker RANK SIZE PORT N ITERS DEADLINE_MS REGROUP_PORT [--tls-dir DIR]
 // One rank of the multi-process tests: all-reduces of N floats over asio_tcp (coordinator
 // 127.0.0.1:PORT), checking exact results. Prints "ready", then "ok ITERS" or, when an
 // all-reduce fails, "error MS MESSAGE" (MS: time from the start of the failed call). After an
 // error with REGROUP_PORT > 0, the survivors form the next group (elastic rendezvous, epoch 1,
 // rank 0 coordinating on 127.0.0.1:REGROUP_PORT), run one all-reduce, print "regroup SIZE ok".
+// --tls-dir DIR: every link over TLS with DIR/ca.pem and DIR/node<RANK % 2>.pem / .key.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -71,6 +72,14 @@ static int rate_mode(char** argv) {
 
 int main(int argc, char** argv) {
   if (argc >= 7 && std::string(argv[1]) == "rate") return rate_mode(argv);
+  std::string tls_dir;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--tls-dir") {
+      tls_dir = argv[i + 1];
+      for (int j = i; j + 2 <= argc; ++j) argv[j] = argv[j + 2];
+      argc -= 2;
+      break;
+    }
   if (argc < 8) return 2;
   int rank = std::atoi(argv[1]), p = std::atoi(argv[2]), port = std::atoi(argv[3]);
   std::size_t n = std::strtoull(argv[4], nullptr, 10);
@@ -84,6 +93,13 @@ int main(int argc, char** argv) {
   o.token = "multiproc";
   o.heartbeat_interval = std::chrono::milliseconds(100);
   o.peer_timeout = std::chrono::milliseconds(1000);
+  if (!tls_dir.empty()) {
+    std::string n = tls_dir + "/node" + std::to_string(rank % 2);
+    o.tls = {.enabled = true,
+             .ca_file = tls_dir + "/ca.pem",
+             .cert_file = n + ".pem",
+             .key_file = n + ".key"};
+  }
   auto tr = net::asio_tcp::connect(o);
   if (!tr) {
     std::printf("connect-error %s\n", tr.error().what().c_str());

@@ -33,26 +33,32 @@ inline net::tcp_options loopback_options(int rank, int size, int port) {
   return o;
 }
 
+// Runs f(asio_tcp&) on p threads, rank r connected with options(r, p, port).
+template <class Options, class F>
+void run_tcp_ranks(const char* name, int p, Options options, F f) {
+  int port = free_port();
+  std::vector<std::thread> th;
+  std::vector<std::string> err(static_cast<std::size_t>(p));
+  for (int r = 0; r < p; ++r)
+    th.emplace_back([&, r] {
+      auto t = net::asio_tcp::connect(options(r, p, port));
+      if (!t) {
+        err[static_cast<std::size_t>(r)] = t.error().what();
+        return;
+      }
+      f(*t.value());
+    });
+  for (auto& t : th) t.join();
+  for (auto& e : err)
+    if (!e.empty()) throw std::runtime_error(std::string(name) + ": " + e);
+}
+
 struct tcp_world {
   using transport = net::asio_tcp;
   static constexpr const char* name = "asio_tcp";
   template <class F>
   static void run(int p, F f) {
-    int port = free_port();
-    std::vector<std::thread> th;
-    std::vector<std::string> err(static_cast<std::size_t>(p));
-    for (int r = 0; r < p; ++r)
-      th.emplace_back([&, r] {
-        auto t = net::asio_tcp::connect(loopback_options(r, p, port));
-        if (!t) {
-          err[static_cast<std::size_t>(r)] = t.error().what();
-          return;
-        }
-        f(*t.value());
-      });
-    for (auto& t : th) t.join();
-    for (auto& e : err)
-      if (!e.empty()) throw std::runtime_error("tcp_world: " + e);
+    run_tcp_ranks("tcp_world", p, loopback_options, f);
   }
   static void kill(transport& t) { t.abort(); }
 };

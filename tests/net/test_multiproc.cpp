@@ -1,5 +1,6 @@
 // Multi-process tests of asio_tcp on 127.0.0.1: separate processes (posix_spawn of
-// paco_net_worker), a clean run, and a rank SIGKILLed in the middle of an all-reduce.
+// paco_net_worker), a clean run, and a rank SIGKILLed in the middle of an all-reduce; both
+// again over TLS in builds with PACO_WITH_TLS.
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
@@ -16,6 +17,9 @@
 #include <vector>
 
 #include "tcp_world.hpp"
+#if PACO_WITH_TLS
+#include "tls_pki.hpp"
+#endif
 
 extern char** environ;
 
@@ -69,16 +73,17 @@ std::string tmpdir() {
   return mkdtemp(t);
 }
 
-}  // namespace
-
-TEST_CASE("asio_tcp across 4 processes: exact all-reduces", "[net][multiproc]") {
+// 4 workers (extra: arguments appended to each), 20 exact all-reduces of 100003 floats.
+void clean_run(const std::vector<std::string>& extra) {
   auto dir = tmpdir();
   int port = paco::testing::free_port();
   std::vector<proc> ps;
-  for (int r = 0; r < 4; ++r)
-    ps.push_back(
-        spawn_worker({std::to_string(r), "4", std::to_string(port), "100003", "20", "10000", "0"},
-                     dir + "/r" + std::to_string(r)));
+  for (int r = 0; r < 4; ++r) {
+    std::vector<std::string> a{std::to_string(r), "4", std::to_string(port), "100003", "20",
+                               "10000",           "0"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    ps.push_back(spawn_worker(a, dir + "/r" + std::to_string(r)));
+  }
   for (int r = 0; r < 4; ++r) {
     int rc = wait_for(ps[r].pid, std::chrono::seconds(60));
     INFO("rank " << r << " output: " << slurp(ps[r].out));
@@ -87,17 +92,25 @@ TEST_CASE("asio_tcp across 4 processes: exact all-reduces", "[net][multiproc]") 
   }
 }
 
-TEST_CASE("SIGKILL mid all-reduce: survivors error within 2x deadline and regroup",
-          "[net][multiproc]") {
+// 4 workers all-reducing; rank 2 SIGKILLed: the others error within 2x the deadline, then
+// regroup as 3.
+void sigkill_run(const std::vector<std::string>& extra) {
   auto dir = tmpdir();
   int port = paco::testing::free_port();
   int regroup = paco::testing::free_port();  // rank 0's port for the next group
   const int deadline_ms = 1000;
   std::vector<proc> ps;
-  for (int r = 0; r < 4; ++r)
-    ps.push_back(spawn_worker({std::to_string(r), "4", std::to_string(port), "4000000", "100000",
-                               std::to_string(deadline_ms), std::to_string(regroup)},
-                              dir + "/r" + std::to_string(r)));
+  for (int r = 0; r < 4; ++r) {
+    std::vector<std::string> a{std::to_string(r),
+                               "4",
+                               std::to_string(port),
+                               "4000000",
+                               "100000",
+                               std::to_string(deadline_ms),
+                               std::to_string(regroup)};
+    a.insert(a.end(), extra.begin(), extra.end());
+    ps.push_back(spawn_worker(a, dir + "/r" + std::to_string(r)));
+  }
   // Wait until all are connected and all-reducing, then kill rank 2.
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (int r = 0; r < 4; ++r)
@@ -115,12 +128,34 @@ TEST_CASE("SIGKILL mid all-reduce: survivors error within 2x deadline and regrou
     auto e = out.find("error ");
     REQUIRE(e != std::string::npos);
     double ms = std::stod(out.substr(e + 6));
-    std::printf("[multiproc] rank %d: error after %.1f ms (deadline %d ms): %s", r, ms, deadline_ms,
-                out.substr(e).c_str());
+    std::printf("[multiproc%s] rank %d: error after %.1f ms (deadline %d ms): %s",
+                extra.empty() ? "" : " tls", r, ms, deadline_ms, out.substr(e).c_str());
     REQUIRE(ms < 2 * deadline_ms);
     REQUIRE(out.find("regroup 3 ok") != std::string::npos);
   }
 }
+
+}  // namespace
+
+TEST_CASE("asio_tcp across 4 processes: exact all-reduces", "[net][multiproc]") {
+  clean_run({});
+}
+
+TEST_CASE("SIGKILL mid all-reduce: survivors error within 2x deadline and regroup",
+          "[net][multiproc]") {
+  sigkill_run({});
+}
+
+#if PACO_WITH_TLS
+TEST_CASE("asio_tcp over TLS across 4 processes: exact all-reduces", "[net][multiproc][tls]") {
+  clean_run({"--tls-dir", paco::testing::tls_pki_dir()});
+}
+
+TEST_CASE("TLS: SIGKILL mid all-reduce: survivors error within 2x deadline and regroup",
+          "[net][multiproc][tls]") {
+  sigkill_run({"--tls-dir", paco::testing::tls_pki_dir()});
+}
+#endif
 
 TEST_CASE("asio_tcp shaper: a per-link rate within 10%, added latency", "[net][shaper]") {
   using namespace paco;

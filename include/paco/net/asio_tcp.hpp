@@ -16,6 +16,13 @@
 // Zero-copy: sends write from the caller's buffer (header + payload gathered), from the
 // caller's thread when the link is idle (the rest by the I/O thread); a recv posted before its
 // message arrives is read straight into the caller's buffer.
+//
+// TLS (tcp_options.tls, builds with PACO_WITH_TLS): every connection, the rendezvous' included,
+// is a TLS 1.3 stream (boost::asio::ssl::stream over the socket) with mutual certificates from
+// one group CA; a peer whose certificate does not chain to it is refused (errc::auth, with
+// OpenSSL's reason). The token handshake still runs inside TLS. Sends then go through the I/O
+// thread (no sendmsg from the caller's thread; small frames leave as one TLS record) and bytes
+// are encrypted and decrypted there; without TLS the data path is unchanged.
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -43,7 +50,11 @@
 #include "paco/core/error.hpp"
 #include "paco/net/concepts.hpp"
 #include "paco/net/detail/rendezvous.hpp"
+#include "paco/net/tls_options.hpp"
 #include "paco/net/wire.hpp"
+#if PACO_WITH_TLS
+#include "paco/net/detail/tls.hpp"
+#endif
 
 namespace paco::net {
 
@@ -80,6 +91,7 @@ struct tcp_options {
   int socket_buffer_bytes = 0;             // SO_SNDBUF/SO_RCVBUF; 0 = kernel autotuning
   bool payload_crc = true;                 // CRC-32C of every payload (header CRC always)
   shaper_options shaper;                   // applied to every outgoing link
+  tls_options tls;                         // TLS with mutual certificates; off by default
 };
 
 namespace detail {
@@ -104,7 +116,17 @@ using op_ptr = std::shared_ptr<tcp_op>;
 struct tcp_link {
   explicit tcp_link(asio::io_context& io) : sock(io), shape_timer(io) {}
   int peer = 0;
-  asio::ip::tcp::socket sock;
+  asio::ip::tcp::socket sock;  // the connection (unused when tls is set)
+#if PACO_WITH_TLS
+  std::unique_ptr<tls_stream> tls;  // the connection when TLS is on (owns its socket)
+#endif
+  // The TCP socket (under the TLS stream when there is one).
+  asio::ip::tcp::socket& socket() {
+#if PACO_WITH_TLS
+    if (tls) return tls->next_layer();
+#endif
+    return sock;
+  }
   bool failed = false;
   std::error_code err;
   std::string why;
@@ -144,6 +166,9 @@ struct tcp_link {
 struct tcp_core {
   tcp_options o;
   wire::limits lim;
+#if PACO_WITH_TLS
+  std::shared_ptr<ssl::context> tls_ctx;  // set when o.tls.enabled
+#endif
   asio::io_context io{1};
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::thread th;
@@ -156,6 +181,28 @@ struct tcp_core {
 
   static constexpr std::size_t piece = std::size_t(1)
                                        << 20;  // read granularity (liveness, CRC in cache)
+
+  // Writes / reads a whole buffer sequence on L's socket or TLS stream. Requires: I/O thread.
+  template <class Buffers, class Handler>
+  void async_write_link(tcp_link& L, const Buffers& b, Handler&& h) {
+#if PACO_WITH_TLS
+    if (L.tls) {
+      asio::async_write(*L.tls, b, std::forward<Handler>(h));
+      return;
+    }
+#endif
+    asio::async_write(L.sock, b, std::forward<Handler>(h));
+  }
+  template <class Buffers, class Handler>
+  void async_read_link(tcp_link& L, const Buffers& b, Handler&& h) {
+#if PACO_WITH_TLS
+    if (L.tls) {
+      asio::async_read(*L.tls, b, std::forward<Handler>(h));
+      return;
+    }
+#endif
+    asio::async_read(L.sock, b, std::forward<Handler>(h));
+  }
 
   // Requires: mu held.
   void complete(tcp_op& op, std::error_code ec) {
@@ -176,7 +223,7 @@ struct tcp_core {
         ::shutdown(L.sock.native_handle(), SHUT_RDWR);
         L.close_pending = true;
       } else {
-        L.sock.close(ig);
+        L.socket().close(ig);
       }
       L.shape_timer.cancel();
     }
@@ -212,9 +259,8 @@ struct tcp_core {
     }
     std::array<asio::const_buffer, 2> bufs{asio::buffer(&op->hdr, sizeof op->hdr),
                                            asio::buffer(op->buf, op->len)};
-    asio::async_write(L.sock, bufs, [this, &L](const boost::system::error_code& e, std::size_t) {
-      on_written(L, e);
-    });
+    async_write_link(
+        L, bufs, [this, &L](const boost::system::error_code& e, std::size_t) { on_written(L, e); });
   }
 
   void on_written(tcp_link& L, const boost::system::error_code& e) {
@@ -244,13 +290,13 @@ struct tcp_core {
     if (op.len > poff) bufs[nb++] = asio::buffer(op.buf + poff, op.len - poff);
     auto done = [this, &L](const boost::system::error_code& e, std::size_t) { on_written(L, e); };
     if (nb == 1)
-      asio::async_write(L.sock, asio::buffer(bufs[0]), done);
+      async_write_link(L, asio::buffer(bufs[0]), done);
     else
-      asio::async_write(L.sock, bufs, done);
+      async_write_link(L, bufs, done);
   }
 
   // Tries to write op now from the calling thread (no hand-off to the I/O thread when the
-  // socket has room). Requires: lk holds mu; L idle (not writing, empty queue); no shaper.
+  // socket has room). Requires: lk holds mu; L idle (not writing, empty queue); no shaper, no TLS.
   void write_inline(std::unique_lock<std::mutex>& lk, tcp_link& L, const op_ptr& op) {
     L.writing = true;
     L.inline_active = true;
@@ -364,15 +410,15 @@ struct tcp_core {
       shaped_write(L);
     };
     if (nb == 1)
-      asio::async_write(L.sock, asio::buffer(bufs[0]), done);
+      async_write_link(L, asio::buffer(bufs[0]), done);
     else
-      asio::async_write(L.sock, bufs, done);
+      async_write_link(L, bufs, done);
   }
 
   // ---- receive side (I/O thread) ----
   void read_header(tcp_link& L) {
-    asio::async_read(
-        L.sock, asio::buffer(&L.rh, sizeof L.rh),
+    async_read_link(
+        L, asio::buffer(&L.rh, sizeof L.rh),
         [this, &L](const boost::system::error_code& e, std::size_t) { on_header(L, e); });
   }
 
@@ -436,21 +482,21 @@ struct tcp_core {
   void read_payload(tcp_link& L) {
     if (L.rdone == L.rlen) return finish_payload(L);
     std::size_t n = std::min(piece, L.rlen - L.rdone);
-    asio::async_read(L.sock, asio::buffer(L.rptr + L.rdone, n),
-                     [this, &L](const boost::system::error_code& e, std::size_t k) {
-                       if (e) {
-                         std::lock_guard lk(mu);
-                         socket_error(L, e);
-                         if (L.rop) complete(*L.rop, L.err);
-                         L.rop = nullptr;
-                         return;
-                       }
-                       if (L.rh.flags & wire::flag_payload_crc)
-                         L.rcrc = crc32c(L.rcrc, {L.rptr + L.rdone, k});
-                       L.rdone += k;
-                       L.last_rx = clock::now();
-                       read_payload(L);
-                     });
+    async_read_link(L, asio::buffer(L.rptr + L.rdone, n),
+                    [this, &L](const boost::system::error_code& e, std::size_t k) {
+                      if (e) {
+                        std::lock_guard lk(mu);
+                        socket_error(L, e);
+                        if (L.rop) complete(*L.rop, L.err);
+                        L.rop = nullptr;
+                        return;
+                      }
+                      if (L.rh.flags & wire::flag_payload_crc)
+                        L.rcrc = crc32c(L.rcrc, {L.rptr + L.rdone, k});
+                      L.rdone += k;
+                      L.last_rx = clock::now();
+                      read_payload(L);
+                    });
   }
 
   void finish_payload(tcp_link& L) {
@@ -565,6 +611,28 @@ struct tcp_core {
   }
 };
 
+// A connection of the rendezvous: a plain descriptor or, with TLS, the stream that owns it.
+struct rv_conn {
+  fd_owner fd;
+#if PACO_WITH_TLS
+  std::unique_ptr<tls_stream> tls;
+#endif
+  bool open() const {
+#if PACO_WITH_TLS
+    if (tls) return true;
+#endif
+    return fd.get() >= 0;
+  }
+  // Closes a refused connection after letting the peer read our last words.
+  void refuse_close() {
+    int s = fd.get();
+#if PACO_WITH_TLS
+    if (tls) s = tls->next_layer().native_handle();
+#endif
+    if (s >= 0) drain_before_close(s, std::chrono::milliseconds(200));
+  }
+};
+
 }  // namespace detail
 
 // One rank's TCP endpoint. Models Transport. Create with asio_tcp::connect(options).
@@ -608,9 +676,13 @@ class asio_tcp {
   };
 
   // Rendezvous with the other ranks (see file comment).
-  // Ensures: a connected endpoint, or an error naming the field, address or peer at fault:
-  //   invalid_argument (options), timeout (a peer never came), auth (token), mismatch
-  //   (size/epoch), version, io.
+  // Requires: with o.tls.enabled, a build with PACO_WITH_TLS and the files of tls_options.
+  // Ensures: a connected endpoint, or an error naming the field, file, address or peer at
+  //   fault: invalid_argument (options; TLS files that are not PEM, a key not matching its
+  //   certificate, a certificate not chaining to the CA), not_found / io (a TLS file cannot be
+  //   read), unsupported (TLS asked of a build without it), timeout (a peer never came), auth
+  //   (token; a certificate refused either way, with OpenSSL's reason), mismatch (size/epoch),
+  //   version, io.
   static result<std::unique_ptr<asio_tcp>> connect(tcp_options o);
 
   ~asio_tcp() { close(); }
@@ -647,7 +719,7 @@ class asio_tcp {
       core_->complete(*op, errc::too_large);
     } else if (L.sendq.size() >= core_->o.max_queued_sends) {
       core_->complete(*op, errc::too_large);
-    } else if (!L.writing && L.sendq.empty() && !shaped_) {
+    } else if (!L.writing && L.sendq.empty() && inline_ok_) {
       core_->write_inline(lk, L, op);
     } else {
       L.sendq.push_back(op);
@@ -754,7 +826,8 @@ class asio_tcp {
  private:
   explicit asio_tcp(std::shared_ptr<detail::tcp_core> c)
       : core_(std::move(c)),
-        shaped_(core_->o.shaper.rate_bytes_per_s > 0 || core_->o.shaper.latency.count() > 0) {}
+        inline_ok_(core_->o.shaper.rate_bytes_per_s <= 0 && core_->o.shaper.latency.count() <= 0 &&
+                   !core_->o.tls.enabled) {}
 
   void shutdown() {
     {
@@ -784,7 +857,7 @@ class asio_tcp {
   }
 
   std::shared_ptr<detail::tcp_core> core_;
-  bool shaped_ = false;
+  bool inline_ok_ = true;  // sends may be written from the caller's thread (no shaper, no TLS)
 };
 
 inline result<std::unique_ptr<asio_tcp>> asio_tcp::connect(tcp_options o) {
@@ -814,10 +887,76 @@ inline result<std::unique_ptr<asio_tcp>> asio_tcp::connect(tcp_options o) {
   const bool elastic = o.join_window.count() > 0;
   if (elastic && o.size == 1 && !o.allow_single) o.allow_single = true;  // checked after admission
 
+  // The endpoint's core comes first: with TLS the rendezvous' streams live on its io_context
+  // (run on this thread until the I/O thread starts) and become the links.
+  auto core = std::make_shared<tcp_core>();
+#if PACO_WITH_TLS
+  if (o.tls.enabled) {
+    auto c = make_tls_context(o.tls);
+    if (!c) return c.error();
+    core->tls_ctx = std::move(c.value());
+  }
+#else
+  if (o.tls.enabled)
+    return paco::error{errc::unsupported,
+                       "tcp_options.tls.enabled: this build has no TLS (configure paco with "
+                       "-DPACO_WITH_TLS=ON and OpenSSL)"};
+#endif
+
   deadline d = clock::now() + o.connect_timeout;
   int p = o.size, me = o.rank;
-  std::vector<fd_owner> fds(static_cast<std::size_t>(p));
+  std::vector<rv_conn> conns(static_cast<std::size_t>(p));
   std::vector<sockaddr_in> addr(static_cast<std::size_t>(p));
+
+  // Runs f(channel) over c (its descriptor, or its TLS stream); a TLS failure's text in why.
+  auto over = [&](rv_conn& c, std::string& why, auto&& f) {
+#if PACO_WITH_TLS
+    if (c.tls) {
+      tls_channel ch{core->io, *c.tls, {}};
+      auto r = f(ch);
+      why = std::move(ch.why);
+      return r;
+    }
+#endif
+    fd_channel ch{c.fd.get()};
+    return f(ch);
+  };
+  auto with = [](std::string m, const std::string& why) {
+    return why.empty() ? m : m + " [" + why + "]";
+  };
+  // A connected descriptor as a connection; with TLS after the TLS handshake (as client when
+  // we connected) by the deadline.
+  auto open = [&](fd_owner fd, bool client, std::string& why) -> result<rv_conn> {
+    rv_conn c;
+#if PACO_WITH_TLS
+    if (core->tls_ctx) {
+      if (!client && greets_without_tls(fd.get(), d)) {  // refuse it in its own words
+        fd_channel ch{fd.get()};
+        wire::frame_header h;
+        std::vector<std::byte> pl;
+        if (!read_frame(ch, h, pl, sizeof(wire::hello_body), d))
+          send_frame(ch, wire::kind::refuse, {}, d, static_cast<std::uint32_t>(errc::auth));
+        drain_before_close(fd.get(), std::chrono::milliseconds(200));
+        why = "the peer does not use TLS";
+        return paco::error{errc::auth, "TLS handshake"};
+      }
+      auto s = tls_wrap(core->io, *core->tls_ctx, fd.release(), o.tls.peer_name);
+      if (!s) return s.error();
+      c.tls = std::move(s.value());
+      tls_channel ch{core->io, *c.tls, {}};
+      if (auto ec = ch.handshake(client ? ssl::stream_base::client : ssl::stream_base::server, d)) {
+        why = std::move(ch.why);
+        if (!client) c.refuse_close();  // let the client read our alert
+        return paco::error{ec, "TLS handshake"};
+      }
+      return c;
+    }
+#endif
+    (void)client;
+    (void)why;
+    c.fd = std::move(fd);
+    return c;
+  };
 
   // Our listening socket.
   sockaddr_in la{};
@@ -853,21 +992,26 @@ inline result<std::unique_ptr<asio_tcp>> asio_tcp::connect(tcp_options o) {
 
   auto connect_to = [&](int r) -> status {
     auto& a = addr[static_cast<std::size_t>(r)];
+    const std::string who = "asio_tcp rank " + std::to_string(me) + " -> rank " +
+                            std::to_string(r) + " at " + to_string(a) + ": ";
     while (true) {
       auto s = connect_retry(a, o.socket_buffer_bytes, d);
       if (!s)
         return paco::error{s.error().code,
                            "asio_tcp rank " + std::to_string(me) + ": " + s.error().message};
-      auto h = client_handshake(s.value().get(), hello, r, o.token, d);
+      std::string why;
+      auto c = open(std::move(s.value()), true, why);
+      result<wire::hello_body> h =
+          c ? over(c.value(), why,
+                   [&](auto& ch) { return client_handshake(ch, hello, r, o.token, d); })
+            : result<wire::hello_body>(c.error());
       if (h) {
-        fds[static_cast<std::size_t>(r)] = std::move(s.value());
+        conns[static_cast<std::size_t>(r)] = std::move(c.value());
         return {};
       }
       // A peer that is not up yet may reset us: retry; anything it said is final.
       if (h.error().code != errc::peer_lost || clock::now() >= d)
-        return paco::error{h.error().code, "asio_tcp rank " + std::to_string(me) + " -> rank " +
-                                               std::to_string(r) + " at " + to_string(a) + ": " +
-                                               h.error().message};
+        return paco::error{h.error().code, who + with(h.error().message, why)};
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   };
@@ -883,18 +1027,25 @@ inline result<std::unique_ptr<asio_tcp>> asio_tcp::connect(tcp_options o) {
                                                std::to_string(want.size() - got) +
                                                " peer(s) never arrived" +
                                                (last.empty() ? "" : "; last refused: " + last)};
-      auto h = server_handshake(s.value().get(), hello, o.token, d);
+      std::string why;
+      auto c = open(std::move(s.value()), false, why);
+      result<wire::hello_body> h =
+          c ? over(c.value(), why,
+                   [&](auto& ch) { return server_handshake(ch, hello, o.token, d); })
+            : result<wire::hello_body>(c.error());
       if (!h) {
-        last = h.error().message;
+        last = to_string(pa) + ": " + with(h.error().message, why);
+        if (c) c.value().refuse_close();
         continue;
       }
       int r = static_cast<int>(h.value().rank);
       if (std::find(want.begin(), want.end(), r) == want.end() ||
-          fds[static_cast<std::size_t>(r)].get() >= 0) {
+          conns[static_cast<std::size_t>(r)].open()) {
         last = "unexpected or duplicate rank " + std::to_string(r);
+        c.value().refuse_close();
         continue;
       }
-      fds[static_cast<std::size_t>(r)] = std::move(s.value());
+      conns[static_cast<std::size_t>(r)] = std::move(c.value());
       addr[static_cast<std::size_t>(r)] = pa;
       if (ports) (*ports)[static_cast<std::size_t>(r)] = h.value().listen_port;
       ++got;
@@ -920,7 +1071,7 @@ inline result<std::unique_ptr<asio_tcp>> asio_tcp::connect(tcp_options o) {
       // Members by id; the table's header carries the group size, entry.reserved the id.
       std::vector<int> members{0};
       for (int r = 1; r < p; ++r)
-        if (fds[static_cast<std::size_t>(r)].get() >= 0) members.push_back(r);
+        if (conns[static_cast<std::size_t>(r)].open()) members.push_back(r);
       const int q = static_cast<int>(members.size());
       if (q == 1 && p > 1 && !o.allow_single)
         return paco::error{errc::timeout,
@@ -935,16 +1086,19 @@ inline result<std::unique_ptr<asio_tcp>> asio_tcp::connect(tcp_options o) {
         table[static_cast<std::size_t>(k)].reserved = static_cast<std::uint16_t>(id);
       }
       auto tb = std::as_bytes(std::span(table));
-      std::vector<fd_owner> renumbered(static_cast<std::size_t>(q));
+      std::vector<rv_conn> renumbered(static_cast<std::size_t>(q));
       for (int k = 1; k < q; ++k) {
         auto id = static_cast<std::size_t>(members[static_cast<std::size_t>(k)]);
-        if (auto ec =
-                send_frame(fds[id].get(), wire::kind::table, tb, d, static_cast<std::uint32_t>(q)))
+        std::string why;
+        if (auto ec = over(conns[id], why, [&](auto& ch) {
+              return send_frame(ch, wire::kind::table, tb, d, static_cast<std::uint32_t>(q));
+            }))
           return paco::error{
-              ec, "asio_tcp coordinator: sending the table to rank " + std::to_string(id)};
-        renumbered[static_cast<std::size_t>(k)] = std::move(fds[id]);
+              ec,
+              with("asio_tcp coordinator: sending the table to rank " + std::to_string(id), why)};
+        renumbered[static_cast<std::size_t>(k)] = std::move(conns[id]);
       }
-      fds = std::move(renumbered);
+      conns = std::move(renumbered);
       o.size = q;
       p = q;
       listener.reset();
@@ -952,10 +1106,14 @@ inline result<std::unique_ptr<asio_tcp>> asio_tcp::connect(tcp_options o) {
       if (auto st = connect_to(0); !st) return st.error();
       wire::frame_header h;
       std::vector<std::byte> pl;
-      if (auto ec = read_frame(fds[0].get(), h, pl,
-                               sizeof(wire::table_entry) * static_cast<std::size_t>(p), d))
+      std::string why;
+      if (auto ec = over(conns[0], why, [&](auto& ch) {
+            return read_frame(ch, h, pl, sizeof(wire::table_entry) * static_cast<std::size_t>(p),
+                              d);
+          }))
         return paco::error{
-            ec, "asio_tcp rank " + std::to_string(me) + ": reading the coordinator's table"};
+            ec,
+            with("asio_tcp rank " + std::to_string(me) + ": reading the coordinator's table", why)};
       const std::size_t q = h.aux;  // the group size the coordinator decided
       if (h.kind != static_cast<std::uint8_t>(wire::kind::table) || q < 2 ||
           q > static_cast<std::size_t>(p) || pl.size() != sizeof(wire::table_entry) * q)
@@ -973,10 +1131,10 @@ inline result<std::unique_ptr<asio_tcp>> asio_tcp::connect(tcp_options o) {
       if (new_rank < 1)
         return paco::error{errc::protocol, "asio_tcp: coordinator's table lacks this member"};
       if (static_cast<int>(q) != p || new_rank != me) {  // elastic: renumbered
-        auto f0 = std::move(fds[0]);
-        fds.clear();
-        fds.resize(q);
-        fds[0] = std::move(f0);
+        auto c0 = std::move(conns[0]);
+        conns.clear();
+        conns.resize(q);
+        conns[0] = std::move(c0);
         me = new_rank;
         p = static_cast<int>(q);
         o.rank = me;
@@ -998,7 +1156,6 @@ inline result<std::unique_ptr<asio_tcp>> asio_tcp::connect(tcp_options o) {
   }
   listener.reset();
 
-  auto core = std::make_shared<tcp_core>();
   core->o = std::move(o);
   core->lim.max_payload = core->o.max_frame_bytes;
   core->links.resize(static_cast<std::size_t>(p));
@@ -1007,13 +1164,22 @@ inline result<std::unique_ptr<asio_tcp>> asio_tcp::connect(tcp_options o) {
     if (r == me) continue;
     auto L = std::make_unique<tcp_link>(core->io);
     L->peer = r;
-    int fd = fds[static_cast<std::size_t>(r)].release();
-    tune_socket(fd, core->o.socket_buffer_bytes);
-    boost::system::error_code ec;
-    L->sock.assign(boost::asio::ip::tcp::v4(), fd, ec);
-    if (ec) {
-      ::close(fd);
-      return paco::error{errc::io, "asio_tcp: adopting socket: " + ec.message()};
+    auto& c = conns[static_cast<std::size_t>(r)];
+#if PACO_WITH_TLS
+    if (c.tls) {
+      L->tls = std::move(c.tls);
+      tune_socket(L->tls->next_layer().native_handle(), core->o.socket_buffer_bytes);
+    }
+#endif
+    if (c.fd.get() >= 0) {
+      int fd = c.fd.release();
+      tune_socket(fd, core->o.socket_buffer_bytes);
+      boost::system::error_code ec;
+      L->sock.assign(boost::asio::ip::tcp::v4(), fd, ec);
+      if (ec) {
+        ::close(fd);
+        return paco::error{errc::io, "asio_tcp: adopting socket: " + ec.message()};
+      }
     }
     L->last_rx = L->last_tx = L->tok_t = now;
     L->tokens = static_cast<double>(core->o.shaper.burst_bytes);
@@ -1023,6 +1189,7 @@ inline result<std::unique_ptr<asio_tcp>> asio_tcp::connect(tcp_options o) {
   for (auto& L : core->links)
     if (L) core->read_header(*L);
   core->heartbeat();
+  core->io.restart();  // the TLS rendezvous ran it on this thread until it was out of work
   core->th = std::thread([c = core.get()] { c->io.run(); });
   return std::unique_ptr<asio_tcp>(new asio_tcp(core));
 }

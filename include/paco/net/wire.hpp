@@ -4,7 +4,7 @@
 // the payload and the CRC-32C of the header itself. Integers are little-endian (the structs are
 // packed and sent as they lie in memory; paco supports little-endian hosts only).
 //
-// Handshake (no TLS): client -> hello(nonce_c); server -> hello(nonce_s, mac_s); client ->
+// Handshake (in TLS too): client -> hello(nonce_c); server -> hello(nonce_s, mac_s); client ->
 // auth(mac_c); server -> welcome | refuse(errc). mac_s = HMAC(token, "paco-s" ++ hello_c ++
 // hello_s with zero mac), mac_c = HMAC(token, "paco-c" ++ hello_c ++ hello_s). A peer without
 // the token cannot produce either mac and is refused with errc::auth.

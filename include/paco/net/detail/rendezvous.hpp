@@ -1,7 +1,8 @@
 #pragma once
 // Blocking POSIX socket steps of asio_tcp's rendezvous (listen, connect with backoff, framed
 // handshake), each bounded by a deadline through poll(2). The connected descriptors are then
-// handed to Asio for the data path.
+// handed to Asio for the data path. Frames and the handshake run over a rendezvous channel:
+// a plain descriptor (fd_channel) or, with TLS, a TLS stream (tls_channel in detail/tls.hpp).
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <concepts>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -106,6 +108,21 @@ inline std::error_code write_all(int fd, const void* data, std::size_t n, deadli
   return {};
 }
 
+// Before closing a refused connection: half-closes it, then reads and drops until the peer
+// closes or `grace` passes, so that what we sent last (a refuse frame, a TLS alert) reaches
+// the peer instead of a reset caused by bytes we never read.
+inline void drain_before_close(int fd, std::chrono::milliseconds grace) {
+  ::shutdown(fd, SHUT_WR);
+  const deadline until = clock::now() + grace;
+  char buf[4096];
+  for (;;) {
+    ssize_t k = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (k > 0) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EINTR) && !poll_until(fd, POLLIN, until)) continue;
+    return;
+  }
+}
+
 inline std::error_code read_all(int fd, void* data, std::size_t n, deadline d) {
   auto p = static_cast<char*>(data);
   while (n) {
@@ -124,20 +141,38 @@ inline std::error_code read_all(int fd, void* data, std::size_t n, deadline d) {
   return {};
 }
 
-inline std::error_code send_frame(int fd, wire::kind k, std::span<const std::byte> payload,
+// A blocking byte stream of the rendezvous. Requires of models: write/read move all n bytes
+// by the deadline and return {} or the errc (timeout, peer_lost, auth, ...).
+template <class C>
+concept rendezvous_channel = requires(C& c, const void* out, void* in, std::size_t n, deadline d) {
+  { c.write(out, n, d) } -> std::same_as<std::error_code>;
+  { c.read(in, n, d) } -> std::same_as<std::error_code>;
+};
+
+// A plain connected descriptor as a rendezvous channel.
+struct fd_channel {
+  int fd = -1;
+  std::error_code write(const void* p, std::size_t n, deadline d) { return write_all(fd, p, n, d); }
+  std::error_code read(void* p, std::size_t n, deadline d) { return read_all(fd, p, n, d); }
+};
+static_assert(rendezvous_channel<fd_channel>);
+
+template <rendezvous_channel C>
+inline std::error_code send_frame(C& ch, wire::kind k, std::span<const std::byte> payload,
                                   deadline d, std::uint32_t aux = 0) {
   auto h = wire::make_header(k, 0, payload, true, aux);
-  if (auto ec = write_all(fd, &h, sizeof h, d)) return ec;
-  return write_all(fd, payload.data(), payload.size(), d);
+  if (auto ec = ch.write(&h, sizeof h, d)) return ec;
+  return ch.write(payload.data(), payload.size(), d);
 }
 
 // Reads one control frame. Ensures: header and payload checked; payload <= max bytes.
-inline std::error_code read_frame(int fd, wire::frame_header& h, std::vector<std::byte>& payload,
+template <rendezvous_channel C>
+inline std::error_code read_frame(C& ch, wire::frame_header& h, std::vector<std::byte>& payload,
                                   std::size_t max, deadline d) {
-  if (auto ec = read_all(fd, &h, sizeof h, d)) return ec;
+  if (auto ec = ch.read(&h, sizeof h, d)) return ec;
   if (auto ec = wire::check_header(h, wire::limits{.max_payload = max})) return ec;
   payload.resize(h.length);
-  if (auto ec = read_all(fd, payload.data(), payload.size(), d)) return ec;
+  if (auto ec = ch.read(payload.data(), payload.size(), d)) return ec;
   return wire::check_payload(h, payload);
 }
 
@@ -209,15 +244,16 @@ inline result<fd_owner> accept_until(int listener, deadline d, sockaddr_in& peer
   }
 }
 
-// Client side of the handshake with the rank expected to be `want` (-1: any).
+// Client side of the handshake over channel ch with the rank expected to be `want` (-1: any).
 // Ensures: the server's hello on success; errc::auth / version / mismatch / ... otherwise.
-inline result<wire::hello_body> client_handshake(int fd, const wire::hello_body& mine, int want,
+template <rendezvous_channel C>
+inline result<wire::hello_body> client_handshake(C& ch, const wire::hello_body& mine, int want,
                                                  std::string_view token, deadline d) {
-  if (auto ec = send_frame(fd, wire::kind::hello, wire::bytes_of(mine), d))
+  if (auto ec = send_frame(ch, wire::kind::hello, wire::bytes_of(mine), d))
     return paco::error{ec, "handshake: sending hello"};
   wire::frame_header h;
   std::vector<std::byte> p;
-  if (auto ec = read_frame(fd, h, p, sizeof(wire::hello_body), d))
+  if (auto ec = read_frame(ch, h, p, sizeof(wire::hello_body), d))
     return paco::error{ec, "handshake: reading the server's hello"};
   if (h.kind == static_cast<std::uint8_t>(wire::kind::refuse))
     return {static_cast<errc>(h.aux), "handshake: refused by the server"};
@@ -237,9 +273,9 @@ inline result<wire::hello_body> client_handshake(int fd, const wire::hello_body&
   wire::auth_body a{};
   auto m = wire::client_mac(token, mine, s);
   std::memcpy(a.mac, m.data(), 32);
-  if (auto ec = send_frame(fd, wire::kind::auth, wire::bytes_of(a), d))
+  if (auto ec = send_frame(ch, wire::kind::auth, wire::bytes_of(a), d))
     return paco::error{ec, "handshake: auth"};
-  if (auto ec = read_frame(fd, h, p, 0, d))
+  if (auto ec = read_frame(ch, h, p, 0, d))
     return paco::error{ec, "handshake: waiting for welcome"};
   if (h.kind == static_cast<std::uint8_t>(wire::kind::refuse))
     return {static_cast<errc>(h.aux), "handshake: refused by the server"};
@@ -250,16 +286,24 @@ inline result<wire::hello_body> client_handshake(int fd, const wire::hello_body&
 
 // Server side. Ensures: the client's hello on success; on failure the client was sent a
 // refuse frame carrying the errc.
-inline result<wire::hello_body> server_handshake(int fd, wire::hello_body mine,
+template <rendezvous_channel C>
+inline result<wire::hello_body> server_handshake(C& ch, wire::hello_body mine,
                                                  std::string_view token, deadline d) {
   wire::frame_header h;
   std::vector<std::byte> p;
   auto refuse = [&](std::error_code ec, std::string why) -> result<wire::hello_body> {
-    send_frame(fd, wire::kind::refuse, {}, d, static_cast<std::uint32_t>(ec.value()));
+    send_frame(ch, wire::kind::refuse, {}, d, static_cast<std::uint32_t>(ec.value()));
     return paco::error{ec, "handshake: " + why};
   };
-  if (auto ec = read_frame(fd, h, p, sizeof(wire::hello_body), d))
-    return paco::error{ec, "handshake: reading hello"};
+  if (auto ec = read_frame(ch, h, p, sizeof(wire::hello_body), d)) {
+    if (ec == errc::timeout || ec == errc::peer_lost)
+      return paco::error{ec, "handshake: reading hello"};
+    // The peer spoke, but not this protocol: tell it (a TLS ClientHello opens 0x16 0x03).
+    auto b = reinterpret_cast<const std::uint8_t*>(&h);
+    if (b[0] == 0x16 && b[1] == 0x03)
+      return refuse(errc::auth, "the peer speaks TLS, this rank does not (tcp_options.tls)");
+    return refuse(ec, "reading hello");
+  }
   if (h.kind != static_cast<std::uint8_t>(wire::kind::hello))
     return refuse(errc::protocol, "expected hello");
   wire::hello_body c;
@@ -271,9 +315,9 @@ inline result<wire::hello_body> server_handshake(int fd, wire::hello_body mine,
                           ") differs from ours");
   auto m = wire::server_mac(token, c, mine);
   std::memcpy(mine.mac, m.data(), 32);
-  if (auto ec = send_frame(fd, wire::kind::hello, wire::bytes_of(mine), d))
+  if (auto ec = send_frame(ch, wire::kind::hello, wire::bytes_of(mine), d))
     return paco::error{ec, "handshake: hello"};
-  if (auto ec = read_frame(fd, h, p, sizeof(wire::auth_body), d))
+  if (auto ec = read_frame(ch, h, p, sizeof(wire::auth_body), d))
     return paco::error{ec, "handshake: reading auth"};
   if (h.kind != static_cast<std::uint8_t>(wire::kind::auth))
     return refuse(errc::protocol, "expected auth");
@@ -281,7 +325,7 @@ inline result<wire::hello_body> server_handshake(int fd, wire::hello_body mine,
   std::memcpy(&a, p.data(), sizeof a);
   if (auto ec = wire::verify_client(token, c, mine, a))
     return refuse(ec, "rank " + std::to_string(c.rank) + " does not hold the token");
-  if (auto ec = send_frame(fd, wire::kind::welcome, {}, d))
+  if (auto ec = send_frame(ch, wire::kind::welcome, {}, d))
     return paco::error{ec, "handshake: welcome"};
   return c;
 }
