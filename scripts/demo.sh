@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The main job: installs what is missing (Debian packages, the Brown corpus), builds paco_train
 # and trains on Brown with a progress display and a final results table. Safe to run again.
-#   bash scripts/demo.sh [lm|dipaco] [paco_train arguments, e.g. --set train.budget_s=120]
-#   lm (default): the byte-level GPT, examples/configs/lm_brown.toml
-#   dipaco:       DiPaCo 2x2, a store and 4 worker processes over TCP, examples/configs/dipaco_brown.toml
+#   bash scripts/demo.sh [dipaco|lm] [paco_train arguments, e.g. --set dipaco.rounds=4]
+#   dipaco (default): DiPaCo 2x2, a store and 4 worker processes over TCP,
+#                     examples/configs/dipaco_brown.toml
+#   lm:               the byte-level GPT on one machine, examples/configs/lm_brown.toml
 set -euo pipefail
-job=lm
+job=dipaco
 if [[ "${1:-}" == lm || "${1:-}" == dipaco ]]; then job="$1"; shift; fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/deps.sh"

@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
   for (auto& t : th) t.join();
   long rss1 = rss_last;
   std::printf(
-      "end RSS %ld KiB (last sample before shutdown) ; start %ld KiB, growth %+ld KiB;, %ld "
+      "end RSS %ld KiB (last sample before shutdown); start %ld KiB, growth %+ld KiB; %ld "
       "all-reduces, %d failures\n",
       rss1, rss0, rss1 - rss0, rounds.load(), failures.load());
   return failures ? 1 : 0;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <vector>
 
 #include "paco/core/error.hpp"
@@ -136,6 +137,22 @@ class logistic_router {
     std::vector<double> z(d_);
     for (int d = 0; d < d_; ++d) z[d] = (x[d] - mean_[d]) * inv_std_[d];
     return route_standardised(z.data());
+  }
+  // The n most likely paths, most likely first (top-n overlapping shards).
+  // Requires: x has the fitted dimension. Ensures: min(n, k()) distinct paths; rank(x, 1)[0]
+  // is route(x).
+  std::vector<int> rank(const float* x, int n) const {
+    std::vector<double> z(d_), s(k_);
+    for (int d = 0; d < d_; ++d) z[d] = (x[d] - mean_[d]) * inv_std_[d];
+    for (int c = 0; c < k_; ++c) {
+      s[c] = b_[c];
+      for (int d = 0; d < d_; ++d) s[c] += w_[std::size_t(c) * d_ + d] * z[d];
+    }
+    std::vector<int> idx(k_);
+    std::iota(idx.begin(), idx.end(), 0);
+    std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return s[a] > s[b]; });
+    idx.resize(std::size_t(std::clamp(n, 0, k_)));
+    return idx;
   }
 
  private:
