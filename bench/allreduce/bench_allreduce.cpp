@@ -51,7 +51,7 @@ static int run_asio(int rank, int p, int port, std::size_t max_bytes) {
     std::size_t n = bytes / 4;
     host_buffer<float> x(n);
     int iters = bench::iterations(bytes);
-    std::vector<double> secs;
+    std::vector<double> secs, cpu;
     for (int it = -2; it < iters; ++it) {
       for (std::size_t i = 0; i < n; ++i) x[i] = float((rank + 1) * int(i % 89 + 1));
       if (auto st = sync::barrier(t, {.until = net::after(std::chrono::seconds(30)), .tag = 2});
@@ -59,10 +59,12 @@ static int run_asio(int rank, int p, int port, std::size_t max_bytes) {
         std::fprintf(stderr, "rank %d: %s\n", rank, st.error().what().c_str());
         return 1;
       }
+      double c0 = bench::cpu_seconds();
       auto t0 = clk::now();
       auto st = sync::allreduce_ring(
           t, x.view(), {.until = net::after(std::chrono::seconds(30)), .chunk_bytes = chunk});
       double s = secs_since(t0);
+      double c = bench::cpu_seconds() - c0;
       if (!st) {
         std::fprintf(stderr, "rank %d: %s\n", rank, st.error().what().c_str());
         return 1;
@@ -76,8 +78,9 @@ static int run_asio(int rank, int p, int port, std::size_t max_bytes) {
         continue;
       }
       secs.push_back(s);
+      cpu.push_back(c);
     }
-    if (rank == 0) bench::print_row("asio_tcp", bytes, p, secs);
+    if (rank == 0) bench::print_row("asio_tcp", bytes, p, secs, cpu);
   }
   return 0;
 }
@@ -135,7 +138,7 @@ static int run_raw(int rank, int p, int port, std::size_t max_bytes) {
     std::size_t seg = (bytes + p - 1) / p, steps = 2 * static_cast<std::size_t>(p - 1);
     std::vector<char> src(seg * steps, 1), dst(seg * steps);
     int iters = bench::iterations(bytes);
-    std::vector<double> secs;
+    std::vector<double> secs, cpu;
     for (int it = -2; it < iters; ++it) {
       char tok = 0;  // barrier: a token twice around the ring
       for (int k = 0; k < 2; ++k) {
@@ -148,6 +151,7 @@ static int run_raw(int rank, int p, int port, std::size_t max_bytes) {
         }
       }
       std::atomic<std::size_t> got{0};
+      double c0 = bench::cpu_seconds();
       auto t0 = clk::now();
       std::thread sender([&] {
         for (std::size_t s = 0; s < steps; ++s)
@@ -169,9 +173,13 @@ static int run_raw(int rank, int p, int port, std::size_t max_bytes) {
         }
       sender.join();
       double s = secs_since(t0);
-      if (it >= 0) secs.push_back(s);
+      double c = bench::cpu_seconds() - c0;
+      if (it >= 0) {
+        secs.push_back(s);
+        cpu.push_back(c);
+      }
     }
-    if (rank == 0) bench::print_row("raw_ring", bytes, p, secs);
+    if (rank == 0) bench::print_row("raw_ring", bytes, p, secs, cpu);
   }
   ::close(left);
   ::close(right);

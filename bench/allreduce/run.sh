@@ -2,7 +2,9 @@
 # about: ring all-reduce over asio_tcp and mpi vs a raw TCP ring and Open MPI MPI_Allreduce
 # bench/run allreduce [MAX_BYTES] [ROUNDS]
 # 4 processes on 127.0.0.1, float32 all-reduce 4 KiB .. 64 MiB. Per size: algbw, busbw
-# (2(p-1)/p * bytes / p50), p50 and p99 of the per-call time. Peers measured in the same run:
+# (2(p-1)/p * bytes / p50), p50 and p99 of the per-call time, cpu_ms (p50 of the CPU time rank
+# 0's process, all threads, spent per call; steadier than wall time on a loaded machine). Peers
+# measured in the same run:
 # raw_ring (the same processes moving the same bytes in the same pipelined ring pattern over
 # plain blocking TCP sockets: no framing, no checksum, no reduction) and ompi_allreduce
 # (MPI_Allreduce forced onto TCP with --mca btl tcp,self). raw_ring and asio_tcp run ROUNDS

@@ -46,13 +46,33 @@ static_assert(!Transport<int>);
 TEST_CASE("crc32c: known answers, hardware equals reference, incremental", "[net][wire]") {
   const char* s = "123456789";
   REQUIRE(crc32c(0, std::as_bytes(std::span(s, 9))) == 0xE3069283u);
-  std::vector<std::byte> buf(3 * 4096 * 3 + 77);
+  std::vector<std::byte> buf(6 * 4096 * 3 + 77);
   for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = std::byte(i * 131 + (i >> 7));
-  for (std::size_t n : {0ul, 1ul, 7ul, 8ul, 4095ul, 12288ul, 12289ul, buf.size()}) {
+  for (std::size_t n : {0ul, 1ul, 7ul, 8ul, 255ul, 256ul, 257ul, 271ul, 272ul, 511ul, 1535ul,
+                        1536ul, 4095ul, 24575ul, 24576ul, 24577ul, 26113ul, buf.size()}) {
     auto sp = std::span<const std::byte>(buf).first(n);
     REQUIRE(crc32c(0, sp) == crc32c_reference(0, sp));
     std::size_t h = n / 3;
     REQUIRE(crc32c(crc32c(0, sp.first(h)), sp.subspan(h)) == crc32c(0, sp));
+  }
+}
+
+TEST_CASE("crc32c: every implementation this CPU has equals the reference", "[net][wire]") {
+  std::vector<std::byte> buf(70000);
+  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = std::byte((i * 2654435761u) >> 13);
+  const std::uint32_t init = 0x9abcdef0u;  // a continued CRC: the state enters every path
+  for (std::size_t off : {0ul, 3ul}) {
+    for (std::size_t n = 0; n + off <= buf.size(); n += n < 2100 ? 1 : 4099) {
+      auto sp = std::span<const std::byte>(buf).subspan(off, n);
+      auto p = reinterpret_cast<const unsigned char*>(sp.data());
+      const std::uint32_t want = crc32c_reference(init, sp);
+#ifdef PACO_CRC32C_X86
+      if (detail::crc32c_has_hw()) REQUIRE(~detail::crc32c_raw_hw(~init, p, n) == want);
+      if (n >= detail::crc32c_fold_min && detail::crc32c_has_fold())
+        REQUIRE(~detail::crc32c_raw_fold(~init, p, n) == want);
+#endif
+      REQUIRE(crc32c(init, sp) == want);
+    }
   }
 }
 

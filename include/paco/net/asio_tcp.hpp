@@ -159,6 +159,7 @@ struct tcp_link {
   std::size_t rlen = 0, rdone = 0;
   bool rdrop = false;
   std::uint32_t rcrc = 0;
+  int rcvlowat = 1;  // the socket's SO_RCVLOWAT (plain TCP only)
   clock::time_point last_rx{};
 };
 
@@ -181,6 +182,18 @@ struct tcp_core {
 
   static constexpr std::size_t piece = std::size_t(1)
                                        << 20;  // read granularity (liveness, CRC in cache)
+  // Payload reads on plain TCP wake the I/O thread only once this many bytes (or the rest of
+  // the payload) are in the socket (SO_RCVLOWAT): one wake-up, one recv and one CRC pass per
+  // batch instead of per arriving segment. Frames below it are read as they come.
+  static constexpr std::size_t lowat_bytes = std::size_t(256) << 10;
+
+  // Completion condition of the composed reads and writes: all bytes, in syscalls as large as
+  // the socket takes (asio's transfer_all caps each at 64 KiB: 16 syscalls and wake-ups per MiB).
+  struct transfer_all_unbounded {
+    std::size_t operator()(const boost::system::error_code& e, std::size_t) const noexcept {
+      return e ? 0 : std::size_t(1) << 30;
+    }
+  };
 
   // Writes / reads a whole buffer sequence on L's socket or TLS stream. Requires: I/O thread.
   template <class Buffers, class Handler>
@@ -191,7 +204,7 @@ struct tcp_core {
       return;
     }
 #endif
-    asio::async_write(L.sock, b, std::forward<Handler>(h));
+    asio::async_write(L.sock, b, transfer_all_unbounded{}, std::forward<Handler>(h));
   }
   template <class Buffers, class Handler>
   void async_read_link(tcp_link& L, const Buffers& b, Handler&& h) {
@@ -201,15 +214,16 @@ struct tcp_core {
       return;
     }
 #endif
-    asio::async_read(L.sock, b, std::forward<Handler>(h));
+    asio::async_read(L.sock, b, transfer_all_unbounded{}, std::forward<Handler>(h));
   }
 
-  // Requires: mu held.
-  void complete(tcp_op& op, std::error_code ec) {
+  // Requires: mu held. With notify false the caller notifies cv after releasing mu (a waiter
+  // woken under mu would only block on it again: one more wake-up per message).
+  void complete(tcp_op& op, std::error_code ec, bool notify = true) {
     if (op.state == tcp_op::state_t::done) return;
     op.state = tcp_op::state_t::done;
     op.ec = op.override_ec ? op.override_ec : ec;
-    cv.notify_all();
+    if (notify) cv.notify_all();
   }
 
   // Requires: mu held; I/O thread (closes the socket).
@@ -481,33 +495,88 @@ struct tcp_core {
 
   void read_payload(tcp_link& L) {
     if (L.rdone == L.rlen) return finish_payload(L);
+#if PACO_WITH_TLS
+    if (L.tls) return read_payload_stream(L);
+#endif
+    if (L.rlen < lowat_bytes) return read_payload_stream(L);
+    read_payload_lowat(L);
+  }
+
+  // Reads the payload with asio's composed read, one piece at a time (TLS, small frames).
+  void read_payload_stream(tcp_link& L) {
     std::size_t n = std::min(piece, L.rlen - L.rdone);
     async_read_link(L, asio::buffer(L.rptr + L.rdone, n),
                     [this, &L](const boost::system::error_code& e, std::size_t k) {
-                      if (e) {
-                        std::lock_guard lk(mu);
-                        socket_error(L, e);
-                        if (L.rop) complete(*L.rop, L.err);
-                        L.rop = nullptr;
-                        return;
-                      }
-                      if (L.rh.flags & wire::flag_payload_crc)
-                        L.rcrc = crc32c(L.rcrc, {L.rptr + L.rdone, k});
-                      L.rdone += k;
-                      L.last_rx = clock::now();
+                      if (e) return payload_error(L, e);
+                      payload_bytes(L, k);
                       read_payload(L);
                     });
   }
 
+  // Plain TCP, large payload: non-blocking recv until the socket is empty, then wait for
+  // readiness with SO_RCVLOWAT = min(rest, lowat_bytes) (so the wait ends by the payload's end).
+  void read_payload_lowat(tcp_link& L) {
+    const int fd = L.sock.native_handle();
+    while (L.rdone < L.rlen) {
+      std::size_t n = std::min(piece, L.rlen - L.rdone);
+      ssize_t k = ::recv(fd, L.rptr + L.rdone, n, MSG_DONTWAIT);
+      if (k > 0) {
+        payload_bytes(L, static_cast<std::size_t>(k));
+        continue;
+      }
+      if (k < 0 && errno == EINTR) continue;
+      if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        set_rcvlowat(L, static_cast<int>(std::min(lowat_bytes, L.rlen - L.rdone)));
+        L.sock.async_wait(asio::ip::tcp::socket::wait_read,
+                          [this, &L](const boost::system::error_code& e) {
+                            if (e) return payload_error(L, e);
+                            read_payload_lowat(L);
+                          });
+        return;
+      }
+      auto e = k == 0 ? boost::system::error_code(asio::error::eof)
+                      : boost::system::error_code(errno, boost::system::system_category());
+      return payload_error(L, e);
+    }
+    set_rcvlowat(L, 1);  // headers are read as they come
+    finish_payload(L);
+  }
+
+  void set_rcvlowat(tcp_link& L, int v) {
+    if (L.rcvlowat == v) return;
+    ::setsockopt(L.sock.native_handle(), SOL_SOCKET, SO_RCVLOWAT, &v, sizeof v);
+    L.rcvlowat = v;
+  }
+
+  // k payload bytes arrived at L.rptr + L.rdone: checksum them while they are in cache.
+  void payload_bytes(tcp_link& L, std::size_t k) {
+    if (L.rh.flags & wire::flag_payload_crc) L.rcrc = crc32c(L.rcrc, {L.rptr + L.rdone, k});
+    L.rdone += k;
+    L.last_rx = clock::now();
+  }
+
+  void payload_error(tcp_link& L, const boost::system::error_code& e) {
+    std::lock_guard lk(mu);
+    socket_error(L, e);
+    if (L.rop) complete(*L.rop, L.err);
+    L.rop = nullptr;
+  }
+
   void finish_payload(tcp_link& L) {
     {
-      std::lock_guard lk(mu);
+      std::unique_lock lk(mu);
       std::error_code ec;
       if ((L.rh.flags & wire::flag_payload_crc) && L.rcrc != L.rh.payload_crc) ec = errc::corrupt;
-      if (L.rop) {
-        complete(*L.rop, ec);
+      if (L.rop) {  // the common case: read straight into a posted recv
+        complete(*L.rop, ec, false);
         L.rop = nullptr;
-      } else if (!L.rdrop) {
+        const bool failed = L.failed;
+        lk.unlock();
+        cv.notify_all();
+        if (failed) return;
+        return read_header(L);
+      }
+      if (!L.rdrop) {
         // A recv may have been posted while this message was being read.
         auto it = std::find_if(L.posted.begin(), L.posted.end(),
                                [&](auto& op) { return op->tag == L.rh.tag; });

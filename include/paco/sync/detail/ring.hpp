@@ -141,13 +141,15 @@ status ring_steps(const char* name, T& t, slice<V> data, const collective_option
     return {};
   };
 
+  // The first step's recvs go out before its sends: a neighbour's chunks then land in place
+  // instead of being buffered as unexpected and copied again.
+  std::vector<req_t> cur, next;
+  if (auto st = post_recvs(s0, cur); !st) return st;
   {  // the first step's sends
     auto [off, cnt] = seg(pos - s0);
     for (std::size_t c = 0; c < cnt; c += chunk)
       send_chunk(pos - s0, off + c, std::min(chunk, cnt - c));
   }
-  std::vector<req_t> cur, next;
-  if (auto st = post_recvs(s0, cur); !st) return st;
   for (int s = s0; s < s1; ++s) {
     if (s + 1 < s1)
       if (auto st = post_recvs(s + 1, next); !st) return st;
