@@ -16,6 +16,7 @@
 #include "paco/core/error.hpp"
 #include "paco/nn/gpt.hpp"
 #include "paco/optim/adamw.hpp"
+#include "paco/sync/compression.hpp"
 
 namespace paco_train {
 
@@ -66,6 +67,11 @@ struct dipaco_section {
   std::string path_rescale = "none";  // none | sqrt_paths | inv_sqrt_paths
   bool weight_by_shard = true;
   int prefix = 32;                 // routing prefix (bytes)
+  // Codec of every push (docs/compression.md): fp32 (plain floats), bf16, fp16, int8, int4,
+  // int2, topk:D, lgreco:int, lgreco:topk:D; lossy ones keep an error-feedback residual unless
+  // the string ends in "+noef". powersgd and sign_prune need the all-reduce DiLoCo.
+  std::string compress = "fp32";
+  int lgreco_every = 4;            // L-GreCo: rounds between choices of each tensor's level (F)
 };
 
 struct launch_section {
@@ -168,6 +174,8 @@ inline std::map<std::string, detail::field> fields(train_config& c) {
   add("dipaco.path_rescale", d.path_rescale);
   add("dipaco.weight_by_shard", d.weight_by_shard);
   add("dipaco.prefix", d.prefix);
+  add("dipaco.compress", d.compress);
+  add("dipaco.lgreco_every", d.lgreco_every);
   auto& l = c.launch;
   add("launch.mode", l.mode);
   add("launch.store_host", l.store_host);
@@ -176,6 +184,12 @@ inline std::map<std::string, detail::field> fields(train_config& c) {
   add("launch.peer_timeout_s", l.peer_timeout_s);
   add("launch.restarts", l.restarts);
   return f;
+}
+
+// The push codec of a validated config's DiPaCo job.
+inline paco::sync::compression compression_of(const train_config& c) {
+  return paco::sync::parse_compression(c.dipaco.compress, std::size_t(c.dipaco.lgreco_every))
+      .value_or_throw();
 }
 
 inline paco::status validate(const train_config& c) {
@@ -229,8 +243,14 @@ inline paco::status validate(const train_config& c) {
                    range(c.launch.base_port >= 0 && c.launch.base_port < 65000, "launch.base_port", "in [0, 65000)"),
                    range(c.launch.round_timeout_s > 0, "launch.round_timeout_s", "> 0"),
                    range(c.launch.peer_timeout_s > 0.2, "launch.peer_timeout_s", "> 0.2"),
-                   range(c.launch.restarts >= 0, "launch.restarts", "≥ 0")})
+                   range(c.launch.restarts >= 0, "launch.restarts", "≥ 0"),
+                   range(d.lgreco_every >= 1 && d.lgreco_every <= 1000000, "dipaco.lgreco_every",
+                         "in [1, 1000000] (rounds)")})
       if (!s) return s;
+    auto comp = paco::sync::parse_compression(d.compress, std::size_t(d.lgreco_every));
+    if (!comp) return {errc::invalid_argument, "dipaco." + comp.error().message};
+    if (auto s = paco::sync::check_store_compression(*comp); !s)
+      return {errc::invalid_argument, "dipaco." + s.error().message};
   }
   paco::optim::adamw o{.lr = t.lr, .beta1 = t.beta1, .beta2 = t.beta2,
                        .weight_decay = t.weight_decay};

@@ -7,8 +7,10 @@
 //             path on the validation documents routed to it and prints the results table.
 //   store     owns every module of the grid; one TCP link per worker (a worker that restarts
 //             reconnects on its link); checkpoints the modules after every round close.
-//   worker    trains one path: pull (hash-checked), H inner steps, push Δ, wait; checkpoints
-//             its inner optimizer state after every round; on restart it resumes from it.
+//   worker    trains one path: pull (hash-checked), H inner steps, push Δ (encoded with
+//             dipaco.compress, error-feedback residual kept here), wait; checkpoints its inner
+//             optimizer state and residual after every round; on restart it resumes from them.
+//             The store decodes encoded pushes with its own codec of each module.
 //
 // Across machines: the same binary with --role store / --role worker --worker N on each
 // machine, the same config (launch.store_host = the store machine) and the same PACO_TOKEN;
@@ -321,6 +323,16 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
   const std::string token = token_from_env();
   std::map<int, std::vector<int>> mods;
   for (int w = 1; w <= g.workers; ++w) mods[w] = g.path_modules[g.path_of(w)];
+  // Decoders of the workers' encoded pushes, one per module (none for fp32 pushes).
+  const auto comp = compression_of(cfg);
+  std::shared_ptr<const std::vector<compress::module_codec>> codecs;
+  if (comp.spec.kind != compress::codec_kind::identity) {
+    std::vector<path::level_span> spans;
+    for (int m = 0; m < g.modules; ++m) spans.push_back(lv[g.module_level[m]]);
+    auto c = sync::make_codecs(comp, model, spans);
+    if (!c) return std::fprintf(stderr, "store: %s\n", c.error().what().c_str()), 2;
+    codecs = std::make_shared<const std::vector<compress::module_codec>>(std::move(*c));
+  }
   sync::store_server<net::asio_tcp, outer::nesterov> server(
       std::map<int, sync::worker_link<net::asio_tcp>>{}, store, mods,
       {.round_timeout = std::chrono::milliseconds(long(cfg.launch.round_timeout_s * 1000)),
@@ -330,6 +342,10 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
          std::printf("store: module %d round %ld closed with %d/%d pushes, |Δ| %.4g, hash %016llx\n",
                      r.module, r.round, r.arrived, r.expected, r.delta_norm,
                      (unsigned long long)r.hash);
+       },
+       .codecs = codecs,
+       .on_refuse = [](const std::string& why) {
+         std::fprintf(stderr, "store: %s\n", why.c_str());
        }});
   server.expect_rejoins(true);
   // One accept loop per worker link: a worker that restarts reconnects here.
@@ -352,7 +368,8 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
         while (!done && raw->alive(1)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     });
-  std::printf("store: serving %d modules to %d workers\n", g.modules, g.workers);
+  std::printf("store: serving %d modules to %d workers; pushes %s\n", g.modules, g.workers,
+              comp.name().c_str());
   server.serve();
   done = true;
   for (auto& t : acceptors) t.join();
@@ -400,8 +417,16 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
   sync::path_worker<nn::gpt, optim::adamw> worker(w, model, lv, g.path_modules[p], opt, icfg, shard,
                                                   std::uint64_t(tc.seed) * 1000 + std::uint64_t(w) * 7 +
                                                       std::uint64_t(start_step));
+  const auto comp = compression_of(cfg);
+  if (comp.spec.kind != compress::codec_kind::identity) {
+    auto c = sync::make_codecs(comp, model, lv);
+    if (!c) return std::fprintf(stderr, "worker %d: %s\n", w, c.error().what().c_str()), 2;
+    if (auto s = worker.set_codecs(std::move(*c)); !s)
+      return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), 2;
+  }
   if (have_saved)
-    for (auto pl : {plane::moment1, plane::moment2}) {
+    for (auto pl : {plane::moment1, plane::moment2, plane::residual}) {
+      if (pl == plane::residual && !(saved.has(pl) && worker.state().has(pl))) continue;
       auto src = saved.get(pl), dst = worker.state().get(pl);
       std::copy(src.begin(), src.end(), dst.begin());
     }
@@ -452,7 +477,7 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
       std::fprintf(stderr, "worker %d: checkpoint failed: %s\n", w, s.error().what().c_str());
     log->write({{"worker", w}, {"path", p}, {"round", worker.round()}, {"loss", loss},
                 {"bpb", loss / ln2}, {"step", worker.inner_step()}, {"bytes_sent", sent},
-                {"round_s", secs}});
+                {"codec", comp.name()}, {"round_s", secs}});
   }
   client.bye();
   (*link)->close();

@@ -93,7 +93,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   auto data = load_job_data(cfg);
   if (!data) return std::fprintf(stderr, "paco_train: %s\n", data.error().what().c_str()), 2;
   std::printf("paco_train: DiPaCo grid %s: %d paths, %d modules, %d workers; %d rounds x %d inner "
-              "steps; Brown: %zu training / %zu validation documents\n",
+              "steps; pushes %s; Brown: %zu training / %zu validation documents\n",
               [&] {
                 std::string s;
                 for (std::size_t i = 0; i < cfg.dipaco.grid.size(); ++i)
@@ -101,7 +101,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
                 return s;
               }().c_str(),
               g.paths, g.modules, g.workers, cfg.dipaco.rounds, cfg.dipaco.inner_steps,
-              data->train.size(), data->val.size());
+              cfg.dipaco.compress.c_str(), data->train.size(), data->val.size());
   if (!(resume && fs::exists(rd.routing()) && fs::exists(rd.base()))) {
     std::error_code ec;
     for (int w = 1; w <= g.workers; ++w) {
@@ -275,24 +275,41 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   const double dp = double(steps) * 2.0 * (g.workers - 1) / std::max(g.workers, 1) * double(P) * 4.0;
   const std::string png = plot_curves(rd, g);
 
-  std::printf("\n| %-14s | %-9s | %-14s | %-14s |\n", "path", "val docs", "val bits/byte", "bytes sent");
+  // What fp32 pushes of the same rounds would have sent (request header + 4 bytes per float).
+  const auto comp = compression_of(cfg);
+  double fp32_bytes = 0;
+  for (int w = 1; w <= g.workers; ++w)
+    for (int m : g.path_modules[g.path_of(w)])
+      fp32_bytes += double(cfg.dipaco.rounds) *
+                    double(sync::store_wire::push_bytes(4 * lv[g.module_level[m]].size));
+  const std::string sent_col = "sent (" + comp.name() + ")";
+  const int sw = std::max(14, int(sent_col.size()));  // width of the bytes column
+  std::printf("\n| %-14s | %-9s | %-14s | %-*s |\n", "path", "val docs", "val bits/byte", sw,
+              sent_col.c_str());
   std::printf("|%s|%s|%s|%s|\n", std::string(16, '-').c_str(), std::string(11, '-').c_str(),
-              std::string(16, '-').c_str(), std::string(16, '-').c_str());
+              std::string(16, '-').c_str(), std::string(std::size_t(sw) + 2, '-').c_str());
   for (int p = 0; p < g.paths; ++p) {
     double b = 0;
     for (auto& [w, j] : rec)
       if (g.path_of(w) == p) b += j["bytes_sent"].get<double>();
-    std::printf("| %-14s | %9d | %14.4f | %11.2f MB |\n", g.path_name(p).c_str(), docs[p],
-                per[p].bits_per_token(), b / 1e6);
+    std::printf("| %-14s | %9d | %14.4f | %*.3f MB |\n", g.path_name(p).c_str(), docs[p],
+                per[p].bits_per_token(), sw - 3, b / 1e6);
   }
-  std::printf("| %-14s | %9zu | %14.4f | %11.2f MB |\n", "all (routed)", data->val.size(),
-              total.bits_per_token(), bytes / 1e6);
+  std::printf("| %-14s | %9zu | %14.4f | %*.3f MB |\n", "all (routed)", data->val.size(),
+              total.bits_per_token(), sw - 3, bytes / 1e6);
   std::printf("\nper-path model %.2fM parameters, %d modules of %.2fM; %ld inner steps per worker; "
               "%.0f s in all\n",
               P / 1e6, g.modules, lv[0].size / 1e6, steps, train_s);
-  std::printf("bytes sent per worker %.2f MB; a data-parallel run of the same steps would send "
-              "%.1f MB per worker (%.0fx more)\n",
-              bytes / g.workers / 1e6, dp / 1e6, dp / std::max(bytes / g.workers, 1.0));
+  std::printf("codec %s%s: bytes sent per worker %.3f MB (payloads and request headers, as "
+              "sent); fp32 pushes would send %.2f MB (%.2fx more)\n",
+              comp.name().c_str(),
+              comp.spec.kind == compress::codec_kind::identity ? ""
+              : comp.spec.error_feedback                       ? " with error feedback"
+                                                               : " without error feedback",
+              bytes / g.workers / 1e6, fp32_bytes / g.workers / 1e6,
+              fp32_bytes / std::max(bytes, 1.0));
+  std::printf("a data-parallel run of the same steps would send %.1f MB per worker (%.0fx more)\n",
+              dp / 1e6, dp / std::max(bytes / g.workers, 1.0));
   std::printf("loss curves: %s; store checkpoint: %s\n", png.c_str(), rd.store().c_str());
   return 0;
 }

@@ -1,5 +1,5 @@
-// libFuzzer target: every decoder of paco/compress (and the config-string parser) given
-// arbitrary bytes. A decoder must return
+// libFuzzer target: every decoder of paco/compress (the module codec's framed payloads and the
+// config-string parser too) given arbitrary bytes. A decoder must return
 // an error or fill its output; it must never read outside the payload (ASan) or hit undefined
 // behaviour (UBSan). The first 8 bytes choose the codec, its configuration, level and n.
 #include <cstdint>
@@ -14,7 +14,7 @@ namespace pc = paco::compress;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 8) return 0;
-  const std::uint8_t codec = data[0] % 7, a = data[1], b = data[2];
+  const std::uint8_t codec = data[0] % 8, a = data[1], b = data[2];
   const std::size_t n = (static_cast<std::size_t>(data[3]) | (std::size_t(data[4]) << 8)) % 5000;
   // The payload ends exactly where its allocation ends, so ASan sees any read past its end;
   // data[7] & 3 shifts its start to check that decoders accept any alignment (UBSan).
@@ -62,6 +62,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       (void)pc::parse_compress_spec(
           std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()));
       break;
+    case 7: {  // a framed module payload: header, level table, bodies
+      const char* specs[6] = {"fp32", "bf16", "int8", "lgreco:int", "topk:0.1", "sign_prune:0.5"};
+      const std::size_t rows = 1 + b % 9, cols = 1 + data[5] % 11, v = n % 300;
+      std::vector<pc::segment> segs;
+      if (v) segs.push_back({0, {1, v}});
+      segs.push_back({v, {rows, cols}});
+      auto c = pc::module_codec::make(*pc::parse_compress_spec(specs[a % 6]), segs);
+      if (!c) break;
+      std::vector<float> z(c->size());
+      (void)c->decode(payload, paco::slice<float>(z.data(), z.size()));
+      break;
+    }
   }
   return 0;
 }

@@ -10,10 +10,13 @@
 
 namespace paco::testing {
 
+// comp (optional): the workers push payloads of this codec and both stores decode them.
 template <class WithRank>
-void dipaco_service_case(WithRank&& with_rank, int ranks) {
+void dipaco_service_case(WithRank&& with_rank, int ranks,
+                         std::optional<sync::compression> comp = std::nullopt) {
   REQUIRE(ranks == service_setup::ranks);
-  service_setup s;
+  auto owned = comp ? std::make_unique<service_setup>(*comp) : std::make_unique<service_setup>();
+  service_setup& s = *owned;
   const auto ref = s.reference_hashes();
   REQUIRE(ref.size() == 4);
   std::vector<status> errs(ranks);

@@ -2,9 +2,12 @@
 // The DiPaCo-over-store-service case shared by the inproc test (tests/dipaco), the asio_tcp test
 // and the MPI run (tests/multiproc): rank 0 serves the store, ranks 1..4 train the four paths of
 // a 2x2 grid; the final modules must be bit-identical to the in-process run over local_store.
+// With a compression (e.g. int8), workers push encoded payloads and both stores decode them.
 // No test framework here: callers check what run_rank and reference_hashes return.
 
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +42,7 @@ struct service_setup {
                          .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 2, .total = 9}};
   optim::adamw inner{.lr = 1e-2f};
   path::module_store<outer::nesterov> store;
+  std::optional<sync::compression> comp;  // none: fp32 pushes
 
   service_setup()
       : levels(*path::split_gpt_levels(model.layout(), 2, 2)),
@@ -49,11 +53,20 @@ struct service_setup {
       store.set(m, std::span<const float>(a0.get(plane::param).data() + sp.offset, sp.size));
     }
   }
+  explicit service_setup(sync::compression c) : service_setup() { comp = c; }
+
+  // Every module's level span, by module id.
+  std::vector<path::level_span> module_spans() const {
+    std::vector<path::level_span> s;
+    for (int m = 0; m < 4; ++m) s.push_back(levels[module_level[m]]);
+    return s;
+  }
 
   // The module hashes of the same run over local_store (threads in this process).
   std::vector<std::uint64_t> reference_hashes() {
     sync::local_store<outer::nesterov> ref(sync::grid_modules(grid, levels, ws), outer::nesterov{});
     sync::init_modules(ref, levels, module_level, a0.get(plane::param).data());
+    if (comp && !ref.set_compression(*comp, model, module_spans()).ok()) return {};
     auto s = sync::run_local(ref, model, levels, module_level, ws, inner, cfg, rounds);
     if (!s) return {};
     std::vector<std::uint64_t> h;
@@ -68,7 +81,13 @@ struct service_setup {
     if (r == 0) {
       std::map<int, std::vector<int>> by_rank;
       for (int p = 0; p < 4; ++p) by_rank[p + 1] = ws[std::size_t(p)].modules;
-      sync::store_server<T, outer::nesterov> server(t, store, by_rank);
+      sync::store_server_options o;
+      if (comp) {
+        auto c = sync::make_codecs(*comp, model, module_spans());
+        if (!c) return c.error();
+        o.codecs = std::make_shared<const std::vector<compress::module_codec>>(std::move(*c));
+      }
+      sync::store_server<T, outer::nesterov> server(t, store, by_rank, std::move(o));
       server.serve();
       return {};
     }
@@ -77,6 +96,11 @@ struct service_setup {
     std::vector<path::level_span> lv{levels[0], levels[1]};
     sync::path_worker<nn::gpt, optim::adamw> w(r, model, lv, ws[std::size_t(p)].modules, inner, cfg,
                                                shards[std::size_t(p)], 30u + std::uint64_t(p));
+    if (comp) {
+      auto c = sync::make_codecs(*comp, model, lv);
+      if (!c) return c.error();
+      if (auto st = w.set_codecs(std::move(*c)); !st) return st;
+    }
     status s;
     for (int k = 0; k < rounds && s.ok(); ++k) s = w.run_round(client, std::chrono::seconds(30));
     if (sent) *sent = client.bytes_sent();
@@ -84,10 +108,17 @@ struct service_setup {
     return s;
   }
 
-  // Bytes one worker pushes over the run: request headers and Δ of its two modules per round.
+  // Bytes one worker pushes over the run: request headers and Δ of its two modules per round
+  // (fp32 floats, or the codec's payload: its size does not depend on the values).
   std::size_t expected_bytes() const {
-    return rounds * (2 * sizeof(sync::store_wire::request) +
-                     (levels[0].size + levels[1].size) * sizeof(float));
+    if (!comp)
+      return rounds * (2 * sizeof(sync::store_wire::request) +
+                       (levels[0].size + levels[1].size) * sizeof(float));
+    auto c = sync::make_codecs(*comp, model, {levels[0], levels[1]});
+    if (!c) return 0;
+    std::size_t per_round = 0;
+    for (auto& x : *c) per_round += sync::store_wire::push_bytes(x.payload_bytes());
+    return rounds * per_round;
   }
 
  private:

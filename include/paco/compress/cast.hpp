@@ -123,6 +123,17 @@ class cast {
 };
 static_assert(Compressor<cast>);
 
+// The ring all-reduce's reduction of cast payloads: a + b in fp32, rounded back to the narrow
+// type (one rounding per hop). Ensures: to_half(from_half(a) + from_half(b)).
+struct half_sum {
+  half_format format = half_format::bf16;
+  std::uint16_t operator()(std::uint16_t a, std::uint16_t b) const noexcept {
+    if (format == half_format::bf16)
+      return formula::to_bf16(formula::from_bf16(a) + formula::from_bf16(b));
+    return formula::to_fp16(formula::from_fp16(a) + formula::from_fp16(b));
+  }
+};
+
 }  // namespace paco::compress
 
 #if defined(__GNUC__) && !defined(__clang__)

@@ -55,24 +55,24 @@ requires(C::reduction == wire_reduction::sum) status
   return {};
 }
 
-// TIES merge of all-gathered sign_prune payloads without holding P decoded vectors: pass 1 sums
-// the decoded values (the elected sign is the sign of that sum), pass 2 averages the values that
-// agree with it. Requires: scratch.size() >= 3·y.size(). Ensures: y equals ties_merge of the
-// decoded payloads (up to summation order). Cost: 2·P decodes, no allocation.
-inline status ties_merge_payloads(const sign_prune& codec,
-                                  std::span<const slice<const std::byte>> payloads, double prune,
-                                  slice<float> y, slice<float> scratch) {
+// TIES merge of P decoded vectors without holding them: pass 1 sums them (the elected sign is
+// the sign of that sum), pass 2 averages the values that agree with it. decode(w, out) writes
+// worker w's vector into out (n floats) and returns a status; it is called twice per worker.
+// Requires: scratch.size() >= 3·y.size(). Ensures: y equals ties_merge of the P vectors (up to
+// summation order); the first decode error is returned (y unspecified). Cost: 2·P decodes.
+template <class Decode>
+status ties_merge_decoded(std::size_t workers, Decode&& decode, slice<float> y,
+                          slice<float> scratch) {
   const std::size_t n = y.size();
-  if (payloads.empty()) return {errc::invalid_argument, "ties_merge_payloads: no payloads"};
-  if (scratch.size() < 3 * n)
-    return {errc::invalid_argument, "ties_merge_payloads: scratch needs 3·n floats"};
+  if (workers == 0) return {errc::invalid_argument, "ties_merge: no payloads"};
+  if (scratch.size() < 3 * n) return {errc::invalid_argument, "ties_merge: scratch needs 3·n floats"};
   float* tmp = scratch.data();      // (n) one decoded payload
   float* acc = scratch.data() + n;  // (n) Σ values, then Σ agreeing values
   float* cnt = acc + n;             // (n) number of agreeing workers (exact below 2^24)
   const slice<float> dec{tmp, n};
   for (std::size_t i = 0; i < n; ++i) acc[i] = 0.0f;
-  for (auto& p : payloads) {
-    if (auto s = codec.decode(p, prune, dec); !s) return s;
+  for (std::size_t w = 0; w < workers; ++w) {
+    if (auto s = decode(w, dec); !s) return s;
     for (std::size_t i = 0; i < n; ++i) acc[i] += tmp[i];
   }
   for (std::size_t i = 0; i < n; ++i) {
@@ -80,8 +80,8 @@ inline status ties_merge_payloads(const sign_prune& codec,
     acc[i] = 0.0f;
     cnt[i] = 0.0f;
   }
-  for (auto& p : payloads) {
-    if (auto s = codec.decode(p, prune, dec); !s) return s;
+  for (std::size_t w = 0; w < workers; ++w) {
+    if (auto s = decode(w, dec); !s) return s;
     for (std::size_t i = 0; i < n; ++i) {
       const bool agree = (y[i] > 0 && tmp[i] > 0) || (y[i] < 0 && tmp[i] < 0);
       acc[i] += agree ? tmp[i] : 0.0f;
@@ -90,6 +90,19 @@ inline status ties_merge_payloads(const sign_prune& codec,
   }
   for (std::size_t i = 0; i < n; ++i) y[i] = cnt[i] > 0 ? acc[i] / cnt[i] : 0.0f;
   return {};
+}
+
+// TIES merge of all-gathered sign_prune payloads (ties_merge_decoded over the codec's decode).
+// Requires: scratch.size() >= 3·y.size(). Ensures: y equals ties_merge of the decoded payloads
+// (up to summation order). Cost: 2·P decodes, no allocation.
+inline status ties_merge_payloads(const sign_prune& codec,
+                                  std::span<const slice<const std::byte>> payloads, double prune,
+                                  slice<float> y, slice<float> scratch) {
+  if (payloads.empty()) return {errc::invalid_argument, "ties_merge_payloads: no payloads"};
+  return ties_merge_decoded(
+      payloads.size(),
+      [&](std::size_t w, slice<float> out) { return codec.decode(payloads[w], prune, out); }, y,
+      scratch);
 }
 
 }  // namespace paco::compress

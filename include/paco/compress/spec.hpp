@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -34,6 +35,7 @@ struct compress_spec {
   int rank = 4;                // powersgd
   bool lgreco = false;         // per-module adaptive levels (L-GreCo)
   bool error_feedback = true;  // keep a residual per module (ignored for lossless codecs)
+  friend bool operator==(const compress_spec&, const compress_spec&) = default;
 };
 
 namespace detail {
@@ -94,6 +96,48 @@ inline result<compress_spec> parse_compress_spec(std::string_view text) {
     return bad("unknown compressor");
   }
   return s;
+}
+
+inline const char* to_string(codec_kind k) {
+  switch (k) {
+    case codec_kind::identity: return "fp32";
+    case codec_kind::bf16: return "bf16";
+    case codec_kind::fp16: return "fp16";
+    case codec_kind::quantize: return "quantize";
+    case codec_kind::topk: return "topk";
+    case codec_kind::sign_prune: return "sign_prune";
+    case codec_kind::powersgd: return "powersgd";
+  }
+  return "?";
+}
+
+// The canonical config string of a spec. Ensures: parse_compress_spec(to_string(s)) == s for
+// every spec parse_compress_spec returns (densities and fractions in their shortest exact form).
+inline std::string to_string(const compress_spec& s) {
+  const auto num = [](double v) {  // the shortest %g form that reads back to v
+    char c[32];
+    for (int p = 1; p < 17; ++p) {
+      std::snprintf(c, sizeof c, "%.*g", p, v);
+      if (std::strtod(c, nullptr) == v) return std::string(c);
+    }
+    std::snprintf(c, sizeof c, "%.17g", v);
+    return std::string(c);
+  };
+  std::string t;
+  switch (s.kind) {
+    case codec_kind::identity: t = "fp32"; break;
+    case codec_kind::bf16: t = "bf16"; break;
+    case codec_kind::fp16: t = "fp16"; break;
+    case codec_kind::quantize:
+      t = s.lgreco && s.bits == 4 ? "int" : "int" + std::to_string(s.bits);
+      break;
+    case codec_kind::topk: t = "topk:" + num(s.density); break;
+    case codec_kind::sign_prune: t = "sign_prune:" + num(s.prune); break;
+    case codec_kind::powersgd: t = "powersgd:" + std::to_string(s.rank); break;
+  }
+  if (s.lgreco) t = "lgreco:" + t;
+  if (!s.error_feedback) t += "+noef";
+  return t;
 }
 
 // L-GreCo candidate bit widths for quantize. Ensures: {2, 4, 8}.

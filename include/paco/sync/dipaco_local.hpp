@@ -63,8 +63,9 @@ void init_modules(local_store<OuterOpt>& store, const std::vector<path::level_sp
 
 // Runs `rounds` synchronous rounds with one thread per worker from the store's current modules
 // (after init_modules, or after an earlier run_local: a run can be continued, e.g. on new
-// shards). on_round (optional) is called after each round. Errors from any worker are returned
-// (the first one).
+// shards). After store.set_compression(c, …) every worker encodes its pushes with codecs of c
+// (error-feedback residuals and L-GreCo state start afresh with each call). on_round
+// (optional) is called after each round. Errors from any worker are returned (the first one).
 template <class Model, class InnerOpt, class OuterOpt>
 status run_local(local_store<OuterOpt>& store, const Model& model,
                  const std::vector<path::level_span>& levels, const std::vector<int>& module_level,
@@ -77,6 +78,11 @@ status run_local(local_store<OuterOpt>& store, const Model& model,
     for (int m : workers[i].modules) lv.push_back(levels[module_level[m]]);
     ws.push_back(std::make_unique<path_worker<Model, InnerOpt>>(
         int(i), model, lv, workers[i].modules, inner, cfg, *workers[i].shard, workers[i].seed));
+    if (store.encoded()) {
+      auto codecs = make_codecs(store.compress_config(), model, lv);
+      if (!codecs) return codecs.error();
+      if (auto s = ws.back()->set_codecs(std::move(*codecs)); !s) return s;
+    }
   }
   std::vector<status> errs(ws.size());
   for (int r = 0; r < rounds; ++r) {

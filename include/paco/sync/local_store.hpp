@@ -3,13 +3,21 @@
 // closes as soon as every expected worker pushed, or when a waiter's deadline passes (then it
 // closes with what arrived: a late or dead worker is left out). Waiters block on a condition
 // variable until the round they pushed to is closed.
+//
+// Pushes are fp32 spans (push) or, after set_compression, module_codec payloads (push_encoded)
+// that the store decodes in the pushing thread: the bytes are really produced and counted.
+// bytes_sent(w) is what store_client would have put on the wire for worker w's pushes.
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
 #include "paco/path/module_store.hpp"
+#include "paco/sync/compression.hpp"
+#include "paco/sync/store_wire.hpp"
 
 namespace paco::sync {
 
@@ -28,6 +36,35 @@ class local_store {
   path::module_store<OuterOpt>& store() noexcept { return store_; }
   const path::module_store<OuterOpt>& store() const noexcept { return store_; }
 
+  // Encoded pushes from now on: one decoder per module, built from c and the model as the
+  // workers build their encoders (module_spans[m] is module m's level span). run_local gives
+  // its workers codecs of the same compression. Errors: check_store_compression's, a span of
+  // another size than its module, make_codecs'.
+  template <class Model>
+  status set_compression(const compression& c, const Model& model,
+                         const std::vector<path::level_span>& module_spans) {
+    if (auto s = check_store_compression(c); !s) return s;
+    if (int(module_spans.size()) != store_.module_count())
+      return {errc::mismatch, "local_store: " + std::to_string(module_spans.size()) +
+                                  " module spans for " + std::to_string(store_.module_count()) +
+                                  " modules"};
+    for (int m = 0; m < store_.module_count(); ++m)
+      if (module_spans[std::size_t(m)].size != store_.info(m).size)
+        return {errc::mismatch, "local_store: span of module " + std::to_string(m) + " has " +
+                                    std::to_string(module_spans[std::size_t(m)].size) +
+                                    " elements, the module " + std::to_string(store_.info(m).size)};
+    auto codecs = make_codecs(c, model, module_spans);
+    if (!codecs) return codecs.error();
+    compression_ = c;
+    decoders_ = std::make_shared<const std::vector<compress::module_codec>>(std::move(*codecs));
+    return {};
+  }
+  // Whether pushes are encoded (set_compression was called), and with what.
+  bool encoded() const noexcept { return decoders_ != nullptr; }
+  const compression& compress_config() const noexcept { return compression_; }
+  // The decoders, one per module (null before set_compression).
+  std::shared_ptr<const std::vector<compress::module_codec>> decoders() const { return decoders_; }
+
   result<pulled> pull(int m, std::span<float> dst) const {
     auto [round, hash] = store_.pull(m, dst);
     return pulled{round, hash};
@@ -36,9 +73,31 @@ class local_store {
   // Pushes and, if that completes the round, closes it and wakes the waiters.
   status push(int m, int worker, long round, std::span<const float> delta, double weight) {
     std::unique_lock lk(mu_);
-    auto s = store_.push(m, worker, round, delta, weight);
-    if (s.ok() && store_.complete(m)) close_locked(m);
-    return s;
+    sent_[worker] += store_wire::push_bytes(delta.size_bytes());
+    return push_locked(m, worker, round, delta, weight);
+  }
+
+  // Decodes a module_codec payload (in the calling thread) and pushes it. Errors: invalid_argument
+  // before set_compression or for a module out of range; the decoder's (corrupt, mismatch,
+  // version), prefixed with the module: the module is then unchanged; then push's.
+  status push_encoded(int m, int worker, long round, std::span<const std::byte> payload,
+                      double weight) {
+    {
+      std::lock_guard lk(mu_);
+      sent_[worker] += store_wire::push_bytes(payload.size());
+    }
+    if (!decoders_)
+      return {errc::invalid_argument, "local_store: an encoded push before set_compression"};
+    if (m < 0 || m >= store_.module_count())
+      return {errc::invalid_argument, "local_store: module " + std::to_string(m) + " out of range"};
+    std::vector<float> delta(store_.info(m).size);
+    const auto& codec = (*decoders_)[std::size_t(m)];
+    if (auto s = codec.decode(payload, slice<float>(delta.data(), delta.size())); !s)
+      return paco::error{s.error().code, "push of module " + std::to_string(m) + " from worker " +
+                                             std::to_string(worker) + " refused: " +
+                                             s.error().message};
+    std::unique_lock lk(mu_);
+    return push_locked(m, worker, round, delta, weight);
   }
 
   // Blocks until round `round` of module m is closed; at `until` closes it with what arrived.
@@ -57,7 +116,20 @@ class local_store {
     return history_;
   }
 
+  // Bytes worker w's pushes would have put on the wire (store_wire::push_bytes per push:
+  // request header + payload), the figure store_client::bytes_sent() reports over a transport.
+  std::size_t bytes_sent(int worker) const {
+    std::lock_guard lk(mu_);
+    auto it = sent_.find(worker);
+    return it == sent_.end() ? 0 : it->second;
+  }
+
  private:
+  status push_locked(int m, int worker, long round, std::span<const float> delta, double weight) {
+    auto s = store_.push(m, worker, round, delta, weight);
+    if (s.ok() && store_.complete(m)) close_locked(m);
+    return s;
+  }
   void close_locked(int m) {
     history_.push_back(store_.close(m));
     cv_.notify_all();
@@ -66,6 +138,9 @@ class local_store {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<path::round_summary> history_;
+  compression compression_{};
+  std::shared_ptr<const std::vector<compress::module_codec>> decoders_;
+  std::map<int, std::size_t> sent_;
 };
 
 }  // namespace paco::sync

@@ -5,9 +5,14 @@
 // Δ_m = θ_start,m − θ_end,m for every module m of its path, weighted by its shard's tokens.
 // The inner optimizer state stays with the worker across rounds (it is never synchronised).
 //
+// With codecs (set_codecs: one compress::module_codec per level), each Δ_m is encoded first and
+// pushed as bytes (push_encoded); the error-feedback residual of module m stays here, in this
+// worker's arena (plane::residual, module m's span), and L-GreCo's state in its codec.
+//
 // Store requires: pull(m, span<float>) → result<pulled> (round, hash); push(m, worker, round,
-// span<const float>, weight) → status; wait_closed(m, round, until) → status. Models:
-// local_store (threads of one process), store_client (a store service over any Transport).
+// span<const float>, weight) → status; wait_closed(m, round, until) → status; with codecs also
+// push_encoded(m, worker, round, span<const std::byte>, weight) → status. Models: local_store
+// (threads of one process), store_client (a store service over any Transport).
 
 #include <array>
 #include <chrono>
@@ -15,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "paco/compress/module_codec.hpp"
 #include "paco/core/arena.hpp"
 #include "paco/core/hash.hpp"
 #include "paco/io/batches.hpp"
@@ -62,6 +68,30 @@ class path_worker {
   long round() const noexcept { return round_; }
   double last_loss() const noexcept { return last_loss_; }
 
+  // Encoded pushes from now on: codecs[l] encodes level l's module (make_codecs over this
+  // worker's level spans). Errors: mismatch if the count or a codec's size differs from the
+  // levels'. Ensures: the residual plane is allocated (zeros) when a codec keeps one.
+  status set_codecs(std::vector<compress::module_codec> codecs) {
+    if (codecs.size() != levels_.size())
+      return {errc::mismatch, "worker " + std::to_string(id_) + ": " +
+                                  std::to_string(codecs.size()) + " codecs for " +
+                                  std::to_string(levels_.size()) + " levels"};
+    for (std::size_t l = 0; l < levels_.size(); ++l)
+      if (codecs[l].size() != levels_[l].size)
+        return {errc::mismatch, "worker " + std::to_string(id_) + ": the codec of level " +
+                                    std::to_string(l) + " covers " +
+                                    std::to_string(codecs[l].size()) + " elements, the level " +
+                                    std::to_string(levels_[l].size)};
+    for (auto& c : codecs)
+      if (c.error_feedback()) arena_.get(plane::residual);
+    codecs_ = std::move(codecs);
+    return {};
+  }
+  bool encoded() const noexcept { return !codecs_.empty(); }
+  const std::vector<compress::module_codec>& codecs() const noexcept { return codecs_; }
+  // Bytes of the payloads this worker encoded (without request headers), over its lifetime.
+  std::size_t payload_bytes() const noexcept { return payload_bytes_; }
+
   // Pulls every module of the path into θ and θ_start. Errors: mismatch if the modules are not
   // all at the same round or a copy's hash differs from the store's.
   template <class Store>
@@ -104,9 +134,10 @@ class path_worker {
     return last_loss_;
   }
 
-  // Pushes Δ = θ_start − θ for every module of the path, for the round pulled last. Every
-  // module is tried even if one push fails (e.g. its round closed without us); the first error
-  // is returned.
+  // Pushes Δ = θ_start − θ for every module of the path, for the round pulled last: the fp32
+  // span, or its codec's payload. Every module is tried even if one push fails (e.g. its round
+  // closed without us); the first error is returned. With error feedback, the part of Δ a
+  // payload did not carry stays in the residual even if the store refuses the push.
   template <class Store>
   status push(Store& store) {
     auto th = arena_.get(plane::param);
@@ -116,7 +147,25 @@ class path_worker {
       const std::size_t o = levels_[l].offset, n = levels_[l].size;
       delta_.resize(n);
       for (std::size_t i = 0; i < n; ++i) delta_[i] = an[o + i] - th[o + i];
-      auto s = store.push(modules_[l], id_, round_, std::span<const float>(delta_), shard_tokens_);
+      status s;
+      if (codecs_.empty()) {
+        s = store.push(modules_[l], id_, round_, std::span<const float>(delta_), shard_tokens_);
+      } else if constexpr (requires(std::span<const std::byte> b) {
+                             store.push_encoded(0, 0, 0L, b, 0.0);
+                           }) {
+        auto& c = codecs_[l];
+        const auto res =
+            c.error_feedback() ? arena_.get(plane::residual).sub(o, n) : slice<float>{};
+        s = c.encode(slice<const float>(delta_.data(), n), res, payload_);
+        if (s) {
+          payload_bytes_ += payload_.size();
+          s = store.push_encoded(modules_[l], id_, round_, std::span<const std::byte>(payload_),
+                                 shard_tokens_);
+        }
+      } else {
+        s = {errc::unsupported, "worker " + std::to_string(id_) +
+                                    ": this store takes fp32 pushes only (no push_encoded)"};
+      }
       if (!s && first.ok()) first = s;
     }
     return first;
@@ -147,6 +196,9 @@ class path_worker {
   double shard_tokens_;
   std::vector<std::int32_t> x_, y_;
   std::vector<float> delta_;
+  std::vector<compress::module_codec> codecs_;  // one per level, or none (fp32 pushes)
+  std::vector<std::byte> payload_;              // the last encoded payload (capacity reused)
+  std::size_t payload_bytes_ = 0;
   long step_ = 0;
   long round_ = 0;
   double last_loss_ = 0;

@@ -3,12 +3,11 @@
 // MPI). Store ranks own modules (module m lives on store rank owner(m)); worker ranks pull their
 // path's modules, push pseudo-gradients and wait for rounds to close.
 //
-// Wire protocol (packed little-endian structs, tags below), per worker → store rank:
-//   request{kind, module, round, worker, weight, count}       tag request_tag
-//   push:  request, then count floats (Δ)                     tag payload_tag
-//   store → worker: reply{status, module, round, hash, count} tag reply_tag
-//   pull:  reply, then count floats (θ)                        tag data_tag
-//   wait:  reply once the round is closed (or the request's deadline passed)
+// Wire protocol: store_wire.hpp (packed little-endian requests and replies). A push carries
+// fp32 Δ, or (push_encoded) a compress::module_codec payload that the store decodes with its
+// own codec of that module (store_server_options::codecs) before pushing it to the
+// module_store; a payload that fails to decode (checksum, header, levels, body) is refused with
+// errc::corrupt / mismatch / version in the reply, recorded in refusals(), and never applied.
 // A round of module m closes when every live worker through m pushed, or round_timeout after it
 // opened (late and dead workers are left out; a round nobody pushed to closes with θ unchanged),
 // so no round waits forever. A worker whose transport link fails is
@@ -22,53 +21,19 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <memory>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "paco/net/concepts.hpp"
 #include "paco/path/module_store.hpp"
 #include "paco/sync/local_store.hpp"
+#include "paco/sync/store_wire.hpp"
 
 namespace paco::sync {
 
-namespace store_wire {
-inline constexpr net::tag_t request_tag = 0x53100001u;
-inline constexpr net::tag_t payload_tag = 0x53100002u;
-inline constexpr net::tag_t reply_tag = 0x53100003u;
-inline constexpr net::tag_t data_tag = 0x53100004u;
-
-enum class kind : std::uint32_t { hello = 1, pull = 2, push = 3, wait = 4, bye = 5 };
-
-#pragma pack(push, 1)
-struct request {
-  std::uint32_t kind;
-  std::int32_t module;
-  std::int64_t round;
-  std::int32_t worker;
-  std::uint32_t reserved;
-  double weight;
-  std::uint64_t count;  // floats that follow (push) or are expected (pull)
-};
-struct reply {
-  std::int32_t status;  // paco::errc
-  std::int32_t module;
-  std::int64_t round;
-  std::uint64_t hash;
-  std::uint64_t count;
-};
-#pragma pack(pop)
-static_assert(sizeof(request) == 40 && sizeof(reply) == 32, "store wire structs are packed");
-
-template <class V>
-std::span<const std::byte> bytes_of(const V& v) {
-  return {reinterpret_cast<const std::byte*>(&v), sizeof v};
-}
-template <class V>
-std::span<std::byte> bytes_of(V& v) {
-  return {reinterpret_cast<std::byte*>(&v), sizeof v};
-}
-}  // namespace store_wire
 
 // Which store rank owns module m: store_ranks[m % store_ranks.size()].
 struct store_layout {
@@ -81,6 +46,11 @@ struct store_server_options {
   std::chrono::milliseconds io_timeout{10000};     // one send or recv
   // Called after every round close (e.g. to checkpoint the store), on the serving thread.
   std::function<void(const path::round_summary&)> on_close = {};
+  // Decoders of encoded pushes, one per module (make_codecs over every module's level span);
+  // null: the store takes fp32 pushes only.
+  std::shared_ptr<const std::vector<compress::module_codec>> codecs = {};
+  // Called with the reason whenever a push is refused (bad payload), on the serving thread.
+  std::function<void(const std::string&)> on_refuse = {};
 };
 
 // Where a worker is reached: a transport and the worker's rank in it. One world for everyone
@@ -100,7 +70,7 @@ class store_server {
   // Every worker reached through one transport in which worker id w is rank w.
   store_server(T& t, path::module_store<OuterOpt>& store, std::map<int, std::vector<int>> workers,
                store_server_options o = {})
-      : store_(store), workers_(std::move(workers)), o_(o) {
+      : store_(store), workers_(std::move(workers)), o_(std::move(o)) {
     for (auto& [w, mods] : workers_) {
       links_[w] = {&t, w};
       alive_.insert(w);
@@ -109,7 +79,7 @@ class store_server {
   // Workers reached through their own links; a worker without a link yet is attached later.
   store_server(std::map<int, worker_link<T>> links, path::module_store<OuterOpt>& store,
                std::map<int, std::vector<int>> workers, store_server_options o = {})
-      : store_(store), workers_(std::move(workers)), o_(o), links_(std::move(links)) {
+      : store_(store), workers_(std::move(workers)), o_(std::move(o)), links_(std::move(links)) {
     // Every worker is expected until its link fails (one not connected yet is on its way).
     for (auto& [w, mods] : workers_) alive_.insert(w);
   }
@@ -126,6 +96,8 @@ class store_server {
   void expect_rejoins(bool on) { rejoins_ = on; }
   const std::vector<path::round_summary>& history() const { return history_; }
   std::size_t bytes_received() const { return bytes_in_; }
+  // Why each refused push was refused, in order.
+  const std::vector<std::string>& refusals() const { return refusals_; }
   // Workers that said bye (done for good).
   std::size_t finished() const { return finished_.size(); }
 
@@ -228,11 +200,51 @@ class store_server {
       if (s.ok()) check_complete(m);
       return send_reply(w, {s.ok() ? 0 : s.error().code.value(), m, store_.round(m), 0, 0});
     }
+    if (k == store_wire::kind::push_encoded) return push_encoded(w, rq);
     if (k == store_wire::kind::wait) {
       waits_.push_back({w, m, rq.round});
       return true;
     }
     return send_reply(w, {int(errc::protocol), m, 0, 0, 0});
+  }
+
+  // An encoded push: a payload longer than the module's codec can produce is a protocol failure
+  // (refused, the link dropped: its bytes are not read); one that fails to decode is refused
+  // in the reply and the module is unchanged.
+  bool push_encoded(int w, const store_wire::request& rq) {
+    const int m = rq.module;
+    const std::size_t cap = o_.codecs ? (*o_.codecs)[std::size_t(m)].max_payload_bytes() : 0;
+    auto& l = links_.at(w);
+    if (!o_.codecs || rq.count > cap) {
+      refuse(w, m, o_.codecs ? "a payload of " + std::to_string(rq.count) +
+                                   " bytes exceeds the largest this codec sends (" +
+                                   std::to_string(cap) + ")"
+                             : std::string("this store takes fp32 pushes only (no codecs)"));
+      const errc why = o_.codecs ? errc::too_large : errc::unsupported;
+      send_reply(w, {int(why), m, store_.round(m), 0, 0});
+      return false;
+    }
+    bytes_.resize(rq.count);
+    auto r =
+        l.t->recv(l.peer, store_wire::payload_tag, std::span<std::byte>(bytes_), io_deadline());
+    if (r.wait()) return false;
+    bytes_in_ += rq.count;
+    alive_.insert(w);
+    buf_.resize(store_.info(m).size);
+    status s = (*o_.codecs)[std::size_t(m)].decode(std::span<const std::byte>(bytes_),
+                                                   slice<float>(buf_.data(), buf_.size()));
+    if (!s) {
+      refuse(w, m, s.error().what());
+    } else {
+      s = store_.push(m, w, rq.round, buf_, rq.weight);
+      if (s.ok()) check_complete(m);
+    }
+    return send_reply(w, {s.ok() ? 0 : s.error().code.value(), m, store_.round(m), 0, 0});
+  }
+  void refuse(int w, int m, const std::string& why) {
+    refusals_.push_back("push of module " + std::to_string(m) + " from worker " +
+                        std::to_string(w) + " refused: " + why);
+    if (o_.on_refuse) o_.on_refuse(refusals_.back());
   }
 
   bool send_reply(int w, store_wire::reply rp) {
@@ -320,6 +332,8 @@ class store_server {
   std::map<int, clock::time_point> opened_;  // when each module's open round opened
   std::vector<wait_t> waits_;
   std::vector<float> buf_;
+  std::vector<std::byte> bytes_;  // an encoded payload
+  std::vector<std::string> refusals_;
   std::vector<path::round_summary> history_;
   std::size_t bytes_in_ = 0;
   std::atomic<bool> stop_{false};
@@ -395,6 +409,30 @@ class store_client {
       return error(static_cast<errc>(rp.status),
                    "store refused the push of module " + std::to_string(m) + " for round " +
                        std::to_string(round));
+    return {};
+  }
+
+  // Pushes a compress::module_codec payload of module m. Ensures: bytes_sent() grows by
+  // store_wire::push_bytes(payload.size()). Errors: the transport's, or the store's refusal
+  // (corrupt, mismatch, version: a payload it could not decode; too_large, unsupported).
+  status push_encoded(int m, int /*worker*/, long round, std::span<const std::byte> payload,
+                      double weight) {
+    const int s = layout_.owner(m);
+    auto& l = stores_.at(s);
+    store_wire::request rq{std::uint32_t(store_wire::kind::push_encoded), m, round, worker_, 0,
+                           weight, payload.size()};
+    auto h = l.t->send(l.peer, store_wire::request_tag, store_wire::bytes_of(rq), deadline());
+    auto p = l.t->send(l.peer, store_wire::payload_tag, payload, deadline());
+    if (auto ec = h.wait()) return error(ec, "push header to store " + std::to_string(s));
+    if (auto ec = p.wait()) return error(ec, "push payload to store " + std::to_string(s));
+    bytes_out_ += store_wire::push_bytes(payload.size());
+    store_wire::reply rp{};
+    auto r = l.t->recv(l.peer, store_wire::reply_tag, store_wire::bytes_of(rp), deadline());
+    if (auto ec = r.wait()) return error(ec, "push reply from store " + std::to_string(s));
+    if (rp.status != 0)
+      return error(static_cast<errc>(rp.status),
+                   "store " + std::to_string(s) + " refused the encoded push of module " +
+                       std::to_string(m) + " for round " + std::to_string(round));
     return {};
   }
 

@@ -1,0 +1,444 @@
+// bench/run compress_quality: DiLoCo P=4 on the Brown corpus with each codec (error feedback on)
+// against fp32: final validation bits per byte and the bytes each worker sent.
+//
+// Every row starts from the same base model (pretrained on all training text), trains 4 workers
+// on the same random (i.i.d.) shards of the training documents with the same seeds, inner steps
+// and rounds, and combines their pseudo-gradients with a plain mean (outer Nesterov 0.7 / 0.9):
+//   store rows      fp32, int8, int4, lgreco:int, topk:D: workers push to an in-process
+//                   local_store; bytes = request header + payload per push (what store_client
+//                   sends over a transport), per worker.
+//   all-reduce rows powersgd:R: the ranks run diloco_round over inproc (threads as ranks) with
+//                   two summed rounds; bytes = what the rank sent in every collective
+//                   (measured), compared with a fp32 ring all-reduce of the same Δ.
+// Scoring: the whole of every validation document, bits per byte (one token per byte).
+// LAST line: {"bench":"compress_quality","rows":[{"codec","val_bpb","bytes_sent","ratio_bytes",
+// "rel_bpb",...}],...}.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <sstream>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "paco/io/io.hpp"
+#include "paco/net/inproc.hpp"
+#include "paco/nn/nn.hpp"
+#include "paco/optim/optim.hpp"
+#include "paco/outer/outer.hpp"
+#include "paco/path/level_map.hpp"
+#include "paco/path/module_grid.hpp"
+#include "paco/route/route.hpp"
+#include "paco/sync/diloco_allreduce.hpp"
+#include "paco/sync/dipaco_local.hpp"
+
+using namespace paco;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+struct options {
+  int d = 128, ctx = 128, layers = 4, heads = 4, batch = 16;
+  int rounds = 6;      // outer rounds
+  int inner = 100;     // H
+  int pretrain = 300;  // base model steps
+  int threads = 2;
+  int workers = 4;
+  int lgreco_every = 2;
+  double lgreco_alpha = 1.0;
+  float lr = 2e-3f, min_lr = 2e-4f;
+  std::uint64_t seed = 1;
+  std::string codecs = "fp32,int8,int4,lgreco:int,topk:0.01,powersgd:4";
+};
+
+double secs(clk::time_point t0) {
+  return std::chrono::duration<double>(clk::now() - t0).count();
+}
+
+struct row {
+  std::string codec, transport;
+  double val_bpb = 0, bytes_sent = 0, payload_bytes = 0, fp32_bytes = 0, wall_s = 0;
+  std::vector<double> bytes_per_round;  // per worker
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string t;
+  while (std::getline(in, t, ','))
+    if (!t.empty()) out.push_back(t);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  options o;
+  CLI::App app{"DiLoCo P=4 on Brown: validation bits per byte and bytes sent, per codec"};
+  app.add_option("--rounds", o.rounds, "outer rounds");
+  app.add_option("--inner", o.inner, "inner steps per round (H)");
+  app.add_option("--pretrain", o.pretrain, "steps of the shared base model");
+  app.add_option("--d", o.d);
+  app.add_option("--ctx", o.ctx);
+  app.add_option("--layers", o.layers);
+  app.add_option("--batch", o.batch);
+  app.add_option("--threads", o.threads, "cores (the workers share them)");
+  app.add_option("--lgreco-every", o.lgreco_every, "L-GreCo: rounds between level choices (F)");
+  app.add_option("--lgreco-alpha", o.lgreco_alpha, "L-GreCo: error budget multiplier (α)");
+  app.add_option("--codecs", o.codecs,
+                 "comma-separated compress specs; rel_bpb is against the fp32 row (if any)");
+  app.add_option("--seed", o.seed);
+  CLI11_PARSE(app, argc, argv);
+  const auto names = split(o.codecs);
+  if (names.empty()) {
+    std::fprintf(stderr, "compress_quality: --codecs is empty\n");
+    return 2;
+  }
+  std::vector<sync::compression> comps;
+  for (auto& n : names) {
+    auto c = sync::parse_compression(n, std::size_t(o.lgreco_every), o.lgreco_alpha);
+    if (!c) {
+      std::fprintf(stderr, "compress_quality: %s\n", c.error().what().c_str());
+      return 2;
+    }
+    comps.push_back(*c);
+  }
+  const auto t_all = clk::now();
+
+  // ---- data: Brown; random shards of the training documents; whole validation documents ----
+  auto corpus = io::load_brown(io::default_brown_dir());
+  if (!corpus) {
+    std::fprintf(stderr, "compress_quality: %s\n", corpus.error().what().c_str());
+    return 2;
+  }
+  io::byte_tokenizer tok;
+  std::vector<std::vector<std::int32_t>> train, val;
+  for (auto& d : corpus->subset(io::split::train).docs) train.push_back(tok.encode(d.text));
+  for (auto& d : corpus->subset(io::split::validation).docs) val.push_back(tok.encode(d.text));
+  std::vector<std::size_t> perm(train.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  rng shuffle(o.seed * 977 + 3);
+  for (std::size_t i = perm.size(); i > 1; --i) std::swap(perm[i - 1], perm[shuffle.below(i)]);
+  const int K = o.workers;
+  std::vector<io::token_stream> shards(K);
+  io::token_stream all;
+  for (std::size_t i = 0; i < perm.size(); ++i) {
+    auto& s = shards[i % std::size_t(K)];
+    const auto& doc = train[perm[i]];
+    s.doc_start.push_back(s.ids.size());
+    s.ids.insert(s.ids.end(), doc.begin(), doc.end());
+    all.doc_start.push_back(all.ids.size());
+    all.ids.insert(all.ids.end(), doc.begin(), doc.end());
+  }
+  std::size_t val_bytes = 0;
+  for (auto& v : val) val_bytes += v.size();
+  std::printf("Brown: %zu training documents in %d random shards (MB:", train.size(), K);
+  for (auto& s : shards) std::printf(" %.2f", s.ids.size() / 1e6);
+  std::printf("), %zu validation documents (%.2f MB, scored whole)\n", val.size(), val_bytes / 1e6);
+
+  nn::gpt model({.vocab = 256, .ctx = o.ctx, .d = o.d, .layers = o.layers, .heads = o.heads});
+  const std::size_t P = model.param_count();
+  std::printf(
+      "model: GPT d=%d layers=%d heads=%d ctx=%d, %.2fM parameters; DiLoCo P=%d, %d rounds "
+      "x H=%d, batch %d; L-GreCo every %d rounds; GEMM %s\n",
+      o.d, o.layers, o.heads, o.ctx, P / 1e6, K, o.rounds, o.inner, o.batch, o.lgreco_every,
+      nn::gemm_backend());
+
+  // ---- the shared base model ----
+  arena<host> base(model.layout());
+  model.init(base, o.seed);
+  {
+    nn::replica<nn::gpt> rep(model, o.batch, o.ctx, o.threads);
+    optim::adamw opt{.lr = o.lr};
+    optim::warmup_cosine sch{.lr = o.lr, .min_lr = o.lr, .warmup = 50, .total = o.pretrain};
+    io::batch_sampler smp(all, o.batch, o.ctx, o.seed + 1);
+    std::vector<std::int32_t> x(std::size_t(o.batch) * o.ctx), y(x.size());
+    io::progress bar("base model", o.pretrain);
+    for (int t = 1; t <= o.pretrain; ++t) {
+      smp.next(x.data(), y.data());
+      const double l = rep.forward_backward(base, x.data(), y.data());
+      auto g = base.get(plane::grad);
+      optim::clip_grad_norm(g.data(), g.size(), 1.0);
+      opt.step(base, t, sch.lr_at(t));
+      char txt[48];
+      std::snprintf(txt, sizeof txt, "loss %.3f", l);
+      bar.update(t, txt);
+    }
+  }
+  const std::vector<float> theta0(base.get(plane::param).begin(), base.get(plane::param).end());
+
+  auto ws = model.make_workspace({o.batch, o.ctx});
+  auto val_bpb = [&](const std::vector<float>& theta) {
+    std::vector<route::scored_span> spans;
+    for (auto& v : val)
+      if (v.size() > 1) spans.push_back({v, 1, v.size()});
+    return route::batched_nll(model, theta.data(), spans, ws).bits_per_token();
+  };
+  std::printf("base model: val %.4f bpb\n", val_bpb(theta0));
+
+  const auto levels = *path::split_gpt_levels(model.layout(), o.layers, 1);  // DiLoCo: 1 module
+  const auto grid = path::module_grid<1>::experts({1});
+  sync::inner_config icfg{
+      .batch = o.batch,
+      .ctx = o.ctx,
+      .steps = o.inner,
+      .grad_clip = 1.0f,
+      .schedule = {.lr = o.lr, .min_lr = o.min_lr, .warmup = 50, .total = long(o.rounds) * o.inner},
+      .threads = std::max(1, o.threads / K)};
+  const optim::adamw inner{.lr = o.lr};
+  const outer::nesterov outer_opt{};
+  std::vector<sync::worker_spec> spec(K);
+  for (int w = 0; w < K; ++w)
+    spec[std::size_t(w)] = {{0}, &shards[std::size_t(w)], o.seed + 100 + w};
+  const double fp32_push = double(sync::store_wire::push_bytes(4 * levels[0].size));
+
+  // ---- L-GreCo's view of a pseudo-gradient: one worker's Δ after H steps from the base ----
+  // Per tensor, the quantisation error ‖g − Q_b(g)‖ at b = 2, 4, 8 bits and the multiple-choice
+  // knapsack's answer at budgets α·Σ e(int4): how many fewer bytes than uniform int4 each buys.
+  nlohmann::json sweep = nlohmann::json::array();
+  {
+    sync::path_worker<nn::gpt, optim::adamw> wk(0, model, levels, {0}, inner, icfg, shards[0],
+                                                spec[0].seed);
+    auto p = wk.state().get(plane::param);
+    std::copy(theta0.begin(), theta0.end(), p.begin());
+    wk.train();
+    std::vector<float> delta(p.size());
+    for (std::size_t i = 0; i < p.size(); ++i) delta[i] = theta0[i] - p[i];
+    const auto segs = *sync::module_segments(model, levels[0]);
+    compress::quantize q;
+    std::vector<std::vector<double>> bytes, errs;
+    double e4 = 0, b4 = 0;
+    std::vector<double> r24, r48;
+    for (auto& sg : segs) {
+      const slice<const float> g(delta.data() + sg.offset, sg.size());
+      errs.push_back({q.error(2, g), q.error(4, g), q.error(8, g)});
+      bytes.push_back({double(q.wire_bytes(sg.size(), 2)), double(q.wire_bytes(sg.size(), 4)),
+                       double(q.wire_bytes(sg.size(), 8))});
+      e4 += errs.back()[1];
+      b4 += bytes.back()[1];
+      r24.push_back(errs.back()[0] / errs.back()[1]);
+      r48.push_back(errs.back()[1] / errs.back()[2]);
+    }
+    std::sort(r24.begin(), r24.end());
+    std::sort(r48.begin(), r48.end());
+    std::printf(
+        "L-GreCo error profile of one worker's Δ (%zu tensors): e(int2)/e(int4) %.1f..%.1f "
+        "(median %.1f), e(int4)/e(int8) %.1f..%.1f (median %.1f)\n",
+        segs.size(), r24.front(), r24.back(), r24[r24.size() / 2], r48.front(), r48.back(),
+        r48[r48.size() / 2]);
+    const std::vector<std::size_t> fallback(segs.size(), 1);
+    for (double alpha : {1.0, 1.25, 1.5, 2.0, 3.0}) {
+      auto sol = compress::lgreco_solve(bytes, errs, alpha * e4, 10000, fallback);
+      if (!sol) continue;
+      int count[3] = {0, 0, 0};
+      for (auto c : sol->choice) ++count[c];
+      std::printf(
+          "  budget %.2f x e(int4): %.3fx fewer bytes than uniform int4 (int2/int4/int8 "
+          "tensors %d/%d/%d)\n",
+          alpha, b4 / sol->bytes, count[0], count[1], count[2]);
+      sweep.push_back({{"alpha", alpha},
+                       {"ratio_vs_int4", std::round(b4 / sol->bytes * 1000) / 1000},
+                       {"int2", count[0]},
+                       {"int4", count[1]},
+                       {"int8", count[2]}});
+    }
+  }
+
+  std::vector<row> rows;
+  for (auto& c : comps) {
+    const auto t0 = clk::now();
+    row r{c.name(), "store"};
+    std::vector<float> theta = theta0;
+    io::progress bar(r.codec.c_str(), o.rounds);
+    if (!c.spec.lgreco && c.spec.kind == compress::codec_kind::powersgd) {
+      // ---- all-reduce DiLoCo: threads as ranks over inproc ----
+      r.transport = "allreduce";
+      auto world = net::inproc::world(K);
+      std::vector<status> errs(static_cast<std::size_t>(K));
+      std::vector<sync::diloco_traffic> traffic(static_cast<std::size_t>(K));
+      std::vector<std::vector<double>> per_round(static_cast<std::size_t>(K));
+      std::vector<double> loss(static_cast<std::size_t>(K));
+      std::vector<std::thread> th;
+      for (int w = 0; w < K; ++w)
+        th.emplace_back([&, w] {
+          sync::path_worker<nn::gpt, optim::adamw> wk(w, model, levels, {0}, inner, icfg,
+                                                      shards[std::size_t(w)],
+                                                      spec[std::size_t(w)].seed);
+          auto p = wk.state().get(plane::param);
+          std::copy(theta0.begin(), theta0.end(), p.begin());
+          auto codec = sync::diloco_codec(c, model);
+          if (!codec) return void(errs[std::size_t(w)] = codec.error());
+          std::vector<float> state(p.size(), 0.0f);
+          sync::diloco_options dopt;
+          dopt.collective.until = net::after(std::chrono::hours(1));
+          for (int k = 0; k < o.rounds; ++k) {
+            dopt.collective.until = net::after(std::chrono::hours(1));
+            auto& tr = traffic[std::size_t(w)];
+            const auto before = tr.bytes_sent;
+            if (auto s = sync::diloco_round(world[std::size_t(w)], wk, *codec, outer_opt, state, tr,
+                                            dopt);
+                !s)
+              return void(errs[std::size_t(w)] = s);
+            per_round[std::size_t(w)].push_back(double(tr.bytes_sent - before));
+            loss[std::size_t(w)] = wk.last_loss();
+            if (w == 0) {
+              char txt[48];
+              std::snprintf(txt, sizeof txt, "inner loss %.3f", wk.last_loss());
+              bar.update(k + 1, txt);
+            }
+          }
+          if (w == 0) theta.assign(p.begin(), p.end());
+        });
+      for (auto& t : th) t.join();
+      for (auto& e : errs)
+        if (!e) {
+          std::fprintf(stderr, "compress_quality: %s: %s\n", r.codec.c_str(),
+                       e.error().what().c_str());
+          return 3;
+        }
+      for (int w = 0; w < K; ++w) {
+        r.bytes_sent += double(traffic[std::size_t(w)].bytes_sent) / K;
+        r.payload_bytes += double(traffic[std::size_t(w)].payload_bytes) / K;
+      }
+      r.bytes_per_round = per_round[0];
+      // fp32 over the same transport: one ring all-reduce of Δ and the hash check per round.
+      const std::size_t n = model.layout().total();
+      r.fp32_bytes =
+          double(o.rounds) * double(sync::allreduce_ring.cost(4 * n, K).bytes +
+                                    sync::allreduce_ring.cost(8 * std::size_t(K), K).bytes);
+    } else {
+      // ---- workers push to an in-process store ----
+      sync::local_store<outer::nesterov> store(sync::grid_modules(grid, levels, spec), outer_opt,
+                                               {.weight_by_shard = false});
+      sync::init_modules(store, levels, {0}, theta0.data());
+      if (c.spec.kind != compress::codec_kind::identity)
+        if (auto s = store.set_compression(c, model, {levels[0]}); !s) {
+          std::fprintf(stderr, "compress_quality: %s\n", s.error().what().c_str());
+          return 2;
+        }
+      double prev = 0;
+      auto st = sync::run_local(store, model, levels, {0}, spec, inner, icfg, o.rounds,
+                                [&](const sync::round_report& rr) {
+                                  double b = 0;
+                                  for (int w = 0; w < K; ++w) b += double(store.bytes_sent(w)) / K;
+                                  r.bytes_per_round.push_back(b - prev);
+                                  prev = b;
+                                  double l = 0;
+                                  for (double x : rr.worker_loss) l += x / rr.worker_loss.size();
+                                  char txt[48];
+                                  std::snprintf(txt, sizeof txt, "inner loss %.3f", l);
+                                  bar.update(rr.round + 1, txt);
+                                });
+      if (!st) {
+        std::fprintf(stderr, "compress_quality: %s: %s\n", r.codec.c_str(),
+                     st.error().what().c_str());
+        return 3;
+      }
+      for (int w = 0; w < K; ++w) r.bytes_sent += double(store.bytes_sent(w)) / K;
+      r.payload_bytes = r.bytes_sent - double(o.rounds) * sizeof(sync::store_wire::request);
+      r.fp32_bytes = double(o.rounds) * fp32_push;
+      sync::assemble_path(store, levels, {0}, {0}, theta.data());
+    }
+    bar.finish();
+    r.val_bpb = val_bpb(theta);
+    r.wall_s = secs(t0);
+    std::printf(
+        "%-12s val %.4f bpb, %.2f MB sent per worker (%.2fx fewer than fp32 over %s); "
+        "per round:",
+        r.codec.c_str(), r.val_bpb, r.bytes_sent / 1e6, r.fp32_bytes / r.bytes_sent,
+        r.transport.c_str());
+    for (double b : r.bytes_per_round) std::printf(" %.0f", b);
+    std::printf(" bytes; %.0f s\n", r.wall_s);
+    rows.push_back(r);
+  }
+
+  // ---- table and targets ----
+  auto find = [&](const std::string& n) -> const row* {
+    for (auto& r : rows)
+      if (r.codec == n) return &r;
+    return nullptr;
+  };
+  const double ref = find("fp32") ? find("fp32")->val_bpb : NAN;  // NaN: no fp32 row
+  std::printf("\n| %-12s | %-9s | %9s | %9s | %14s | %10s | %7s |\n", "codec (+EF)", "transport",
+              "val bpb", "vs fp32", "bytes/worker", "fewer bytes", "wall s");
+  std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(14, '-').c_str(),
+              std::string(11, '-').c_str(), std::string(11, '-').c_str(),
+              std::string(11, '-').c_str(), std::string(16, '-').c_str(),
+              std::string(12, '-').c_str(), std::string(9, '-').c_str());
+  nlohmann::json jr = nlohmann::json::array();
+  for (auto& r : rows) {
+    const double rel = (r.val_bpb - ref) / ref, ratio = r.fp32_bytes / r.bytes_sent;
+    std::printf("| %-12s | %-9s | %9.4f | %+8.2f%% | %11.3f MB | %9.2fx | %7.0f |\n",
+                r.codec.c_str(), r.transport.c_str(), r.val_bpb, 100 * rel, r.bytes_sent / 1e6,
+                ratio, r.wall_s);
+    jr.push_back({{"codec", r.codec},
+                  {"transport", r.transport},
+                  {"val_bpb", std::round(r.val_bpb * 1e5) / 1e5},
+                  {"bytes_sent", std::llround(r.bytes_sent)},
+                  {"payload_bytes", std::llround(r.payload_bytes)},
+                  {"fp32_bytes", std::llround(r.fp32_bytes)},
+                  {"ratio_bytes", std::round(ratio * 1000) / 1000},
+                  {"rel_bpb", std::isnan(rel) ? nlohmann::json()
+                                              : nlohmann::json(std::round(rel * 1e6) / 1e6)},
+                  {"bytes_per_round", r.bytes_per_round},
+                  {"wall_s", std::round(r.wall_s * 10) / 10}});
+  }
+  nlohmann::json targets = nlohmann::json::object();
+  auto target = [&](const char* name, bool have, bool met, const std::string& text) {
+    if (!have) return;
+    targets[name] = {{"met", met}, {"measured", text}};
+    std::printf("target %-24s %s  (%s)\n", name, met ? "met" : "MISSED", text.c_str());
+  };
+  auto fmt = [](const char* f, auto... a) {
+    char s[96];
+    std::snprintf(s, sizeof s, f, a...);
+    return std::string(s);
+  };
+  std::printf("\n");
+  if (auto* r = find("int8"); r && !std::isnan(ref)) {
+    const double rel = (r->val_bpb - ref) / ref, ratio = r->fp32_bytes / r->bytes_sent;
+    target("int8_bpb_within_1pct", true, rel <= 0.01,
+           fmt("%+.2f%% bpb, %.2fx fewer bytes", 100 * rel, ratio));
+    target("int8_bytes_4x", true, ratio >= 4.0, fmt("%.2fx fewer bytes", ratio));
+  }
+  if (auto* r = find("int4"); r && !std::isnan(ref)) {
+    const double rel = (r->val_bpb - ref) / ref, ratio = r->fp32_bytes / r->bytes_sent;
+    target("int4_bpb_within_3pct", true, rel <= 0.03,
+           fmt("%+.2f%% bpb, %.2fx fewer bytes", 100 * rel, ratio));
+    target("int4_bytes_8x", true, ratio >= 8.0, fmt("%.2fx fewer bytes", ratio));
+  }
+  if (auto* r = find("lgreco:int"), *u = find("int4"); r && u) {
+    const double ratio = u->bytes_sent / r->bytes_sent,
+                 rel = (r->val_bpb - u->val_bpb) / u->val_bpb;
+    target("lgreco_1.3x_fewer_than_int4", true, ratio >= 1.3,
+           fmt("%.3fx fewer bytes than int4", ratio));
+    target("lgreco_bpb_within_0.5pct", true, rel <= 0.005, fmt("%+.2f%% bpb vs int4", 100 * rel));
+  }
+  std::printf("total wall time %.0f s\n", secs(t_all));
+  std::printf("%s\n", nlohmann::json({{"bench", "compress_quality"},
+                                      {"rows", jr},
+                                      {"targets", targets},
+                                      {"lgreco_budget_sweep", sweep},
+                                      {"config",
+                                       {{"d", o.d},
+                                        {"layers", o.layers},
+                                        {"heads", o.heads},
+                                        {"ctx", o.ctx},
+                                        {"batch", o.batch},
+                                        {"workers", K},
+                                        {"rounds", o.rounds},
+                                        {"inner", o.inner},
+                                        {"pretrain", o.pretrain},
+                                        {"lgreco_every", o.lgreco_every},
+                                        {"lgreco_alpha", o.lgreco_alpha},
+                                        {"shards", "random"},
+                                        {"params", P},
+                                        {"wall_s", std::round(secs(t_all))}}}})
+                          .dump()
+                          .c_str());
+  return 0;
+}
