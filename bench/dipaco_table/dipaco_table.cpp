@@ -9,12 +9,16 @@
 //   diloco_p4   DiLoCo, 4 workers on k-means shards, S steps each (H per round)
 //   moe_p4      flat MoE: 4 independent paths on k-means shards, S steps each
 //   dipaco_2x2  DiPaCo, 2 levels × 2 experts, k-means shards, then one discriminative re-routing
-//   dipaco_2x2_reroute64  the same model, re-routed every 64 tokens at evaluation
+//   dipaco_2x2_reroute64  the same model, re-routed every 64 tokens at evaluation by the
+//                         logistic router on the previous chunk's features
+//   dipaco_2x2_reroute64_lik  re-routed every 64 tokens to the path that best predicted the
+//                         previous chunk
 // bytes_sent: bytes each worker pushed; dp_bytes: what a ring all-reduce data-parallel run with
 // the same workers and steps would have sent per worker.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <numeric>
 
 #include <CLI/CLI.hpp>
@@ -38,12 +42,25 @@ struct options {
   int d = 128, ctx = 128, layers = 4, heads = 4, batch = 16;
   int steps = 1200;      // S: inner steps per worker
   int inner = 100;       // H: inner steps per round
-  int pretrain = 300;    // base model steps (shared by every row)
+  int pretrain = 3000;   // base model steps (shared by every row)
   int threads = 2;
   int prefix = 32;       // routing prefix (bytes)
+  int overlap = 2;       // DiPaCo trains each path on the documents that rank it in their top n
   int router_bytes = 1024;  // tail of each training document held out as router data
-  float lr = 2e-3f, min_lr = 2e-4f;
+  float lr = 2e-3f, min_lr = 2e-4f;  // base model schedule
+  float row_lr = 1e-3f, row_min_lr = 0;  // every row's schedule after the base (0: lr, 0.1·peak)
+  std::string rows = "dense,dense_4x,diloco_p4,moe_p4,dipaco_2x2";  // which rows to run
+  std::string base_file;              // cache of the base model (loaded if it matches)
   std::uint64_t seed = 1;
+  bool wants(std::string_view r) const {
+    std::string_view s = rows;
+    while (!s.empty()) {
+      const auto c = s.find(',');
+      if (s.substr(0, c) == r) return true;
+      s = c == std::string_view::npos ? std::string_view{} : s.substr(c + 1);
+    }
+    return false;
+  }
 };
 
 double secs(clk::time_point t0) { return std::chrono::duration<double>(clk::now() - t0).count(); }
@@ -65,10 +82,10 @@ io::token_stream stream_of(const std::vector<const std::vector<std::int32_t>*>& 
 
 // Dense training: n AdamW steps from θ (in place) on the stream.
 void train_dense(const nn::gpt& m, arena<host>& a, const io::token_stream& s, int n,
-                 const options& o, std::uint64_t seed, const char* label) {
+                 const options& o, float lr, float min_lr, std::uint64_t seed, const char* label) {
   nn::replica<nn::gpt> rep(m, o.batch, o.ctx, o.threads);
-  optim::adamw opt{.lr = o.lr};
-  optim::warmup_cosine sch{.lr = o.lr, .min_lr = o.min_lr, .warmup = 50, .total = n};
+  optim::adamw opt{.lr = lr};
+  optim::warmup_cosine sch{.lr = lr, .min_lr = min_lr, .warmup = 50, .total = n};
   io::batch_sampler smp(s, o.batch, o.ctx, seed);
   std::vector<std::int32_t> x(std::size_t(o.batch) * o.ctx), y(x.size());
   a.zero(plane::moment1);
@@ -123,9 +140,20 @@ int main(int argc, char** argv) {
   app.add_option("--layers", o.layers);
   app.add_option("--batch", o.batch);
   app.add_option("--threads", o.threads);
-  app.add_option("--lr", o.lr);
+  app.add_option("--lr", o.lr, "peak AdamW lr of the base model");
+  app.add_option("--row-lr", o.row_lr, "peak AdamW lr of every row after the base");
+  app.add_option("--row-min-lr", o.row_min_lr, "final lr of every row (default 0.1 x its peak)");
+  app.add_option("--rows", o.rows, "comma-separated rows to run");
+  app.add_option("--base-file", o.base_file,
+                 "checkpoint of the base model: loaded when it exists and matches the "
+                 "configuration, else written after pretraining");
+  app.add_option("--prefix", o.prefix, "routing prefix in bytes (scoring starts after it)");
+  app.add_option("--overlap", o.overlap,
+                 "DiPaCo: each training document goes to the shards of its top-n paths");
   app.add_option("--seed", o.seed);
   CLI11_PARSE(app, argc, argv);
+  if (o.row_lr <= 0) o.row_lr = o.lr;
+  if (o.row_min_lr <= 0) o.row_min_lr = 0.1f * o.row_lr;
   if (o.steps % o.inner != 0 || o.steps < 3 * o.inner) {
     std::fprintf(stderr, "dipaco_table: --steps must be a multiple of --inner and ≥ 3 rounds\n");
     return 2;
@@ -170,7 +198,33 @@ int main(int argc, char** argv) {
   // ---- the shared base model (pretraining, also the router's frozen feature extractor) ----
   arena<host> base(model.layout());
   model.init(base, o.seed);
-  train_dense(model, base, full, o.pretrain, o, o.seed + 1, "base");
+  const std::string base_key = std::to_string(o.d) + "/" + std::to_string(o.layers) + "/" +
+                               std::to_string(o.ctx) + "/" + std::to_string(o.batch) + "/" +
+                               std::to_string(o.pretrain) + "/" + std::to_string(o.lr) + "/" +
+                               std::to_string(o.seed);
+  bool loaded = false;
+  if (!o.base_file.empty() && std::filesystem::exists(o.base_file)) {
+    auto info = io::load_checkpoint(o.base_file, model.tensors(), base);
+    if (info && info->metadata.count("base_key") && info->metadata.at("base_key") == base_key) {
+      loaded = true;
+      std::printf("base model loaded from %s\n", o.base_file.c_str());
+    } else {
+      model.init(base, o.seed);
+      std::printf("%s does not hold this configuration's base model; pretraining\n",
+                  o.base_file.c_str());
+    }
+  }
+  if (!loaded) {
+    train_dense(model, base, full, o.pretrain, o, o.lr, o.min_lr, o.seed + 1, "base");
+    if (!o.base_file.empty()) {
+      base.zero(plane::moment1);
+      base.zero(plane::moment2);
+      if (auto s = io::save_checkpoint(o.base_file, model.tensors(), base, o.pretrain,
+                                       {{"base_key", base_key}});
+          !s)
+        std::fprintf(stderr, "dipaco_table: %s\n", s.error().what().c_str());
+    }
+  }
   const std::vector<float> theta0(base.get(plane::param).begin(), base.get(plane::param).end());
 
   // ---- router features and k-means shards ----
@@ -188,15 +242,21 @@ int main(int argc, char** argv) {
   std::vector<int> train_route(train.size()), val_route(val.size());
   for (std::size_t i = 0; i < train.size(); ++i) train_route[i] = km->route(&ftrain[i * D]);
   for (std::size_t i = 0; i < val.size(); ++i) val_route[i] = km->route(&fval[i * D]);
-  auto shards_of = [&](const std::vector<int>& r) {
+  // Shards from each document's paths (one per document, or its top-n for overlapping shards).
+  auto shards_of_sets = [&](const std::vector<std::vector<int>>& r) {
     std::vector<io::token_stream> s(K);
     for (int k = 0; k < K; ++k) {
       std::vector<const std::vector<std::int32_t>*> parts;
       for (std::size_t i = 0; i < train.size(); ++i)
-        if (r[i] == k) parts.push_back(&train[i].train);
+        if (std::find(r[i].begin(), r[i].end(), k) != r[i].end()) parts.push_back(&train[i].train);
       s[k] = stream_of(parts);
     }
     return s;
+  };
+  auto shards_of = [&](const std::vector<int>& r) {
+    std::vector<std::vector<int>> sets(r.size());
+    for (std::size_t i = 0; i < r.size(); ++i) sets[i] = {r[i]};
+    return shards_of_sets(sets);
   };
   auto shards = shards_of(train_route);
   std::printf("k-means shards (documents / MB):");
@@ -213,10 +273,11 @@ int main(int argc, char** argv) {
 
   // ---- dense and dense_4x ----
   for (int mult : {1, 4}) {
+    if (!o.wants(mult == 1 ? "dense" : "dense_4x")) continue;
     const auto t0 = clk::now();
     arena<host> a(model.layout());
     std::copy(theta0.begin(), theta0.end(), a.get(plane::param).begin());
-    train_dense(model, a, full, mult * o.steps, o, o.seed + 10 + mult, mult == 1 ? "dense" : "dense_4x");
+    train_dense(model, a, full, mult * o.steps, o, o.row_lr, o.row_min_lr, o.seed + 10 + mult, mult == 1 ? "dense" : "dense_4x");
     std::vector<std::vector<float>> th{{a.get(plane::param).begin(), a.get(plane::param).end()}};
     row r{mult == 1 ? "dense" : "dense_4x", routed_bpb(model, th, val, one_route_val, o), 0, 0,
           secs(t0), P};
@@ -226,9 +287,9 @@ int main(int argc, char** argv) {
 
   const int rounds = o.steps / o.inner;
   sync::inner_config icfg{.batch = o.batch, .ctx = o.ctx, .steps = o.inner, .grad_clip = 1.0f,
-                          .schedule = {.lr = o.lr, .min_lr = o.min_lr, .warmup = 50, .total = o.steps},
+                          .schedule = {.lr = o.row_lr, .min_lr = o.row_min_lr, .warmup = 50, .total = o.steps},
                           .threads = 1};
-  optim::adamw inner{.lr = o.lr};
+  optim::adamw inner{.lr = o.row_lr};
   outer::nesterov outer_opt{};
 
   // Runs a grid: module_level per module id, one worker per path, returns the final θ per path.
@@ -265,7 +326,7 @@ int main(int argc, char** argv) {
   };
 
   // ---- DiLoCo P=4: one module, 4 workers on the k-means shards ----
-  {
+  if (o.wants("diloco_p4")) {
     const auto t0 = clk::now();
     auto levels = *path::split_gpt_levels(model.layout(), o.layers, 1);
     auto grid = path::module_grid<1>::experts({1});
@@ -282,7 +343,7 @@ int main(int argc, char** argv) {
   }
 
   // ---- flat MoE P=4: one level of 4 experts, each path its own module ----
-  {
+  if (o.wants("moe_p4")) {
     const auto t0 = clk::now();
     auto levels = *path::split_gpt_levels(model.layout(), o.layers, 1);
     auto grid = path::module_grid<1>::experts({K});
@@ -299,7 +360,7 @@ int main(int argc, char** argv) {
   }
 
   // ---- DiPaCo 2×2: k-means shards, then one discriminative re-routing phase ----
-  {
+  if (o.wants("dipaco_2x2")) {
     const auto t0 = clk::now();
     auto levels = *path::split_gpt_levels(model.layout(), o.layers, 2);
     auto grid = path::module_grid<2>::experts({2, 2});
@@ -311,7 +372,15 @@ int main(int argc, char** argv) {
     sync::init_modules(store, levels, module_level, theta0.data());
     double bytes = 0;
     const int phase1 = rounds / 3;
-    run_grid("dipaco_2x2 (k-means)", grid, levels, module_level, {0, 1, 2, 3}, shards, 0, phase1,
+    std::vector<std::vector<int>> top1(train.size());
+    for (std::size_t i = 0; i < train.size(); ++i) top1[i] = km->rank(&ftrain[i * D], o.overlap);
+    auto shards1 = shards_of_sets(top1);
+    if (o.overlap > 1) {
+      std::printf("dipaco_2x2: top-%d overlapping k-means shards (MB):", o.overlap);
+      for (int k = 0; k < K; ++k) std::printf(" %.2f", shards1[k].ids.size() / 1e6);
+      std::printf("\n");
+    }
+    run_grid("dipaco_2x2 (k-means)", grid, levels, module_level, {0, 1, 2, 3}, shards1, 0, phase1,
              &store, bytes);
     // Discriminative routing: label each training document by the path with the best
     // log-likelihood on its held-out tail, fit the logistic router, re-shard.
@@ -335,7 +404,9 @@ int main(int argc, char** argv) {
     std::vector<int> train2(train.size()), val2(val.size());
     for (std::size_t i = 0; i < train.size(); ++i) train2[i] = lr->route(&ftrain[i * D]);
     for (std::size_t i = 0; i < val.size(); ++i) val2[i] = lr->route(&fval[i * D]);
-    auto shards2 = shards_of(train2);
+    std::vector<std::vector<int>> top2(train.size());
+    for (std::size_t i = 0; i < train.size(); ++i) top2[i] = lr->rank(&ftrain[i * D], o.overlap);
+    auto shards2 = shards_of_sets(top2);
     int moved = 0;
     for (std::size_t i = 0; i < train.size(); ++i) moved += train2[i] != train_route[i];
     std::printf("discriminative re-routing: %d of %zu training documents changed path; shards:", moved,
@@ -372,6 +443,60 @@ int main(int argc, char** argv) {
     rr.wall_s = r.wall_s + secs(t1);
     rows.push_back(rr);
     std::printf("%-22s val %.4f bpb\n", rr.name.c_str(), rr.val_bpb);
+
+    // Re-routing every 64 tokens by likelihood: every path scores chunk i (causal: all of it is
+    // already known when chunk i+1 is predicted); the best of them predicts chunk i+1, and the
+    // prefix picks the path of chunk 0 the same way. Costs K forward passes per chunk.
+    {
+      const auto t2 = clk::now();
+      const std::size_t W = 64;
+      route::nll tot2;
+      for (std::size_t i = 0; i < val.size(); ++i) {
+        const auto& s = val[i].all;
+        if (s.size() <= std::size_t(o.prefix) + 1) continue;
+        auto best_on = [&](std::size_t b, std::size_t e, std::vector<route::nll>& per) {
+          int bp = 0;
+          for (int p = 0; p < K; ++p) {
+            per[p] = route::chunk_nll(model, thf[p].data(), s, b, e, wsr);
+            if (per[p].nats < per[bp].nats) bp = p;
+          }
+          return bp;
+        };
+        std::vector<route::nll> per(K);
+        int path = best_on(1, std::size_t(o.prefix), per);
+        for (std::size_t b = std::size_t(o.prefix); b < s.size(); b += W) {
+          const std::size_t e = std::min(s.size(), b + W);
+          const int next = best_on(b, e, per);
+          tot2 += per[path];
+          path = next;
+        }
+      }
+      row rl{"dipaco_2x2_reroute64_lik", tot2.bits_per_token(), bytes, dp_bytes(K),
+             r.wall_s + secs(t2), 2 * P};
+      rows.push_back(rl);
+      std::printf("%-22s val %.4f bpb\n", rl.name.c_str(), rl.val_bpb);
+    }
+
+    // Diagnostics, not results: how well the prefix router picks each validation document's
+    // best path (scored on the document itself), and the bits/byte such an oracle would get.
+    std::vector<int> best(val.size(), 0);
+    route::nll oracle;
+    for (std::size_t i = 0; i < val.size(); ++i) {
+      const auto& s = val[i].all;
+      if (s.size() <= std::size_t(o.prefix) + 1) continue;
+      route::nll b;
+      b.nats = INFINITY;
+      for (int p = 0; p < K; ++p) {
+        auto n = route::sequence_nll(model, thf[p].data(), s, std::size_t(o.prefix), s.size(), wsr);
+        if (n.nats < b.nats) b = n, best[i] = p;
+      }
+      oracle += b;
+    }
+    int agree = 0;
+    for (std::size_t i = 0; i < val.size(); ++i) agree += best[i] == val2[i];
+    std::printf("diagnostic: the router picks a validation document's best path for %d of %zu; "
+                "an oracle that knew it would score %.4f bpb\n",
+                agree, val.size(), oracle.bits_per_token());
   }
 
   // ---- table ----
@@ -392,7 +517,9 @@ int main(int argc, char** argv) {
   std::printf("%s\n", nlohmann::json({{"bench", "dipaco_table"}, {"rows", jr},
                                       {"config", {{"d", o.d}, {"layers", o.layers}, {"ctx", o.ctx},
                                                   {"batch", o.batch}, {"steps", o.steps},
-                                                  {"inner", o.inner}, {"pretrain", o.pretrain}}}})
+                                                  {"inner", o.inner}, {"pretrain", o.pretrain},
+                                                  {"prefix", o.prefix}, {"overlap", o.overlap},
+                                                  {"lr", o.lr}, {"row_lr", o.row_lr}}}})
                           .dump()
                           .c_str());
   return 0;

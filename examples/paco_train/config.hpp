@@ -82,6 +82,11 @@ struct launch_section {
   double round_timeout_s = 120;      // a round closes this long after its first push
   double peer_timeout_s = 5;         // silence after which a process is considered dead
   int restarts = 3;                  // local: a crashed worker is restarted up to this often
+  // TLS on every store <-> worker link (mutual certificates from one CA; docs/transport.md).
+  // PACO_TLS_CERT / PACO_TLS_KEY override cert and key, so machines can share one config.
+  bool tls = false;
+  std::string tls_ca, tls_cert, tls_key;
+  std::string tls_peer_name;         // optional: a DNS name every peer's certificate must carry
 };
 
 struct train_config {
@@ -183,6 +188,11 @@ inline std::map<std::string, detail::field> fields(train_config& c) {
   add("launch.round_timeout_s", l.round_timeout_s);
   add("launch.peer_timeout_s", l.peer_timeout_s);
   add("launch.restarts", l.restarts);
+  add("launch.tls", l.tls);
+  add("launch.tls_ca", l.tls_ca);
+  add("launch.tls_cert", l.tls_cert);
+  add("launch.tls_key", l.tls_key);
+  add("launch.tls_peer_name", l.tls_peer_name);
   return f;
 }
 
@@ -244,6 +254,8 @@ inline paco::status validate(const train_config& c) {
                    range(c.launch.round_timeout_s > 0, "launch.round_timeout_s", "> 0"),
                    range(c.launch.peer_timeout_s > 0.2, "launch.peer_timeout_s", "> 0.2"),
                    range(c.launch.restarts >= 0, "launch.restarts", "≥ 0"),
+                   range(!c.launch.tls || !c.launch.tls_ca.empty(), "launch.tls_ca",
+                         "a CA certificate file when launch.tls = true"),
                    range(d.lgreco_every >= 1 && d.lgreco_every <= 1000000, "dipaco.lgreco_every",
                          "in [1, 1000000] (rounds)")})
       if (!s) return s;

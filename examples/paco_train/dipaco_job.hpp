@@ -175,6 +175,17 @@ inline net::tcp_options link_options(const train_config& cfg, int worker, int po
   o.connect_timeout = std::chrono::milliseconds(rank == 0 ? 2000 : 60000);
   o.peer_timeout = std::chrono::milliseconds(long(cfg.launch.peer_timeout_s * 1000));
   o.heartbeat_interval = std::chrono::milliseconds(std::max(50L, long(cfg.launch.peer_timeout_s * 100)));
+  if (cfg.launch.tls) {
+    const auto env = [](const char* name, const std::string& fallback) {
+      const char* v = std::getenv(name);
+      return v && *v ? std::string(v) : fallback;
+    };
+    o.tls = {.enabled = true,
+             .ca_file = cfg.launch.tls_ca,
+             .cert_file = env("PACO_TLS_CERT", cfg.launch.tls_cert),
+             .key_file = env("PACO_TLS_KEY", cfg.launch.tls_key),
+             .peer_name = cfg.launch.tls_peer_name};
+  }
   return o;
 }
 

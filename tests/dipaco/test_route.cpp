@@ -1,6 +1,7 @@
 // route/: routers recover planted clusters; the logistic router's bias leaves no path empty.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 
 #include "paco/core/rng.hpp"
@@ -81,6 +82,18 @@ TEST_CASE("logistic router learns labels and its bias balances the paths", "[rou
   int correct = 0;
   for (int i = 0; i < n; ++i) correct += m->route(&x[std::size_t(i) * D]) == y[i];
   REQUIRE(correct > 0.95 * n);
+  // rank: top-n overlapping shards, most likely first, distinct, led by route().
+  for (int i = 0; i < n; i += 37) {
+    const float* xi = &x[std::size_t(i) * D];
+    auto r2 = m->rank(xi, 2);
+    REQUIRE(r2.size() == 2);
+    REQUIRE(r2[0] == m->route(xi));
+    REQUIRE(r2[1] != r2[0]);
+    auto all = m->rank(xi, 9);
+    REQUIRE(all.size() == std::size_t(k));
+    std::sort(all.begin(), all.end());
+    for (int c = 0; c < k; ++c) REQUIRE(all[c] == c);
+  }
   // Skewed labels: 70% say path 0. The fitted bias still routes documents to every path,
   // near the uniform target.
   std::vector<int> skew(n);
