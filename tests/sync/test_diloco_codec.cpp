@@ -9,6 +9,7 @@
 #include "paco/nn/gpt.hpp"
 #include "paco/optim/optim.hpp"
 #include "paco/outer/outer.hpp"
+#include "paco/sync/counted.hpp"
 #include "paco/sync/diloco_allreduce.hpp"
 
 using namespace paco;
@@ -22,24 +23,6 @@ io::token_stream stream(std::uint64_t seed, std::size_t n = 3000) {
   for (std::size_t i = 0; i < n; ++i) s.ids.push_back(std::int32_t((i * 7 + r.below(5)) % 64));
   return s;
 }
-
-// Wraps a transport and counts the bytes this rank sends (the reference for the traffic figure).
-template <net::Transport T>
-struct counting {
-  using request = typename T::request;
-  T& t;
-  std::size_t bytes = 0;
-  int rank() const { return t.rank(); }
-  int size() const { return t.size(); }
-  request send(int peer, net::tag_t tag, std::span<const std::byte> b, net::deadline d) {
-    bytes += b.size();
-    return t.send(peer, tag, b, d);
-  }
-  request recv(int peer, net::tag_t tag, std::span<std::byte> b, net::deadline d) {
-    return t.recv(peer, tag, b, d);
-  }
-  void cancel_all() { t.cancel_all(); }
-};
 
 struct diloco_case {
   static constexpr int ranks = 3, rounds = 3;
@@ -74,7 +57,7 @@ struct diloco_case {
         std::copy(a0.get(plane::param).begin(), a0.get(plane::param).end(), p.begin());
         outer::nesterov opt;
         std::vector<float> state(p.size(), 0.0f);
-        counting<net::inproc> ct{world[r]};
+        sync::counted<net::inproc> ct(world[r]);  // the reference: every byte sent
         if (!spec) {
           for (int k = 0; k < rounds && o.errs[r].ok(); ++k)
             o.errs[r] = sync::diloco_round(ct, w, opt, state);
@@ -86,7 +69,7 @@ struct diloco_case {
           for (int k = 0; k < rounds && o.errs[r].ok(); ++k)
             o.errs[r] = sync::diloco_round(ct, w, *codec, opt, state, o.traffic[r]);
         }
-        o.counted[r] = ct.bytes;
+        o.counted[r] = ct.bytes();
         o.theta[r].assign(p.begin(), p.end());
       });
     for (auto& t : th) t.join();
