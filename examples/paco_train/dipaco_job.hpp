@@ -158,10 +158,13 @@ inline std::vector<path::module_info> module_table(const grid_plan& g,
   return t;
 }
 
-inline std::string token_from_env() {
-  const char* t = std::getenv("PACO_TOKEN");
-  return t ? t : "";
+// The environment variable `name`, or `fallback` when it is unset or empty.
+inline std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
 }
+
+inline std::string token_from_env() { return env_or("PACO_TOKEN", ""); }
 
 inline net::tcp_options link_options(const train_config& cfg, int worker, int port, int rank,
                                      const std::string& token) {
@@ -176,14 +179,10 @@ inline net::tcp_options link_options(const train_config& cfg, int worker, int po
   o.peer_timeout = std::chrono::milliseconds(long(cfg.launch.peer_timeout_s * 1000));
   o.heartbeat_interval = std::chrono::milliseconds(std::max(50L, long(cfg.launch.peer_timeout_s * 100)));
   if (cfg.launch.tls) {
-    const auto env = [](const char* name, const std::string& fallback) {
-      const char* v = std::getenv(name);
-      return v && *v ? std::string(v) : fallback;
-    };
     o.tls = {.enabled = true,
              .ca_file = cfg.launch.tls_ca,
-             .cert_file = env("PACO_TLS_CERT", cfg.launch.tls_cert),
-             .key_file = env("PACO_TLS_KEY", cfg.launch.tls_key),
+             .cert_file = env_or("PACO_TLS_CERT", cfg.launch.tls_cert),
+             .key_file = env_or("PACO_TLS_KEY", cfg.launch.tls_key),
              .peer_name = cfg.launch.tls_peer_name};
   }
   return o;
