@@ -61,7 +61,8 @@ namespace paco::net {
 // A per-link traffic shaper. Defaults: off.
 struct shaper_options {
   double rate_bytes_per_s = 0;           // token-bucket rate; 0 = unlimited
-  std::size_t burst_bytes = 64 * 1024;   // bucket depth (and largest single write)
+  std::size_t burst_bytes = 64 * 1024;   // bucket depth and largest single write (a late timer
+                                         // is credited up to this much)
   std::chrono::microseconds latency{0};  // added one-way latency per frame
 };
 
@@ -397,9 +398,13 @@ struct tcp_core {
       L.tokens =
           std::min(burst, L.tokens + rate * std::chrono::duration<double>(now - L.tok_t).count());
       L.tok_t = now;
-      if (L.tokens < static_cast<double>(n)) {
-        auto wait = std::chrono::duration<double>((static_cast<double>(n) - L.tokens) / rate);
-        L.shape_timer.expires_after(std::chrono::duration_cast<clock::duration>(wait));
+      // The bucket may go into debt by one write: a write starts once the balance is
+      // non-negative, so a timer that fires late is credited (the balance keeps what accrued
+      // while it slept, up to the depth) instead of the late time being lost. Long-run rate:
+      // exactly `rate`; largest burst: two writes.
+      if (L.tokens < 0) {
+        auto wait = std::chrono::duration<double>(-L.tokens / rate);
+        L.shape_timer.expires_after(std::chrono::ceil<clock::duration>(wait));
         L.shape_timer.async_wait([this, &L](const boost::system::error_code& e) {
           if (e) return on_written(L, e);
           shaped_write(L);
