@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -204,4 +205,46 @@ TEST_CASE("asio_tcp shaper: a per-link rate within 10%, added latency", "[net][s
   REQUIRE(got > 0.9 * rate);
   REQUIRE(got < 1.1 * rate);
   REQUIRE(lat[0] >= 0.060);
+}
+
+TEST_CASE("asio_tcp send_with_crc: a verified CRC forwards unchanged bytes; a wrong one is caught",
+          "[net][crc]") {
+  using namespace paco;
+  std::vector<std::byte> msg(300000);
+  for (std::size_t i = 0; i < msg.size(); ++i) msg[i] = std::byte(i * 131 % 251);
+  const std::uint32_t want = net::crc32c(0, msg);
+  // Rank 0 sends; rank 1 forwards with the CRC its recv verified, then with a wrong one; rank 2
+  // receives both. Results are checked on this thread (Catch assertions are not thread-safe).
+  std::optional<std::uint32_t> send_crc{1u}, crc1, crc2;
+  std::error_code e_send, e_fwd, e_bad_send, e_recv, e_bad;
+  bool same = false;
+  paco::testing::run_tcp_ranks("crc", 3, paco::testing::loopback_options, [&](net::asio_tcp& t) {
+    auto d = net::after(std::chrono::seconds(10));
+    std::vector<std::byte> got(msg.size());
+    if (t.rank() == 0) {
+      auto s = t.send(1, 5, msg, d);
+      e_send = s.wait();
+      send_crc = s.payload_crc();
+    } else if (t.rank() == 1) {
+      auto r = t.recv(0, 5, got, d);
+      e_recv = r.wait();
+      crc1 = r.payload_crc();
+      e_fwd = t.send_with_crc(2, 6, got, crc1.value_or(0), d).wait();
+      e_bad_send = t.send_with_crc(2, 7, got, crc1.value_or(0) ^ 1u, d).wait();
+    } else {
+      auto r = t.recv(1, 6, got, d);
+      if (!r.wait()) same = std::memcmp(got.data(), msg.data(), msg.size()) == 0;
+      crc2 = r.payload_crc();
+      e_bad = t.recv(1, 7, got, d).wait();
+    }
+  });
+  REQUIRE(!e_send);
+  REQUIRE(!send_crc);  // a send has none
+  REQUIRE(!e_recv);
+  REQUIRE(crc1 == want);
+  REQUIRE(!e_fwd);
+  REQUIRE(same);
+  REQUIRE(crc2 == want);
+  REQUIRE(!e_bad_send);  // the sender vouched for the CRC; the receiver catches it
+  REQUIRE(e_bad == make_error_code(errc::corrupt));
 }

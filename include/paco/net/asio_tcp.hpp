@@ -111,6 +111,9 @@ struct tcp_op {
   std::error_code ec;
   std::error_code override_ec;  // set when a caller abandoned the op mid-frame
   clock::time_point ready_at{};
+  int waiters = 0;        // threads in wait_done on this op (complete() wakes only for them)
+  bool has_crc = false;   // recv: the frame carried a payload CRC and it matched
+  std::uint32_t crc = 0;  // recv: that CRC-32C
 };
 using op_ptr = std::shared_ptr<tcp_op>;
 
@@ -150,6 +153,8 @@ struct tcp_link {
     std::unique_ptr<std::byte[]> bytes;
     std::size_t len;
     std::error_code ec;
+    bool has_crc = false;
+    std::uint32_t crc = 0;
   };
   std::deque<message> unexpected;
   std::size_t unexpected_bytes = 0;
@@ -219,12 +224,23 @@ struct tcp_core {
   }
 
   // Requires: mu held. With notify false the caller notifies cv after releasing mu (a waiter
-  // woken under mu would only block on it again: one more wake-up per message).
+  // woken under mu would only block on it again: one more wake-up per message). Only an op
+  // someone waits on wakes the waiters: completions nobody waits for (sends, recvs of later
+  // chunks) cost no futex call and no spurious wake-up.
   void complete(tcp_op& op, std::error_code ec, bool notify = true) {
     if (op.state == tcp_op::state_t::done) return;
     op.state = tcp_op::state_t::done;
     op.ec = op.override_ec ? op.override_ec : ec;
-    if (notify) cv.notify_all();
+    if (notify && op.waiters > 0) cv.notify_all();
+  }
+
+  // Blocks on cv until op is done or d passes; registered as op's waiter meanwhile.
+  // Requires: lk holds mu. Ensures: true iff op is done.
+  bool wait_done(std::unique_lock<std::mutex>& lk, tcp_op& op, deadline d) {
+    ++op.waiters;
+    const bool done = cv.wait_until(lk, d, [&] { return op.state == tcp_op::state_t::done; });
+    --op.waiters;
+    return done;
   }
 
   // Requires: mu held; I/O thread (closes the socket).
@@ -571,13 +587,17 @@ struct tcp_core {
     {
       std::unique_lock lk(mu);
       std::error_code ec;
-      if ((L.rh.flags & wire::flag_payload_crc) && L.rcrc != L.rh.payload_crc) ec = errc::corrupt;
+      const bool checked = (L.rh.flags & wire::flag_payload_crc) != 0;
+      if (checked && L.rcrc != L.rh.payload_crc) ec = errc::corrupt;
       if (L.rop) {  // the common case: read straight into a posted recv
+        L.rop->has_crc = checked && !ec;
+        L.rop->crc = L.rcrc;
+        const bool wake = L.rop->waiters > 0;
         complete(*L.rop, ec, false);
         L.rop = nullptr;
         const bool failed = L.failed;
         lk.unlock();
-        cv.notify_all();
+        if (wake) cv.notify_all();
         if (failed) return;
         return read_header(L);
       }
@@ -590,10 +610,12 @@ struct tcp_core {
           L.posted.erase(it);
           if (!ec && op->len != L.rlen) ec = errc::mismatch;
           if (!ec && L.rlen) std::memcpy(op->buf, L.ubuf.get(), L.rlen);
+          op->has_crc = checked && !ec;
+          op->crc = L.rcrc;
           complete(*op, ec);
         } else {
           L.unexpected_bytes += L.rlen;
-          L.unexpected.push_back({L.rh.tag, std::move(L.ubuf), L.rlen, ec});
+          L.unexpected.push_back({L.rh.tag, std::move(L.ubuf), L.rlen, ec, checked && !ec, L.rcrc});
         }
       }
       L.ubuf.reset();
@@ -644,14 +666,13 @@ struct tcp_core {
       std::lock_guard g(mu);
       fail_link(L, ec, why);
     });
-    cv.wait_for(lk, std::chrono::seconds(10), [&] { return op->state == tcp_op::state_t::done; });
+    wait_done(lk, *op, clock::now() + std::chrono::seconds(10));
     complete(*op, ec);
   }
 
   std::error_code wait(const op_ptr& op, deadline d) {
     std::unique_lock lk(mu);
-    if (!cv.wait_until(lk, d, [&] { return op->state == tcp_op::state_t::done; }))
-      abandon(lk, op, errc::timeout);
+    if (!wait_done(lk, *op, d)) abandon(lk, op, errc::timeout);
     return op->ec;
   }
 
@@ -734,6 +755,16 @@ class asio_tcp {
       std::lock_guard lk(core_->mu);
       return op_->state == detail::tcp_op::state_t::done;
     }
+    // A completed recv's payload CRC-32C, when its frame carried one and it matched (for
+    // send_with_crc: forwarding the bytes unchanged needs no second pass). Requires: wait()
+    // returned {}. Ensures: nullopt for sends, frames without a CRC and failed recvs.
+    std::optional<std::uint32_t> payload_crc() const {
+      if (!op_ || op_->is_send) return std::nullopt;
+      std::lock_guard lk(core_->mu);
+      if (op_->state != detail::tcp_op::state_t::done || op_->ec || !op_->has_crc)
+        return std::nullopt;
+      return op_->crc;
+    }
     void cancel() {
       if (!op_ || !core_) return;
       std::unique_lock lk(core_->mu);
@@ -770,37 +801,15 @@ class asio_tcp {
   // Queues `bytes` for peer. Requires: bytes alive until the request completes.
   // Cost: one CRC-32C pass on the calling thread (payload_crc), no copy.
   request send(int peer, tag_t tag, std::span<const std::byte> bytes, deadline d) {
-    auto op = std::make_shared<detail::tcp_op>();
-    op->is_send = true;
-    op->peer = peer;
-    op->tag = tag;
-    op->buf = const_cast<std::byte*>(bytes.data());
-    op->len = bytes.size();
-    if (peer < 0 || peer >= size() || peer == rank()) {
-      op->state = detail::tcp_op::state_t::done;
-      op->ec = errc::invalid_argument;
-      return request(core_, std::move(op), d);
-    }
-    op->hdr = wire::make_header(wire::kind::data, tag, bytes, core_->o.payload_crc);
-    op->ready_at = clock::now() + core_->o.shaper.latency;
-    std::unique_lock lk(core_->mu);
-    auto& L = *core_->links[static_cast<std::size_t>(peer)];
-    if (core_->stopped) {
-      core_->complete(*op, errc::cancelled);
-    } else if (L.failed) {
-      core_->complete(*op, L.err);
-    } else if (bytes.size() > core_->o.max_frame_bytes) {
-      core_->complete(*op, errc::too_large);
-    } else if (L.sendq.size() >= core_->o.max_queued_sends) {
-      core_->complete(*op, errc::too_large);
-    } else if (!L.writing && L.sendq.empty() && inline_ok_) {
-      core_->write_inline(lk, L, op);
-    } else {
-      L.sendq.push_back(op);
-      core_->schedule_write(L);
-    }
-    lk.unlock();
-    return request(core_, std::move(op), d);
+    return queue_send(peer, tag, bytes, d, std::nullopt);
+  }
+  // send() of bytes whose CRC-32C is already known: a received payload forwarded unchanged
+  // (the all-gather half of a ring), with the CRC its recv request verified.
+  // Requires: crc == crc32c(0, bytes) (a wrong one makes the peer's recv fail with corrupt).
+  // Cost: no pass over the bytes (with payload_crc off: as send()).
+  request send_with_crc(int peer, tag_t tag, std::span<const std::byte> bytes, std::uint32_t crc,
+                        deadline d) {
+    return queue_send(peer, tag, bytes, d, crc);
   }
 
   // Posts a recv of the next message from peer with tag into bytes.
@@ -826,6 +835,8 @@ class asio_tcp {
         core_->complete(*op, errc::mismatch);
       } else {
         if (it->len) std::memcpy(bytes.data(), it->bytes.get(), it->len);
+        op->has_crc = it->has_crc;
+        op->crc = it->crc;
         core_->complete(*op, {});
       }
       L.unexpected_bytes -= it->len;
@@ -842,6 +853,45 @@ class asio_tcp {
     return request(core_, std::move(op), d);
   }
 
+ private:
+  request queue_send(int peer, tag_t tag, std::span<const std::byte> bytes, deadline d,
+                     std::optional<std::uint32_t> crc) {
+    auto op = std::make_shared<detail::tcp_op>();
+    op->is_send = true;
+    op->peer = peer;
+    op->tag = tag;
+    op->buf = const_cast<std::byte*>(bytes.data());
+    op->len = bytes.size();
+    if (peer < 0 || peer >= size() || peer == rank()) {
+      op->state = detail::tcp_op::state_t::done;
+      op->ec = errc::invalid_argument;
+      return request(core_, std::move(op), d);
+    }
+    op->hdr = crc && core_->o.payload_crc
+                  ? wire::make_data_header_with_crc(tag, bytes.size(), *crc)
+                  : wire::make_header(wire::kind::data, tag, bytes, core_->o.payload_crc);
+    op->ready_at = clock::now() + core_->o.shaper.latency;
+    std::unique_lock lk(core_->mu);
+    auto& L = *core_->links[static_cast<std::size_t>(peer)];
+    if (core_->stopped) {
+      core_->complete(*op, errc::cancelled);
+    } else if (L.failed) {
+      core_->complete(*op, L.err);
+    } else if (bytes.size() > core_->o.max_frame_bytes) {
+      core_->complete(*op, errc::too_large);
+    } else if (L.sendq.size() >= core_->o.max_queued_sends) {
+      core_->complete(*op, errc::too_large);
+    } else if (!L.writing && L.sendq.empty() && inline_ok_) {
+      core_->write_inline(lk, L, op);
+    } else {
+      L.sendq.push_back(op);
+      core_->schedule_write(L);
+    }
+    lk.unlock();
+    return request(core_, std::move(op), d);
+  }
+
+ public:
   // Ensures: every queued send and posted recv completes with errc::cancelled (operations
   // already moving bytes finish or drop their link).
   void cancel_all() {

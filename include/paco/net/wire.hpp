@@ -114,6 +114,23 @@ inline frame_header make_header(kind k, std::uint32_t tag, std::span<const std::
   return h;
 }
 
+// A data-frame header for a payload of `length` bytes whose CRC-32C the caller already knows
+// (a verified received frame forwarded unchanged). Requires: crc == crc32c(0, payload).
+// Ensures: the same header make_header(kind::data, tag, payload) gives; no pass over the payload.
+inline frame_header make_data_header_with_crc(std::uint32_t tag, std::uint64_t length,
+                                              std::uint32_t crc) noexcept {
+  frame_header h{};
+  h.magic = magic;
+  h.version = version;
+  h.kind = static_cast<std::uint8_t>(kind::data);
+  h.flags = flag_payload_crc;
+  h.tag = tag;
+  h.length = length;
+  h.payload_crc = crc;
+  h.header_crc = crc32c(0, std::as_bytes(std::span(&h, 1)).first(header_crc_bytes));
+  return h;
+}
+
 // Limits a decoder enforces.
 struct limits {
   std::uint64_t max_payload = std::uint64_t(1) << 30;  // bytes of one data frame

@@ -6,7 +6,8 @@
 // the reduction of segment i+1 = its own block. At step s position i sends segment i-s and
 // receives segment i-s-1: reduce-scatter reduces it into place, all-gather (steps p-1..2p-3)
 // receives it straight into the caller's buffer. A chunk received at step s is forwarded at
-// step s+1 as soon as it is reduced, so the steps overlap.
+// step s+1 as soon as it is reduced, so the steps overlap. On a transport with
+// send_with_crc (asio_tcp), all-gather forwards a chunk with the CRC its recv verified.
 
 #include <cstring>
 #include <memory>
@@ -162,7 +163,22 @@ status ring_steps(const char* name, T& t, slice<V> data, const collective_option
       if (auto ec = cur[k].wait())
         return op_error(name, "recv from", left, static_cast<std::size_t>(s - s0), steps_total, ec);
       if (s < rs_end) reduce_into(data.data() + off + c, src + c, m, op);
-      if (s + 1 < s1) send_chunk(j, off + c, m);
+      if (s + 1 < s1) {
+        // All-gather forwards the chunk unchanged: a transport that verified the frame's
+        // CRC-32C sends it on without a second pass over the bytes.
+        if constexpr (requires {
+                        cur[k].payload_crc();
+                        t.send_with_crc(right, o.tag, cbytes(data.data(), 1), 0u, o.until);
+                      }) {
+          if (s >= rs_end)
+            if (auto crc = cur[k].payload_crc()) {
+              sends[static_cast<std::size_t>(mod(j, p))].push_back(
+                  t.send_with_crc(right, o.tag, cbytes(data.data() + off + c, m), *crc, o.until));
+              continue;
+            }
+        }
+        send_chunk(j, off + c, m);
+      }
     }
     std::swap(cur, next);
   }
