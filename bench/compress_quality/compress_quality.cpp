@@ -3,7 +3,8 @@
 //
 // Every row starts from the same base model (pretrained on all training text), trains 4 workers
 // on the same random (i.i.d.) shards of the training documents with the same seeds, inner steps
-// and rounds, and combines their pseudo-gradients with a plain mean (outer Nesterov 0.7 / 0.9):
+// and rounds, and combines their pseudo-gradients with a plain mean (outer Nesterov 0.7 / 0.9,
+// or sgd lr 1 with --outer sgd):
 //   store rows      fp32, int8, int4, lgreco:int, topk:D: workers push to an in-process
 //                   local_store; bytes = request header + payload per push (what store_client
 //                   sends over a transport), per worker.
@@ -52,6 +53,7 @@ struct options {
   float lr = 2e-3f, min_lr = 2e-4f;
   std::uint64_t seed = 1;
   std::string codecs = "fp32,int8,int4,lgreco:int,topk:0.01,powersgd:4";
+  std::string outer = "nesterov";  // nesterov (lr 0.7, momentum 0.9) | sgd (lr 1: FedAvg)
 };
 
 double secs(clk::time_point t0) {
@@ -92,6 +94,9 @@ int main(int argc, char** argv) {
   app.add_option("--codecs", o.codecs,
                  "comma-separated compress specs; rel_bpb is against the fp32 row (if any)");
   app.add_option("--seed", o.seed);
+  app.add_option("--outer", o.outer,
+                 "outer optimizer of every row: nesterov (lr 0.7, momentum 0.9) or sgd (lr 1)")
+      ->check(CLI::IsMember({"nesterov", "sgd"}));
   CLI11_PARSE(app, argc, argv);
   const auto names = split(o.codecs);
   if (names.empty()) {
@@ -190,15 +195,15 @@ int main(int argc, char** argv) {
       .schedule = {.lr = o.lr, .min_lr = o.min_lr, .warmup = 50, .total = long(o.rounds) * o.inner},
       .threads = std::max(1, o.threads / K)};
   const optim::adamw inner{.lr = o.lr};
-  const outer::nesterov outer_opt{};
   std::vector<sync::worker_spec> spec(K);
   for (int w = 0; w < K; ++w)
     spec[std::size_t(w)] = {{0}, &shards[std::size_t(w)], o.seed + 100 + w};
   const double fp32_push = double(sync::store_wire::push_bytes(4 * levels[0].size));
 
   // ---- L-GreCo's view of a pseudo-gradient: one worker's Δ after H steps from the base ----
-  // Per tensor, the quantisation error ‖g − Q_b(g)‖ at b = 2, 4, 8 bits and the multiple-choice
-  // knapsack's answer at budgets α·Σ e(int4): how many fewer bytes than uniform int4 each buys.
+  // Per tensor, the quantisation error ‖g − Q_b(g)‖ at b = 2..8 bits and the multiple-choice
+  // knapsack's answer at budgets α·Σ e(int4), over bits {2, 4, 8} and over 2..8: how many fewer
+  // bytes than uniform int4 each buys.
   nlohmann::json sweep = nlohmann::json::array();
   {
     sync::path_worker<nn::gpt, optim::adamw> wk(0, model, levels, {0}, inner, icfg, shards[0],
@@ -210,18 +215,23 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < p.size(); ++i) delta[i] = theta0[i] - p[i];
     const auto segs = *sync::module_segments(model, levels[0]);
     compress::quantize q;
-    std::vector<std::vector<double>> bytes, errs;
+    const std::vector<int> all_bits = compress::lgreco_bits();  // 2..8
+    std::vector<std::vector<double>> bytes, errs;                // [tensor][bits − 2]
     double e4 = 0, b4 = 0;
     std::vector<double> r24, r48;
     for (auto& sg : segs) {
       const slice<const float> g(delta.data() + sg.offset, sg.size());
-      errs.push_back({q.error(2, g), q.error(4, g), q.error(8, g)});
-      bytes.push_back({double(q.wire_bytes(sg.size(), 2)), double(q.wire_bytes(sg.size(), 4)),
-                       double(q.wire_bytes(sg.size(), 8))});
-      e4 += errs.back()[1];
-      b4 += bytes.back()[1];
-      r24.push_back(errs.back()[0] / errs.back()[1]);
-      r48.push_back(errs.back()[1] / errs.back()[2]);
+      errs.emplace_back();
+      bytes.emplace_back();
+      for (int bits : all_bits) {
+        errs.back().push_back(q.error(bits, g));
+        bytes.back().push_back(double(q.wire_bytes(sg.size(), bits)));
+      }
+      const auto& e = errs.back();
+      e4 += e[2];
+      b4 += bytes.back()[2];
+      r24.push_back(e[0] / e[2]);
+      r48.push_back(e[2] / e[6]);
     }
     std::sort(r24.begin(), r24.end());
     std::sort(r48.begin(), r48.end());
@@ -230,26 +240,46 @@ int main(int argc, char** argv) {
         "(median %.1f), e(int4)/e(int8) %.1f..%.1f (median %.1f)\n",
         segs.size(), r24.front(), r24.back(), r24[r24.size() / 2], r48.front(), r48.back(),
         r48[r48.size() / 2]);
-    const std::vector<std::size_t> fallback(segs.size(), 1);
+    // The same tables restricted to the candidate bits `use` (indices into all_bits).
+    auto restrict_to = [&](const std::vector<std::size_t>& use) {
+      std::vector<std::vector<double>> bb(segs.size()), ee(segs.size());
+      for (std::size_t t = 0; t < segs.size(); ++t)
+        for (auto u : use) {
+          bb[t].push_back(bytes[t][u]);
+          ee[t].push_back(errs[t][u]);
+        }
+      return std::pair{bb, ee};
+    };
+    const std::vector<std::size_t> set248{0, 2, 6}, set2to8{0, 1, 2, 3, 4, 5, 6};
     for (double alpha : {1.0, 1.25, 1.5, 2.0, 3.0}) {
-      auto sol = compress::lgreco_solve(bytes, errs, alpha * e4, 10000, fallback);
-      if (!sol) continue;
-      int count[3] = {0, 0, 0};
-      for (auto c : sol->choice) ++count[c];
-      std::printf(
-          "  budget %.2f x e(int4): %.3fx fewer bytes than uniform int4 (int2/int4/int8 "
-          "tensors %d/%d/%d)\n",
-          alpha, b4 / sol->bytes, count[0], count[1], count[2]);
-      sweep.push_back({{"alpha", alpha},
-                       {"ratio_vs_int4", std::round(b4 / sol->bytes * 1000) / 1000},
-                       {"int2", count[0]},
-                       {"int4", count[1]},
-                       {"int8", count[2]}});
+      nlohmann::json entry = {{"alpha", alpha}};
+      std::printf("  budget %.2f x e(int4):", alpha);
+      for (const auto* use : {&set248, &set2to8}) {
+        auto [bb, ee] = restrict_to(*use);
+        const std::size_t def = use->size() == 3 ? 1 : 2;  // int4's index in the set
+        const std::vector<std::size_t> fallback(segs.size(), def);
+        auto sol = compress::lgreco_solve(bb, ee, alpha * e4, 10000, fallback);
+        if (!sol) continue;
+        std::vector<int> hist(all_bits.size(), 0);
+        for (auto c : sol->choice) ++hist[(*use)[c]];
+        const bool full = use->size() == all_bits.size();
+        std::printf(" %s %.3fx fewer bytes than uniform int4 (tensors per bits 2..8:",
+                    full ? "| bits 2..8:" : "bits {2,4,8}:", b4 / sol->bytes);
+        for (int h : hist) std::printf(" %d", h);
+        std::printf(")");
+        entry[full ? "ratio_vs_int4_bits_2to8" : "ratio_vs_int4_bits_248"] =
+            std::round(b4 / sol->bytes * 1000) / 1000;
+        entry[full ? "tensors_per_bits_2to8" : "tensors_per_bits_248"] = hist;
+      }
+      std::printf("\n");
+      sweep.push_back(entry);
     }
   }
 
   std::vector<row> rows;
-  for (auto& c : comps) {
+  // One row per codec, with the outer optimizer chosen by --outer.
+  auto run_row = [&](const sync::compression& c, const auto& outer_opt) -> int {
+    using outer_t = std::decay_t<decltype(outer_opt)>;
     const auto t0 = clk::now();
     row r{c.name(), "store"};
     std::vector<float> theta = theta0;
@@ -312,7 +342,7 @@ int main(int argc, char** argv) {
                                     sync::allreduce_ring.cost(8 * std::size_t(K), K).bytes);
     } else {
       // ---- workers push to an in-process store ----
-      sync::local_store<outer::nesterov> store(sync::grid_modules(grid, levels, spec), outer_opt,
+      sync::local_store<outer_t> store(sync::grid_modules(grid, levels, spec), outer_opt,
                                                {.weight_by_shard = false});
       sync::init_modules(store, levels, {0}, theta0.data());
       if (c.spec.kind != compress::codec_kind::identity)
@@ -354,6 +384,11 @@ int main(int argc, char** argv) {
     for (double b : r.bytes_per_round) std::printf(" %.0f", b);
     std::printf(" bytes; %.0f s\n", r.wall_s);
     rows.push_back(r);
+    return 0;
+  };
+  for (auto& c : comps) {
+    const int rc = o.outer == "sgd" ? run_row(c, outer::sgd{}) : run_row(c, outer::nesterov{});
+    if (rc != 0) return rc;
   }
 
   // ---- table and targets ----
@@ -435,6 +470,7 @@ int main(int argc, char** argv) {
                                         {"pretrain", o.pretrain},
                                         {"lgreco_every", o.lgreco_every},
                                         {"lgreco_alpha", o.lgreco_alpha},
+                                        {"outer", o.outer},
                                         {"shards", "random"},
                                         {"params", P},
                                         {"wall_s", std::round(secs(t_all))}}}})

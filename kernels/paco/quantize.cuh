@@ -3,12 +3,14 @@
 // byte for byte: one thread block per scale block, the block's absmax or min/max by
 // cub::BlockReduce, codes from the shared formulas (compress/detail/formulas.hpp).
 //
-// Legend: n elements, B elements per scale block, nb = ceil(n/B) blocks, bits ∈ {2,4,8}.
+// Legend: n elements, B elements per scale block, nb = ceil(n/B) blocks, bits ∈ {2,4,8} (the host
+// codec also has 3, 5, 6 and 7 bits; these kernels refuse them with errc::unsupported).
 //   payload: scales f32[nb] | mins f32[nb] (min-max only) | codes ceil(n·bits/8) bytes
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 #include <cub/block/block_reduce.cuh>
 
 #include "paco/compress/detail/formulas.hpp"
@@ -143,12 +145,20 @@ __global__ void dequantize_kernel(const std::uint8_t* __restrict__ in, std::size
 // the same bytes as compress::quantize::encode_with_key(x, bits, key, out) on the host.
 // Requires: validate(cfg) with bits; out of exactly codec.wire_bytes(n, bits) bytes (checked).
 // Ensures: enqueued on `stream`; no allocation. Cost: reads 4n, writes ~n·bits/8 bytes.
+// The bit widths these kernels pack (a code never straddles a byte). Ensures: ok iff 2, 4, 8.
+inline status check_kernel_bits(const char* who, int bits) {
+  if (bits == 2 || bits == 4 || bits == 8) return {};
+  return {errc::unsupported, std::string(who) + ": bits = " + std::to_string(bits) +
+                                 ", the CUDA kernels pack 2, 4 or 8 (3, 5, 6, 7: host codec)"};
+}
+
 inline status quantize_blockwise(const float* x, std::size_t n,
                                  const compress::quantize_config& cfg, int bits, std::uint64_t key,
                                  std::byte* out, std::size_t out_bytes, cudaStream_t stream) {
   compress::quantize_config c = cfg;
   c.bits = bits;
   if (auto s = compress::validate(c); !s) return s;
+  if (auto s = check_kernel_bits("quantize_blockwise", bits); !s) return s;
   const compress::quantize codec(c);
   if (out_bytes != codec.wire_bytes(n, bits))
     return {errc::invalid_argument, "quantize_blockwise: output is not wire_bytes(n, bits)"};
@@ -177,6 +187,7 @@ status dequantize_blockwise(const std::byte* in, std::size_t in_bytes, std::size
   compress::quantize_config c = cfg;
   c.bits = bits;
   if (auto s = compress::validate(c); !s) return s;
+  if (auto s = check_kernel_bits("dequantize_blockwise", bits); !s) return s;
   const compress::quantize codec(c);
   if (in_bytes != codec.wire_bytes(n, bits))
     return {errc::corrupt, "dequantize_blockwise: payload is not wire_bytes(n, bits)"};

@@ -119,7 +119,7 @@ TEST_CASE("encode writes exactly wire_bytes and refuses other sizes", "[compress
     encode_checked(id, x, 32);
     encode_checked(bf, x, 16);
     encode_checked(fp, x, 16);
-    for (int bits : {8, 4, 2}) {
+    for (int bits : {8, 7, 6, 5, 4, 3, 2}) {
       encode_checked(q8, x, bits);
       encode_checked(q4m, x, bits);
       encode_checked(q2s, x, bits);
@@ -134,8 +134,10 @@ TEST_CASE("encode writes exactly wire_bytes and refuses other sizes", "[compress
   CHECK(tk.wire_bytes(1000, 0.01) == 80);
   CHECK(sp.wire_bytes(1000, 0.25) == 125 + 4 * 750);
   std::vector<float> x(10);
-  std::vector<std::byte> out(q8.wire_bytes(10, 3));
-  CHECK(q8.encode(cv(x), 3, mb(out)).error().code == paco::errc::invalid_argument);
+  CHECK(q8.wire_bytes(1000, 3) == 4 * 4 + 375);
+  std::vector<std::byte> out(q8.wire_bytes(10, 9));
+  CHECK(q8.encode(cv(x), 9, mb(out)).error().code == paco::errc::invalid_argument);
+  CHECK(q8.encode(cv(x), 1, mb(out)).error().code == paco::errc::invalid_argument);
   CHECK(!pc::validate(pc::quantize_config{.block = 24}));
 }
 
@@ -143,7 +145,7 @@ TEST_CASE("encode writes exactly wire_bytes and refuses other sizes", "[compress
 
 TEST_CASE("quantize: deterministic error within s/2 per element", "[compress][quantize]") {
   for (auto mode : {pc::scale_mode::absmax, pc::scale_mode::minmax})
-    for (int bits : {8, 4, 2})
+    for (int bits : {8, 7, 6, 5, 4, 3, 2})
       for (std::size_t block : {16u, 64u, 256u})
         for (std::size_t n : sizes) {
           pc::quantize q({.bits = bits, .block = block, .scale = mode});
@@ -213,6 +215,36 @@ TEST_CASE("quantize: vector path equals the scalar formulas bit for bit", "[comp
         INFO("mode " << int(mode) << " stochastic " << stochastic << " bits " << bits);
         REQUIRE(std::memcmp(codes.data(), w.data() + hdr, codes.size()) == 0);
       }
+}
+
+TEST_CASE("quantize: 3, 5, 6 and 7-bit codes pack low bits first across bytes",
+          "[compress][quantize]") {
+  for (int bits : {3, 5, 6, 7}) {
+    const std::size_t n = 37, block = 16;  // odd length: codes straddle bytes, a padded tail
+    pc::quantize q({.bits = bits, .block = block, .scale = pc::scale_mode::minmax});
+    std::vector<float> x(n);
+    const unsigned qmax = (1u << bits) - 1u;
+    for (std::size_t i = 0; i < n; ++i) x[i] = float((i * 5 + 3) % (qmax + 1));  // exact codes
+    for (std::size_t b = 0; b < n; b += block) {  // every block spans 0..qmax: scale 1, min 0
+      x[b] = 0.0f;
+      if (b + 1 < n) x[b + 1] = float(qmax);
+    }
+    auto w = encode_checked(q, x, bits);
+    const std::size_t hdr = ((n + block - 1) / block) * 8;
+    std::vector<std::uint8_t> want((n * std::size_t(bits) + 7) / 8, 0);
+    for (std::size_t i = 0; i < n; ++i)
+      for (int k = 0; k < bits; ++k)
+        if ((unsigned(x[i]) >> k) & 1u) {
+          const std::size_t bit = i * std::size_t(bits) + std::size_t(k);
+          want[bit / 8] |= std::uint8_t(1u << (bit % 8));
+        }
+    INFO("bits " << bits);
+    REQUIRE(w.size() == hdr + want.size());
+    CHECK(std::memcmp(want.data(), w.data() + hdr, want.size()) == 0);
+    std::vector<float> y(n);
+    REQUIRE(q.decode(cb(w), bits, mv(y)));
+    CHECK(y == x);
+  }
 }
 
 TEST_CASE("quantize: stochastic rounding is unbiased and within one step", "[compress][quantize]") {
@@ -538,7 +570,7 @@ TEST_CASE("decoders refuse truncated, oversized and inconsistent payloads", "[co
     bad = w;
     pc::detail::store(bad.data() + 4 * 5 + 4, NAN);  // non-finite minimum of block 1
     CHECK(q.decode(cb(bad), 8, mv(y)).error().code == paco::errc::corrupt);
-    CHECK(q.decode(cb(w), 7, mv(y)).error().code == paco::errc::invalid_argument);
+    CHECK(q.decode(cb(w), 9, mv(y)).error().code == paco::errc::invalid_argument);
   }
   pc::topk tk;
   w = truncated_oversized(tk, 0.05);
@@ -805,7 +837,15 @@ TEST_CASE("parse_compress_spec accepts the documented forms", "[compress][spec]"
   CHECK(pc::parse_compress_spec("fp32")->kind == pc::codec_kind::identity);
   CHECK(pc::parse_compress_spec("bf16")->kind == pc::codec_kind::bf16);
   CHECK(pc::parse_compress_spec("ties:0.25")->prune == 0.25);
-  for (const char* bad : {"int3", "topk:0", "topk:1.5", "topk:x", "powersgd:0", "powersgd:2.5",
+  for (int b = 2; b <= 8; ++b) {
+    const std::string name = "int" + std::to_string(b);
+    auto q = pc::parse_compress_spec(name);
+    REQUIRE(q);
+    CHECK(q->bits == b);
+    CHECK(pc::to_string(*q) == name);
+  }
+  CHECK(pc::lgreco_bits() == std::vector<int>{2, 3, 4, 5, 6, 7, 8});
+  for (const char* bad : {"int1", "int9", "int16", "topk:0", "topk:1.5", "topk:x", "powersgd:0", "powersgd:2.5",
                           "lgreco:fp32", "zstd", "", "sign_prune:1"}) {
     auto r = pc::parse_compress_spec(bad);
     INFO(bad);

@@ -194,9 +194,10 @@ TEST_CASE("module_codec L-GreCo: levels change every F rounds, within the error 
     REQUIRE(codec_of("lgreco:int", segs, o).decode(out, mv(y)).ok());  // any receiver decodes
   }
   REQUIRE(c.lgreco_solves() == 2);
-  REQUIRE(c.level(0) == 2);  // quiet: fewer bits
-  REQUIRE(c.level(1) == 4);
-  REQUIRE(c.level(2) == 8);  // loud: more bits
+  REQUIRE(c.level(0) == 2);  // quiet: fewest bits
+  REQUIRE(c.level(1) >= 3);  // ordinary: about int4 (bits 2..8 give the knapsack finer steps)
+  REQUIRE(c.level(1) <= 4);
+  REQUIRE(c.level(2) > 4);   // loud: more bits
   REQUIRE(out.size() < uout.size());
   // Within the budget: the error of these levels on a fresh gradient is at most uniform int4's
   // (up to sampling: same distribution).

@@ -61,6 +61,15 @@ float ulps(float a, float b) {
 }
 
 void test_quantize(cudaStream_t st, pk::scratch_arena& scratch) {
+  {  // widths the host codec has and the kernels do not pack: refused, nothing launched
+    const pc::quantize_config cfg{.bits = 3, .block = 256};
+    std::vector<std::byte> none(pc::quantize(cfg).wire_bytes(256, 3));
+    const auto s = pk::quantize_blockwise(nullptr, 256, cfg, 3, 1, nullptr, none.size(), st);
+    if (s || s.error().code != paco::errc::unsupported) {
+      std::printf("FAILED quantize_blockwise accepted bits = 3\n");
+      ++failures;
+    }
+  }
   for (auto mode : {pc::scale_mode::absmax, pc::scale_mode::minmax})
     for (bool stochastic : {false, true})
       for (int bits : {8, 4, 2})

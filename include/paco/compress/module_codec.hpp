@@ -82,7 +82,7 @@ struct level_set<cast> {
 };
 template <>
 struct level_set<quantize> {
-  static bool ok(double l) { return l == 2 || l == 4 || l == 8; }
+  static bool ok(double l) { return l >= 2 && l <= 8 && l == std::floor(l); }
   static constexpr double widest = 8;
 };
 template <>

@@ -1,5 +1,5 @@
 #pragma once
-// quantize: blockwise uniform quantisation to 8, 4 or 2 bits with one fp32 scale per block
+// quantize: blockwise uniform quantisation to 2..8 bits with one fp32 scale per block
 // (absmax, symmetric) or a scale and a minimum per block (min-max, asymmetric), deterministic or
 // stochastic rounding. All-gathered on the wire (per-worker scales do not sum).
 //
@@ -40,30 +40,30 @@ namespace paco::compress {
 enum class scale_mode { absmax, minmax };
 
 struct quantize_config {
-  int bits = 8;             // default level: 8, 4 or 2
+  int bits = 8;             // default level: 2..8 bits (8 and 4 have AVX-512 paths)
   std::size_t block = 256;  // elements per scale; multiple of 16 in [16, 2^20]
   scale_mode scale = scale_mode::absmax;
   bool stochastic = false;      // floor(v + u), u ~ U[0,1) from a seeded key per encode
   std::uint64_t seed = 0x5eed;  // seeds the paco::rng that draws each encode's key
 };
 
-// Ensures: ok iff bits ∈ {2,4,8} and block is a multiple of 16 in [16, 2^20].
+// Ensures: ok iff 2 <= bits <= 8 and block is a multiple of 16 in [16, 2^20].
 inline status validate(const quantize_config& c) {
-  if (c.bits != 2 && c.bits != 4 && c.bits != 8)
+  if (c.bits < 2 || c.bits > 8)
     return {errc::invalid_argument,
-            "quantize: bits = " + std::to_string(c.bits) + ", accepted 2, 4 or 8"};
+            "quantize: bits = " + std::to_string(c.bits) + ", accepted 2 to 8"};
   if (c.block < 16 || c.block > (std::size_t{1} << 20) || c.block % 16 != 0)
     return {errc::invalid_argument, "quantize: block = " + std::to_string(c.block) +
                                         ", accepted a multiple of 16 in [16, 1048576]"};
   return {};
 }
 
-// quantize: blockwise int8/int4/int2 codec. The level is the bit width.
+// quantize: blockwise int2..int8 codec. The level is the bit width.
 // Cost: encode reads 4n bytes and writes n·bits/8 + 4·nb (8·nb min-max); decode the reverse.
 class quantize {
  public:
   using compressor_concept = compressor_tag;
-  using level_type = int;  // bits: 8, 4 or 2
+  using level_type = int;  // bits: 2..8
   static constexpr wire_reduction reduction = wire_reduction::gather;
 
   quantize() = default;
@@ -271,6 +271,8 @@ class quantize {
   }
 
   // Writes code c (already offset/unsigned, < 2^bits) of element i into zero-or-stale storage.
+  // A code of 3, 5, 6 or 7 bits may straddle two bytes (its second byte exists: the codes take
+  // ceil(n·bits/8) bytes).
   static void put_code(std::uint8_t* codes, std::size_t i, int bits, unsigned c) {
     if (bits == 8) {
       codes[i] = static_cast<std::uint8_t>(c);
@@ -279,12 +281,20 @@ class quantize {
     const std::size_t bit = i * static_cast<std::size_t>(bits);
     const unsigned shift = static_cast<unsigned>(bit % 8), mask = ((1u << bits) - 1u) << shift;
     std::uint8_t& byte = codes[bit / 8];
-    byte = static_cast<std::uint8_t>((byte & ~mask) | (c << shift));
+    byte = static_cast<std::uint8_t>((byte & ~mask) | ((c << shift) & 0xffu));
+    if (shift + static_cast<unsigned>(bits) > 8) {
+      std::uint8_t& next = codes[bit / 8 + 1];
+      const unsigned hi = mask >> 8;
+      next = static_cast<std::uint8_t>((next & ~hi) | (c >> (8 - shift)));
+    }
   }
   static unsigned get_code(const std::uint8_t* codes, std::size_t i, int bits) {
     if (bits == 8) return codes[i];
     const std::size_t bit = i * static_cast<std::size_t>(bits);
-    return (codes[bit / 8] >> (bit % 8)) & ((1u << bits) - 1u);
+    const unsigned shift = static_cast<unsigned>(bit % 8);
+    unsigned v = codes[bit / 8] >> shift;
+    if (shift + static_cast<unsigned>(bits) > 8) v |= static_cast<unsigned>(codes[bit / 8 + 1]) << (8 - shift);
+    return v & ((1u << bits) - 1u);
   }
   static unsigned absmax_store(int q, int bits) {
     return bits == 8 ? static_cast<unsigned>(q) & 0xffu
@@ -311,7 +321,7 @@ class quantize {
         _mm_storeu_si128(reinterpret_cast<__m128i*>(c + j + 16), _mm512_cvtsepi32_epi8(b));
       }
     }
-    if (bits != 2) {
+    if (bits == 4 || bits == 8) {
       const __m512 vinv = _mm512_set1_ps(inv);
       const __m512 top = _mm512_set1_ps(static_cast<float>(qmax));
       const __m512 bottom = _mm512_set1_ps(-static_cast<float>(qmax));
@@ -342,7 +352,7 @@ class quantize {
     const int qmax = formula::minmax_qmax(bits);
     std::size_t j = 0;
 #if defined(PACO_COMPRESS_AVX512)
-    if (bits != 2) {
+    if (bits == 4 || bits == 8) {
       const __m512 vinv = _mm512_set1_ps(inv), vlo = _mm512_set1_ps(lo);
       const __m512 zero = _mm512_setzero_ps(), top = _mm512_set1_ps(static_cast<float>(qmax));
       for (; j + 16 <= len; j += 16) {

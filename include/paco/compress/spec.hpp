@@ -4,11 +4,11 @@
 //
 //   "fp32" | "identity"          no compression                          (summed)
 //   "bf16" | "fp16"              cast                                    (summed)
-//   "int8" | "int4" | "int2"     blockwise absmax quantisation, block 256 (all-gathered)
+//   "int8" .. "int2"             blockwise absmax quantisation to 8..2 bits, block 256 (gathered)
 //   "topk:D"                     top-k at density D ∈ (0, 1]             (all-gathered)
 //   "sign_prune:P" | "ties:P"    TIES pruning of the fraction P ∈ [0,1)  (all-gathered, TIES merge)
 //   "powersgd:R"                 rank-R PowerSGD, R >= 1                 (summed, two rounds)
-//   "lgreco:int"                 L-GreCo over bits {2,4,8}, default 4
+//   "lgreco:int"                 L-GreCo over bits 2..8, default 4
 //   "lgreco:topk:D"              L-GreCo over densities D·{1/4,1/2,1,2,4} ∩ (0,1], default D
 //   "lgreco:powersgd:R"          L-GreCo over ranks ⌊R/2⌋..2R (γ = 0.5, β = 2), default R
 // Lossy codecs run with error feedback unless the string ends in "+noef".
@@ -53,7 +53,7 @@ inline result<compress_spec> parse_compress_spec(std::string_view text) {
     return result<compress_spec>(
         errc::invalid_argument,
         "compress = \"" + std::string(text) + "\": " + why +
-            "; accepted fp32, bf16, fp16, int8, int4, int2, topk:D (0<D<=1), sign_prune:P "
+            "; accepted fp32, bf16, fp16, int8 .. int2, topk:D (0<D<=1), sign_prune:P "
             "(0<=P<1), powersgd:R (R>=1), lgreco:int, lgreco:topk:D, lgreco:powersgd:R, "
             "optionally followed by +noef");
   };
@@ -76,7 +76,8 @@ inline result<compress_spec> parse_compress_spec(std::string_view text) {
     s.kind = codec_kind::identity;
   } else if ((head == "bf16" || head == "fp16") && arg.empty() && !s.lgreco) {
     s.kind = head == "bf16" ? codec_kind::bf16 : codec_kind::fp16;
-  } else if ((head == "int8" || head == "int4" || head == "int2") && arg.empty()) {
+  } else if (head.size() == 4 && head.substr(0, 3) == "int" && head[3] >= '2' && head[3] <= '8' &&
+             arg.empty()) {
     s.kind = codec_kind::quantize;
     s.bits = head[3] - '0';
   } else if (head == "topk") {
@@ -140,9 +141,10 @@ inline std::string to_string(const compress_spec& s) {
   return t;
 }
 
-// L-GreCo candidate bit widths for quantize. Ensures: {2, 4, 8}.
+// L-GreCo candidate bit widths for quantize (ALGORITHMS.md §5.1: bits 2..8).
+// Ensures: {2, 3, 4, 5, 6, 7, 8}.
 inline std::vector<int> lgreco_bits() {
-  return {2, 4, 8};
+  return {2, 3, 4, 5, 6, 7, 8};
 }
 // L-GreCo candidate densities around d: d·{1/4, 1/2, 1, 2, 4} within (0, 1].
 inline std::vector<double> lgreco_densities(double d) {
