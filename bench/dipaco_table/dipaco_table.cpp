@@ -443,39 +443,18 @@ int main(int argc, char** argv) {
     rows.push_back(rr);
     std::printf("%-22s val %.4f bpb\n", rr.name.c_str(), rr.val_bpb);
 
-    // Re-routing every 64 tokens by likelihood, through the same rerouted_nll: every path scores
-    // chunk i (causal: all of it is known when chunk i+1 is predicted) and the best of them
-    // predicts chunk i+1; the prefix picks the path of chunk 0 the same way. The K scores of a
-    // chunk serve both its scoring and its routing: K forward passes per chunk.
+    // Re-routing every 64 tokens by likelihood (route::likelihood_rerouted_nll): every path
+    // scores chunk i and the best of them predicts chunk i+1; the prefix picks the path of
+    // chunk 0 the same way. K forward passes per chunk.
     {
       const auto t2 = clk::now();
       route::nll tot2;
-      std::vector<route::nll> per(K);
-      std::size_t per_b = 0, per_e = 0;  // the span `per` holds the scores of
+      std::vector<const float*> thp;
+      for (auto& t : thf) thp.push_back(t.data());
       for (std::size_t i = 0; i < val.size(); ++i) {
         const auto& s = val[i].all;
         if (s.size() <= std::size_t(o.prefix) + 1) continue;
-        per_b = per_e = 0;
-        auto score_all = [&](std::size_t b, std::size_t e) {
-          if (b == per_b && e == per_e) return;
-          for (int p = 0; p < K; ++p) per[p] = route::chunk_nll(model, thf[p].data(), s, b, e, wsr);
-          per_b = b, per_e = e;
-        };
-        tot2 += route::rerouted_nll(
-            s, o.prefix, s.size(), 64,
-            [&](std::span<const std::int32_t> chunk) {
-              const std::size_t b = std::size_t(chunk.data() - s.data());
-              score_all(std::max<std::size_t>(b, 1), b + chunk.size());
-              return int(std::min_element(per.begin(), per.end(),
-                                          [](const route::nll& x, const route::nll& y) {
-                                            return x.nats < y.nats;
-                                          }) -
-                         per.begin());
-            },
-            [&](int p, std::size_t b, std::size_t e) {
-              score_all(b, e);
-              return per[p];
-            });
+        tot2 += route::likelihood_rerouted_nll(model, thp, s, o.prefix, s.size(), 64, wsr);
       }
       row rl{"dipaco_2x2_reroute64_lik", tot2.bits_per_token(), bytes, dp_bytes(K),
              r.wall_s + secs(t2), 2 * P};

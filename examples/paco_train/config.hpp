@@ -67,6 +67,9 @@ struct dipaco_section {
   std::string path_rescale = "none";  // none | sqrt_paths | inv_sqrt_paths
   bool weight_by_shard = true;
   int prefix = 32;                 // routing prefix (bytes)
+  // Evaluation also re-routes every this many bytes to the path that best predicted the
+  // previous chunk (DiPaCo's frequent re-routing); 0: only the prefix routing.
+  int reroute_every = 64;
   // Codec of every push (docs/compression.md): fp32 (plain floats), bf16, fp16, int8, int4,
   // int2, topk:D, lgreco:int, lgreco:topk:D; lossy ones keep an error-feedback residual unless
   // the string ends in "+noef". powersgd and sign_prune need the all-reduce DiLoCo.
@@ -179,6 +182,7 @@ inline std::map<std::string, detail::field> fields(train_config& c) {
   add("dipaco.path_rescale", d.path_rescale);
   add("dipaco.weight_by_shard", d.weight_by_shard);
   add("dipaco.prefix", d.prefix);
+  add("dipaco.reroute_every", d.reroute_every);
   add("dipaco.compress", d.compress);
   add("dipaco.lgreco_every", d.lgreco_every);
   auto& l = c.launch;
@@ -246,6 +250,8 @@ inline paco::status validate(const train_config& c) {
                              d.path_rescale == "inv_sqrt_paths",
                          "dipaco.path_rescale", "none, sqrt_paths or inv_sqrt_paths"),
                    range(d.prefix >= 1 && d.prefix <= c.model.ctx, "dipaco.prefix", "in [1, model.ctx]"),
+                   range(d.reroute_every >= 0 && d.reroute_every <= c.model.ctx,
+                         "dipaco.reroute_every", "in [0, model.ctx] (0: off)"),
                    range(!c.model.tie_weights || d.grid.size() == 1, "model.tie_weights",
                          "false when the grid has several levels"),
                    range(c.launch.mode == "local" || c.launch.mode == "manual", "launch.mode",

@@ -252,8 +252,9 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   std::vector<route::nll> per(g.paths);
   std::vector<int> docs(g.paths, 0);
   route::nll total;
+  std::vector<arena<host>> thetas;  // every path's parameters
   for (int p = 0; p < g.paths; ++p) {
-    arena<host> a(model.layout());
+    auto& a = thetas.emplace_back(model.layout());
     for (int m : g.path_modules[p]) {
       const auto& sp = lv[g.module_level[m]];
       store.pull(m, std::span<float>(a.get(plane::param).data() + sp.offset, sp.size));
@@ -266,6 +267,21 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
       }
     per[p] = route::batched_nll(model, a.get(plane::param).data(), spans, ws);
     total += per[p];
+  }
+  // Frequent re-routing (DiPaCo Table 3): the same documents and bytes, each chunk of
+  // reroute_every bytes scored by the path that best predicted the previous chunk.
+  route::nll rerouted;
+  const std::size_t W = std::size_t(cfg.dipaco.reroute_every);
+  if (W > 0 && g.paths > 1) {
+    std::printf("paco_train: re-routing every %zu bytes by likelihood (%d paths score each chunk)...\n",
+                W, g.paths);
+    std::vector<const float*> th;
+    for (auto& a : thetas) th.push_back(a.get(plane::param).data());
+    auto wsr = model.make_workspace({1, cfg.model.ctx});
+    for (auto& doc : data->val)
+      if (doc.size() > std::size_t(cfg.dipaco.prefix) + 1)
+        rerouted += route::likelihood_rerouted_nll(model, th, doc, std::size_t(cfg.dipaco.prefix),
+                                                   doc.size(), W, wsr);
   }
   auto rec = latest_records(rd, g.workers);
   double bytes = 0;
@@ -297,6 +313,16 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   }
   std::printf("| %-14s | %9zu | %14.4f | %*.3f MB |\n", "all (routed)", data->val.size(),
               total.bits_per_token(), sw - 3, bytes / 1e6);
+  if (rerouted.tokens)
+    std::printf("| %-14s | %9zu | %14.4f | %*s |\n",
+                ("re-routed/" + std::to_string(W)).c_str(), data->val.size(),
+                rerouted.bits_per_token(), sw, "");
+  std::printf("(routed: each document by its first %d bytes, scored on the rest",
+              cfg.dipaco.prefix);
+  if (rerouted.tokens)
+    std::printf("; re-routed/%zu: the same bytes, each chunk of %zu scored by the path that best "
+                "predicted the previous one", W, W);
+  std::printf(")\n");
   std::printf("\nper-path model %.2fM parameters, %d modules of %.2fM; %ld inner steps per worker; "
               "%.0f s in all\n",
               P / 1e6, g.modules, lv[0].size / 1e6, steps, train_s);

@@ -164,3 +164,39 @@ TEST_CASE("sequence_nll and chunk_nll agree with the model's loss; re-routing us
   auto f = prefix_features(m, a.get(plane::param).data(), {std::span<const std::int32_t>(seq)}, 4);
   REQUIRE(f.size() == 8);
 }
+
+TEST_CASE("likelihood re-routing: each chunk goes to the path that best predicted the previous",
+          "[route]") {
+  nn::gpt m({.vocab = 32, .ctx = 8, .d = 8, .layers = 1, .heads = 2});
+  arena<host> a(m.layout()), b(m.layout());
+  m.init(a, 1);
+  m.init(b, 2);
+  rng r(5);
+  std::vector<std::int32_t> seq(40);
+  for (auto& v : seq) v = std::int32_t(r.below(32));
+  auto ws = m.make_workspace({1, 8});
+  const float* ta = a.get(plane::param).data();
+  const float* tb = b.get(plane::param).data();
+  // The reference, chunk by chunk: prefix [1, 4), chunks of 6 from 4.
+  auto best = [&](std::size_t lo, std::size_t hi) {
+    return chunk_nll(m, ta, seq, lo, hi, ws).nats <= chunk_nll(m, tb, seq, lo, hi, ws).nats ? ta
+                                                                                            : tb;
+  };
+  nll want;
+  const float* path = best(1, 4);
+  for (std::size_t lo = 4; lo < 40; lo += 6) {
+    const std::size_t hi = std::min<std::size_t>(40, lo + 6);
+    want += chunk_nll(m, path, seq, lo, hi, ws);
+    path = best(lo, hi);
+  }
+  const std::vector<const float*> both{ta, tb};
+  auto got = likelihood_rerouted_nll(m, both, seq, 4, 40, 6, ws);
+  REQUIRE(got.tokens == 36);
+  REQUIRE(got.nats == Approx(want.nats).epsilon(1e-12));
+  // One path: the plain chunked score of that path.
+  const std::vector<const float*> one{ta};
+  nll only;
+  for (std::size_t lo = 4; lo < 40; lo += 6)
+    only += chunk_nll(m, ta, seq, lo, std::min<std::size_t>(40, lo + 6), ws);
+  REQUIRE(likelihood_rerouted_nll(m, one, seq, 4, 40, 6, ws).nats == Approx(only.nats).epsilon(1e-12));
+}

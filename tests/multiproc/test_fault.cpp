@@ -76,7 +76,9 @@ TEST_CASE("DiPaCo over TCP survives a worker killed at a random point", "[multip
         "--set", "model.ctx=64", "--set", "train.batch=4", "--set", "train.threads=1",
         "--set", "dipaco.rounds=" + std::to_string(rounds), "--set", "dipaco.inner_steps=60",
         "--set", "dipaco.pretrain_steps=5", "--set", "launch.peer_timeout_s=1",
-        "--set", "launch.round_timeout_s=30", "--set", "train.warmup=2"};
+        "--set", "launch.round_timeout_s=30", "--set", "train.warmup=2",
+        // The first trial also evaluates with re-routing every 32 bytes; the rest skip it.
+        "--set", trial == 0 ? "dipaco.reroute_every=32" : "dipaco.reroute_every=0"};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -116,6 +118,7 @@ TEST_CASE("DiPaCo over TCP survives a worker killed at a random point", "[multip
     REQUIRE(WEXITSTATUS(st) == 0);
     REQUIRE(text.find("restarting it") != std::string::npos);
     REQUIRE(text.find("all (routed)") != std::string::npos);
+    REQUIRE((text.find("re-routed/32") != std::string::npos) == (trial == 0));
 
     // Every module's checkpointed θ hashes to the hash announced at its last close, and every
     // module reached the last round.

@@ -79,7 +79,11 @@ inline result<safetensors_file> load_safetensors(const std::filesystem::path& pa
   const std::uint64_t size = std::uint64_t(in.tellg());
   in.seekg(0);
   auto bad = [&](const std::string& why) {
-    return error(errc::corrupt, "'" + path.string() + "' is not a valid safetensors file: " + why);
+    std::string m = "'";  // appended piecewise: g++ 12 warns falsely on "'" + std::string&&
+    m += path.string();
+    m += "' is not a valid safetensors file: ";
+    m += why;
+    return error(errc::corrupt, std::move(m));
   };
   if (size < 8) return bad("shorter than its 8-byte header length");
   unsigned char len[8];

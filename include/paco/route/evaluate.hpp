@@ -3,7 +3,8 @@
 //   sequence_nll: nats of predicting tokens [begin, end) of a sequence, in windows of ctx tokens
 //     (each window sees only its own past: the same for every model compared);
 //   routed scoring: a document is routed by its prefix and the chosen path scores the rest;
-//   re-routing every W tokens: the path chosen from chunk i scores chunk i+1.
+//   re-routing every W tokens: the path chosen from chunk i scores chunk i+1, chosen by a router
+//     on chunk i (rerouted_nll) or by which path predicted chunk i best (likelihood_rerouted_nll).
 
 #include <algorithm>
 #include <cmath>
@@ -124,6 +125,41 @@ inline nll rerouted_nll(std::span<const std::int32_t> seq, std::size_t begin, st
     path = route(seq.subspan(b, e - b));
   }
   return r;
+}
+
+// Re-routing by likelihood every W tokens (DiPaCo Table 3's frequent re-routing, with the
+// paths themselves as the router): every path scores chunk i, which is all known when chunk
+// i+1 is predicted, and the path that predicted it best scores chunk i+1; chunk 0 goes to the
+// path that best predicts the prefix seq[1 … begin). The scores of a chunk serve both its
+// scoring and its routing.
+// Requires: thetas non-empty (one parameter vector per path); 2 <= begin <= end <= seq.size();
+//   1 <= W; W and begin − 1 <= ws.d.T; ws made for dims {1, T}.
+// Ensures: the nats of seq[begin … end), each chunk scored by its chosen path.
+// Cost: thetas.size() forward passes of T tokens per chunk.
+inline nll likelihood_rerouted_nll(const nn::gpt& model, std::span<const float* const> thetas,
+                                   std::span<const std::int32_t> seq, std::size_t begin,
+                                   std::size_t end, std::size_t W, nn::gpt::workspace& ws) {
+  std::vector<nll> per(thetas.size());
+  std::size_t per_b = 0, per_e = 0;  // the span `per` holds the scores of
+  auto score_all = [&](std::size_t b, std::size_t e) {
+    if (b == per_b && e == per_e) return;
+    for (std::size_t p = 0; p < thetas.size(); ++p)
+      per[p] = chunk_nll(model, thetas[p], seq, b, e, ws);
+    per_b = b, per_e = e;
+  };
+  return rerouted_nll(
+      seq, begin, end, W,
+      [&](std::span<const std::int32_t> chunk) {
+        const std::size_t b = std::size_t(chunk.data() - seq.data());
+        score_all(std::max<std::size_t>(b, 1), b + chunk.size());
+        return int(std::min_element(per.begin(), per.end(),
+                                    [](const nll& x, const nll& y) { return x.nats < y.nats; }) -
+                   per.begin());
+      },
+      [&](int p, std::size_t b, std::size_t e) {
+        score_all(b, e);
+        return per[std::size_t(p)];
+      });
 }
 
 }  // namespace paco::route
