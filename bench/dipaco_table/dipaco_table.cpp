@@ -11,8 +11,8 @@
 //   dipaco_2x2  DiPaCo, 2 levels × 2 experts, k-means shards, then one discriminative re-routing
 //   dipaco_2x2_reroute64  the same model, re-routed every 64 tokens at evaluation by the
 //                         logistic router on the previous chunk's features
-//   dipaco_2x2_reroute64_lik  re-routed every 64 tokens to the path that best predicted the
-//                         previous chunk
+//   dipaco_2x2_rerouteW_lik  re-routed every W tokens (--reroute-lik, default 64) to the path
+//                         that best predicted the previous chunk
 // bytes_sent: bytes each worker pushed; dp_bytes: what a ring all-reduce data-parallel run with
 // the same workers and steps would have sent per worker.
 #include <chrono>
@@ -51,6 +51,7 @@ struct options {
   float row_lr = 1e-3f, row_min_lr = 0;  // every row's schedule after the base (0: lr, 0.1·peak)
   std::string rows = "dense,dense_4x,diloco_p4,moe_p4,dipaco_2x2";  // which rows to run
   std::string base_file;              // cache of the base model (loaded if it matches)
+  std::vector<int> reroute_lik = {64};  // W of the dipaco_2x2_rerouteW_lik rows
   std::uint64_t seed = 1;
   bool wants(std::string_view r) const {
     std::string_view s = rows;
@@ -151,6 +152,10 @@ int main(int argc, char** argv) {
   app.add_option("--overlap", o.overlap,
                  "DiPaCo: each training document goes to the shards of its top-n paths");
   app.add_option("--seed", o.seed);
+  app.add_option("--reroute-lik", o.reroute_lik,
+                 "chunk sizes W of the rows dipaco_2x2_rerouteW_lik (re-routed by likelihood "
+                 "every W bytes); each in [1, ctx]")
+      ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
   if (o.row_lr <= 0) o.row_lr = o.lr;
   if (o.row_min_lr <= 0) o.row_min_lr = 0.1f * o.row_lr;
@@ -158,6 +163,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dipaco_table: --steps must be a multiple of --inner and ≥ 3 rounds\n");
     return 2;
   }
+  for (int W : o.reroute_lik)
+    if (W < 1 || W > o.ctx) {
+      std::fprintf(stderr, "dipaco_table: --reroute-lik %d: each W must be in [1, --ctx = %d]\n",
+                   W, o.ctx);
+      return 2;
+    }
   const auto t_all = clk::now();
 
   // ---- data: Brown, documents split train / validation; router data = training doc tails ----
@@ -443,10 +454,10 @@ int main(int argc, char** argv) {
     rows.push_back(rr);
     std::printf("%-22s val %.4f bpb\n", rr.name.c_str(), rr.val_bpb);
 
-    // Re-routing every 64 tokens by likelihood (route::likelihood_rerouted_nll): every path
+    // Re-routing every W tokens by likelihood (route::likelihood_rerouted_nll): every path
     // scores chunk i and the best of them predicts chunk i+1; the prefix picks the path of
     // chunk 0 the same way. K forward passes per chunk.
-    {
+    for (int W : o.reroute_lik) {
       const auto t2 = clk::now();
       route::nll tot2;
       std::vector<const float*> thp;
@@ -454,9 +465,11 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < val.size(); ++i) {
         const auto& s = val[i].all;
         if (s.size() <= std::size_t(o.prefix) + 1) continue;
-        tot2 += route::likelihood_rerouted_nll(model, thp, s, o.prefix, s.size(), 64, wsr);
+        tot2 += route::likelihood_rerouted_nll(model, thp, s, o.prefix, s.size(),
+                                               std::size_t(W), wsr);
       }
-      row rl{"dipaco_2x2_reroute64_lik", tot2.bits_per_token(), bytes, dp_bytes(K),
+      row rl{"dipaco_2x2_reroute" + std::to_string(W) + "_lik", tot2.bits_per_token(), bytes,
+             dp_bytes(K),
              r.wall_s + secs(t2), 2 * P};
       rows.push_back(rl);
       std::printf("%-22s val %.4f bpb\n", rl.name.c_str(), rl.val_bpb);
