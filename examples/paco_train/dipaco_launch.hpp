@@ -90,14 +90,21 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
                         const std::vector<std::string>& overrides, bool resume) {
   const auto g = make_plan(cfg.dipaco);
   const auto t_start = std::chrono::steady_clock::now();
+  // Local runs: TLS files are checked here, before anything starts (a store or worker that
+  // cannot load them would only fail in its log).
+  if (cfg.launch.mode == "local")
+    if (auto s = net::asio_tcp::check_tls(link_options(cfg, 1, 0, 1, "").tls); !s)
+      return std::fprintf(stderr, "paco_train: launch.tls: %s\n", s.error().what().c_str()), 2;
   auto data = load_job_data(cfg);
   if (!data) return std::fprintf(stderr, "paco_train: %s\n", data.error().what().c_str()), 2;
   std::printf("paco_train: DiPaCo grid %s: %d paths, %d modules, %d workers; %d rounds x %d inner "
               "steps; pushes %s; Brown: %zu training / %zu validation documents\n",
               [&] {
                 std::string s;
-                for (std::size_t i = 0; i < cfg.dipaco.grid.size(); ++i)
-                  s += (i ? "x" : "") + std::to_string(cfg.dipaco.grid[i]);
+                for (std::size_t i = 0; i < cfg.dipaco.grid.size(); ++i) {
+                  if (i) s += 'x';
+                  s += std::to_string(cfg.dipaco.grid[i]);
+                }
                 return s;
               }().c_str(),
               g.paths, g.modules, g.workers, cfg.dipaco.rounds, cfg.dipaco.inner_steps,

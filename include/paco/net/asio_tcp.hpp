@@ -790,6 +790,24 @@ class asio_tcp {
   //   version, io.
   static result<std::unique_ptr<asio_tcp>> connect(tcp_options o);
 
+  // Checks TLS settings without connecting: the files connect() would load, read and matched
+  // as connect() does (so a launcher can refuse a bad configuration before it starts anything).
+  // Ensures: ok when tls.enabled is false or connect() would accept these files; else the error
+  // connect() would give (not_found / io / invalid_argument naming the field and file;
+  // unsupported in a build without TLS).
+  static status check_tls(const tls_options& t) {
+    if (!t.enabled) return {};
+#if PACO_WITH_TLS
+    auto c = detail::make_tls_context(t);
+    if (!c) return c.error();
+    return {};
+#else
+    return {errc::unsupported,
+            "tcp_options.tls.enabled: this build has no TLS (configure paco with "
+            "-DPACO_WITH_TLS=ON and OpenSSL)"};
+#endif
+  }
+
   ~asio_tcp() { close(); }
   asio_tcp(const asio_tcp&) = delete;
   asio_tcp& operator=(const asio_tcp&) = delete;
