@@ -133,7 +133,8 @@ static int run_raw(int rank, int p, int port, std::size_t max_bytes) {
   ::setsockopt(right, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   ::setsockopt(left, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 
-  const std::size_t chunk = std::size_t(1) << 20;
+  std::size_t chunk = std::size_t(1) << 20;  // the same pipelining chunk as asio_tcp's rows
+  if (const char* e = std::getenv("PACO_BENCH_CHUNK")) chunk = std::strtoull(e, nullptr, 10);
   for (std::size_t bytes : bench::sizes(max_bytes)) {
     std::size_t seg = (bytes + p - 1) / p, steps = 2 * static_cast<std::size_t>(p - 1);
     std::vector<char> src(seg * steps, 1), dst(seg * steps);
