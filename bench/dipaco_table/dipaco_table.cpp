@@ -52,6 +52,7 @@ struct options {
   std::string rows = "dense,dense_4x,diloco_p4,moe_p4,dipaco_2x2";  // which rows to run
   std::string base_file;              // cache of the base model (loaded if it matches)
   std::vector<int> reroute_lik = {64};  // W of the dipaco_2x2_rerouteW_lik rows
+  std::string path_rescale = "none";    // DiPaCo's outer-gradient rescale (outer/delta.hpp)
   std::uint64_t seed = 1;
   bool wants(std::string_view r) const {
     std::string_view s = rows;
@@ -152,6 +153,10 @@ int main(int argc, char** argv) {
   app.add_option("--overlap", o.overlap,
                  "DiPaCo: each training document goes to the shards of its top-n paths");
   app.add_option("--seed", o.seed);
+  app.add_option("--path-rescale", o.path_rescale,
+                 "DiPaCo rows: outer gradient of a module × √P (sqrt_paths, the paper's §2.7), "
+                 "1/√P (inv_sqrt_paths) or 1 (none), P = paths through the module")
+      ->check(CLI::IsMember({"none", "sqrt_paths", "inv_sqrt_paths"}));
   app.add_option("--reroute-lik", o.reroute_lik,
                  "chunk sizes W of the rows dipaco_2x2_rerouteW_lik (re-routed by likelihood "
                  "every W bytes); each in [1, ctx]")
@@ -378,8 +383,9 @@ int main(int argc, char** argv) {
     const std::vector<int> module_level = {0, 0, 1, 1};
     std::vector<sync::worker_spec> spec(K);
     for (int w = 0; w < K; ++w) spec[w] = {sync::path_modules(grid, w), &shards[w], 0};
-    sync::local_store<outer::nesterov> store(sync::grid_modules(grid, levels, spec), outer_opt,
-                                             {.weight_by_shard = true});
+    sync::local_store<outer::nesterov> store(
+        sync::grid_modules(grid, levels, spec), outer_opt,
+        {.weight_by_shard = true, .rescale = *outer::parse_path_rescale(o.path_rescale)});
     sync::init_modules(store, levels, module_level, theta0.data());
     double bytes = 0;
     const int phase1 = rounds / 3;
@@ -517,7 +523,8 @@ int main(int argc, char** argv) {
                                                   {"batch", o.batch}, {"steps", o.steps},
                                                   {"inner", o.inner}, {"pretrain", o.pretrain},
                                                   {"prefix", o.prefix}, {"overlap", o.overlap},
-                                                  {"lr", o.lr}, {"row_lr", o.row_lr}}}})
+                                                  {"lr", o.lr}, {"row_lr", o.row_lr},
+                                                  {"path_rescale", o.path_rescale}}}})
                           .dump()
                           .c_str());
   return 0;
