@@ -162,4 +162,70 @@ inline nll likelihood_rerouted_nll(const nn::gpt& model, std::span<const float* 
       });
 }
 
+// likelihood_rerouted_nll of many spans at once: every chunk of every span is scored by every
+// path with the chunks' windows batched B at a time (ws made for dims {B, T}), then each span is
+// routed as the one-span form does. Ensures: the sum of the one-span results (up to the
+// rounding of batched matrix products). Requires: as the one-span form, for every span.
+// Cost: thetas.size() forward passes of B windows per B chunks.
+inline nll likelihood_rerouted_nll(const nn::gpt& model, std::span<const float* const> thetas,
+                                   const std::vector<scored_span>& spans, std::size_t W,
+                                   nn::gpt::workspace& ws) {
+  const std::size_t B = std::size_t(ws.d.B), T = std::size_t(ws.d.T);
+  const int V = model.config().vocab;
+  struct piece {
+    std::size_t span, b, e;  // targets seq[b … e) of spans[span]
+  };
+  std::vector<piece> pieces;
+  std::vector<std::size_t> first;  // spans[i]'s pieces: first[i] (its prefix) … first[i+1]
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    first.push_back(pieces.size());
+    pieces.push_back({i, 1, spans[i].begin});  // the prefix: routes chunk 0
+    for (std::size_t b = spans[i].begin; b < spans[i].end; b += W)
+      pieces.push_back({i, b, std::min(spans[i].end, b + W)});
+  }
+  first.push_back(pieces.size());
+  std::vector<std::vector<double>> score(thetas.size(), std::vector<double>(pieces.size()));
+  std::vector<std::int32_t> x(B * T), y(B * T);
+  std::vector<std::size_t> start(B);
+  for (std::size_t p = 0; p < thetas.size(); ++p)
+    for (std::size_t k0 = 0; k0 < pieces.size(); k0 += B) {
+      const std::size_t nb = std::min(B, pieces.size() - k0);
+      for (std::size_t j = 0; j < B; ++j) {  // the window of T tokens that ends at e (chunk_nll)
+        const piece& c = pieces[k0 + std::min(j, nb - 1)];
+        const auto seq = spans[c.span].seq;
+        const std::size_t s = c.e > T + 1 ? c.e - 1 - T : 0;
+        start[j] = s;
+        for (std::size_t t = 0; t < T; ++t) {
+          const std::size_t i = s + t;
+          x[j * T + t] = i + 1 < seq.size() ? seq[i] : 0;
+          y[j * T + t] = i + 1 < seq.size() ? seq[i + 1] : 0;
+        }
+      }
+      model.forward(thetas[p], x.data(), ws);
+      for (std::size_t j = 0; j < nb; ++j) {
+        const piece& c = pieces[k0 + j];
+        double n = 0;
+        for (std::size_t t = c.b - start[j] - 1; t + start[j] + 1 < c.e; ++t)
+          n += row_nll(ws.logits.data() + (j * T + t) * std::size_t(V), V, y[j * T + t]);
+        score[p][k0 + j] = n;
+      }
+    }
+  auto best = [&](std::size_t k) {  // the path that predicted piece k best (lowest on ties)
+    std::size_t b = 0;
+    for (std::size_t p = 1; p < thetas.size(); ++p)
+      if (score[p][k] < score[b][k]) b = p;
+    return b;
+  };
+  nll r;
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    std::size_t path = best(first[i]);
+    for (std::size_t k = first[i] + 1; k < first[i + 1]; ++k) {
+      r.nats += score[path][k];
+      r.tokens += pieces[k].e - pieces[k].b;
+      path = best(k);
+    }
+  }
+  return r;
+}
+
 }  // namespace paco::route
