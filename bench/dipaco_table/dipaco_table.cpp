@@ -465,14 +465,15 @@ int main(int argc, char** argv) {
     // chunk 0 the same way. K forward passes per chunk.
     for (int W : o.reroute_lik) {
       const auto t2 = clk::now();
+      route::nll tot2;
       std::vector<const float*> thp;
       for (auto& t : thf) thp.push_back(t.data());
-      std::vector<route::scored_span> spans;
-      for (auto& v : val)
-        if (v.all.size() > std::size_t(o.prefix) + 1)
-          spans.push_back({v.all, std::size_t(o.prefix), v.all.size()});
-      auto wsb = model.make_workspace({o.batch, o.ctx});
-      const route::nll tot2 = route::likelihood_rerouted_nll(model, thp, spans, std::size_t(W), wsb);
+      for (std::size_t i = 0; i < val.size(); ++i) {
+        const auto& s = val[i].all;
+        if (s.size() <= std::size_t(o.prefix) + 1) continue;
+        tot2 += route::likelihood_rerouted_nll(model, thp, s, o.prefix, s.size(),
+                                               std::size_t(W), wsr);
+      }
       row rl{"dipaco_2x2_reroute" + std::to_string(W) + "_lik", tot2.bits_per_token(), bytes,
              dp_bytes(K),
              r.wall_s + secs(t2), 2 * P};

@@ -284,11 +284,11 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
                 W, g.paths);
     std::vector<const float*> th;
     for (auto& a : thetas) th.push_back(a.get(plane::param).data());
-    std::vector<route::scored_span> spans;
+    auto wsr = model.make_workspace({1, cfg.model.ctx});
     for (auto& doc : data->val)
       if (doc.size() > std::size_t(cfg.dipaco.prefix) + 1)
-        spans.push_back({doc, std::size_t(cfg.dipaco.prefix), doc.size()});
-    rerouted = route::likelihood_rerouted_nll(model, th, spans, W, ws);
+        rerouted += route::likelihood_rerouted_nll(model, th, doc, std::size_t(cfg.dipaco.prefix),
+                                                   doc.size(), W, wsr);
   }
   auto rec = latest_records(rd, g.workers);
   double bytes = 0;

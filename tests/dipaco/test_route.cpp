@@ -199,14 +199,4 @@ TEST_CASE("likelihood re-routing: each chunk goes to the path that best predicte
   for (std::size_t lo = 4; lo < 40; lo += 6)
     only += chunk_nll(m, ta, seq, lo, std::min<std::size_t>(40, lo + 6), ws);
   REQUIRE(likelihood_rerouted_nll(m, one, seq, 4, 40, 6, ws).nats == Approx(only.nats).epsilon(1e-12));
-  // Many spans at once, windows batched 3 at a time: the sum of the one-span results.
-  std::vector<std::int32_t> other(23);
-  for (auto& v : other) v = std::int32_t(r.below(32));
-  auto ws3 = m.make_workspace({3, 8});
-  const std::vector<scored_span> spans{{seq, 4, 40}, {other, 2, 23}, {seq, 8, 20}};
-  nll sum;
-  for (auto& sp : spans) sum += likelihood_rerouted_nll(m, both, sp.seq, sp.begin, sp.end, 6, ws);
-  auto batched = likelihood_rerouted_nll(m, both, spans, 6, ws3);
-  REQUIRE(batched.tokens == sum.tokens);
-  REQUIRE(batched.nats == Approx(sum.nats).epsilon(1e-6));
 }
