@@ -70,8 +70,8 @@ struct dipaco_section {
   // Evaluation also re-routes every this many bytes to the path that best predicted the
   // previous chunk (DiPaCo's frequent re-routing); 0: only the prefix routing.
   int reroute_every = 64;
-  // Codec of every push (docs/compression.md): fp32 (plain floats), bf16, fp16, int8, int4,
-  // int2, topk:D, lgreco:int, lgreco:topk:D; lossy ones keep an error-feedback residual unless
+  // Codec of every push (docs/compression.md): fp32 (plain floats), bf16, fp16, int8 … int2
+  // (any width), topk:D, lgreco:int, lgreco:topk:D; lossy ones keep an error-feedback residual unless
   // the string ends in "+noef". powersgd and sign_prune need the all-reduce DiLoCo.
   std::string compress = "fp32";
   int lgreco_every = 4;            // L-GreCo: rounds between choices of each tensor's level (F)

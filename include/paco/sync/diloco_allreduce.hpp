@@ -11,7 +11,7 @@
 //   none / fp32      ring all-reduce of the fp32 Δ (sum), / k
 //   bf16, fp16       ring all-reduce of the 16-bit arrays, added in fp32 and rounded per hop
 //   powersgd:R       two ring all-reduces (P, then Q; vectors ride in the first), decode
-//   int8/int4/int2, topk, lgreco:*, sign_prune
+//   int8 … int2, topk, lgreco:*, sign_prune
 //                    all-gather of the payload sizes, then of the payloads (each padded to the
 //                    largest), every rank decodes all of them in rank order: mean (sign_prune:
 //                    TIES merge, elected sign then the mean of the agreeing values)
