@@ -177,7 +177,7 @@ TEST_CASE("quantize: deterministic error within s/2 per element", "[compress][qu
 TEST_CASE("quantize: vector path equals the scalar formulas bit for bit", "[compress][quantize]") {
   for (auto mode : {pc::scale_mode::absmax, pc::scale_mode::minmax})
     for (bool stochastic : {false, true})
-      for (int bits : {8, 4}) {
+      for (int bits : {8, 7, 6, 5, 4, 3, 2}) {
         const std::size_t n = 1000, block = 64;
         pc::quantize q({.bits = bits, .block = block, .scale = mode, .stochastic = stochastic});
         auto x = gaussian(n, 99, 3.0f);
@@ -206,10 +206,11 @@ TEST_CASE("quantize: vector path equals the scalar formulas bit for bit", "[comp
               const int qm = fm::minmax_qmax(bits);
               c = unsigned(fm::minmax_code(x[j], lo, fm::block_inverse(hi - lo, qm), qm, u));
             }
-            if (bits == 8)
-              codes[j] = std::uint8_t(c);
-            else
-              codes[j / 2] |= std::uint8_t(c << (4 * (j % 2)));
+            for (int k = 0; k < bits; ++k)  // element j at bit j·bits, low bits first
+              if ((c >> k) & 1u) {
+                const std::size_t bit = j * std::size_t(bits) + std::size_t(k);
+                codes[bit / 8] |= std::uint8_t(1u << (bit % 8));
+              }
           }
         }
         INFO("mode " << int(mode) << " stochastic " << stochastic << " bits " << bits);

@@ -26,6 +26,9 @@
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && !defined(__CUDACC__)
 #include <immintrin.h>
 #define PACO_COMPRESS_AVX512 1
+#if defined(__BMI2__)
+#define PACO_COMPRESS_PEXT 1  // 2, 3, 5, 6, 7 bits: codes packed 8 at a time by pext / pdep
+#endif
 #endif
 
 // GCC 12 warns falsely inside AVX-512 intrinsics (_mm512_undefined_*) at -O2.
@@ -138,9 +141,10 @@ class quantize {
       encode_block(r, len, b, bits, key, scales, mins, codes);
       const float s = detail::load<float>(scales + 4 * b);
       if (mm)
-        decode_minmax(codes, i0, len, bits, s, detail::load<float>(mins + 4 * b), sent_.data());
+        decode_minmax(codes, codes + code_bytes, i0, len, bits, s,
+                      detail::load<float>(mins + 4 * b), sent_.data());
       else
-        decode_absmax(codes, i0, len, bits, s, sent_.data());
+        decode_absmax(codes, codes + code_bytes, i0, len, bits, s, sent_.data());
       for (std::size_t j = 0; j < len; ++j) r[j] = formula::ef_residual(r[j], sent_[j]);
     }
     return {};
@@ -157,6 +161,7 @@ class quantize {
     const std::byte* mins = scales + 4 * nb;
     const std::uint8_t* codes =
         reinterpret_cast<const std::uint8_t*>(in.data() + nb * (mm ? 8 : 4));
+    const std::uint8_t* end = codes + (n * static_cast<std::size_t>(bits) + 7) / 8;
     for (std::size_t b = 0; b < nb; ++b) {
       const float s = detail::load<float>(scales + 4 * b);
       const float lo = mm ? detail::load<float>(mins + 4 * b) : 0.0f;
@@ -165,9 +170,9 @@ class quantize {
                                    " has a negative or non-finite scale or minimum"};
       const std::size_t i0 = b * cfg_.block, len = std::min(cfg_.block, n - i0);
       if (mm)
-        decode_minmax(codes, i0, len, bits, s, lo, y.data() + i0);
+        decode_minmax(codes, end, i0, len, bits, s, lo, y.data() + i0);
       else
-        decode_absmax(codes, i0, len, bits, s, y.data() + i0);
+        decode_absmax(codes, end, i0, len, bits, s, y.data() + i0);
     }
     return {};
   }
@@ -340,6 +345,23 @@ class quantize {
           store_nibbles(codes + (i0 + j) / 2, _mm512_add_epi32(q, off));
       }
     }
+#if defined(PACO_COMPRESS_PEXT)
+    if (bits != 4 && bits != 8) {
+      const __m512 vinv = _mm512_set1_ps(inv);
+      const __m512 top = _mm512_set1_ps(static_cast<float>(qmax));
+      const __m512 bottom = _mm512_set1_ps(-static_cast<float>(qmax));
+      const __m512i off = _mm512_set1_epi32(1 << (bits - 1));
+      for (; j + 16 <= len; j += 16) {
+        __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(x + j), vinv), bottom),
+                                 top);
+        if (cfg_.stochastic)
+          v = _mm512_roundscale_ps(_mm512_add_ps(v, dither16(key, i0 + j)),
+                                   _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+        v = _mm512_min_ps(_mm512_max_ps(v, bottom), top);
+        store_packed(codes, i0 + j, bits, _mm512_add_epi32(_mm512_cvtps_epi32(v), off));
+      }
+    }
+#endif
 #endif
     for (; j < len; ++j) {
       const float u = cfg_.stochastic ? formula::dither(key, i0 + j) : -1.0f;
@@ -370,6 +392,22 @@ class quantize {
           store_nibbles(codes + (i0 + j) / 2, q);
       }
     }
+#if defined(PACO_COMPRESS_PEXT)
+    if (bits != 4 && bits != 8) {
+      const __m512 vinv = _mm512_set1_ps(inv), vlo = _mm512_set1_ps(lo);
+      const __m512 zero = _mm512_setzero_ps(), top = _mm512_set1_ps(static_cast<float>(qmax));
+      for (; j + 16 <= len; j += 16) {
+        __m512 v = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + j), vlo), vinv);
+        v = _mm512_min_ps(_mm512_max_ps(v, zero), top);
+        if (cfg_.stochastic) {
+          v = _mm512_roundscale_ps(_mm512_add_ps(v, dither16(key, i0 + j)),
+                                   _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+          v = _mm512_min_ps(_mm512_max_ps(v, zero), top);
+        }
+        store_packed(codes, i0 + j, bits, _mm512_cvtps_epi32(v));
+      }
+    }
+#endif
 #endif
     for (; j < len; ++j) {
       const float u = cfg_.stochastic ? formula::dither(key, i0 + j) : -1.0f;
@@ -384,6 +422,41 @@ class quantize {
     q = _mm512_or_si512(q, _mm512_srli_epi64(q, 28));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(c), _mm512_cvtepi64_epi8(q));
   }
+#if defined(PACO_COMPRESS_PEXT)
+  // The byte-lane mask of a width: bits low bits set in each of 8 bytes.
+  static std::uint64_t lane_mask(int bits) {
+    return 0x0101010101010101ULL * ((1ULL << bits) - 1ULL);
+  }
+  // 16 codes (< 2^bits, in 32-bit lanes) of elements i … i+15 -> 2·bits bytes at bit i·bits.
+  // Requires: i % 16 == 0 (so i·bits is a whole byte).
+  static void store_packed(std::uint8_t* codes, std::size_t i, int bits, __m512i q) {
+    alignas(16) std::uint64_t b[2];
+    _mm_store_si128(reinterpret_cast<__m128i*>(b), _mm512_cvtepi32_epi8(q));
+    const std::uint64_t m = lane_mask(bits);
+    const std::uint64_t lo = _pext_u64(b[0], m), hi = _pext_u64(b[1], m);
+    std::uint8_t* c = codes + i * static_cast<std::size_t>(bits) / 8;
+    std::memcpy(c, &lo, static_cast<std::size_t>(bits));  // little-endian: low bits first
+    std::memcpy(c + bits, &hi, static_cast<std::size_t>(bits));
+  }
+  // The 16 codes of elements i … i+15 (i % 16 == 0), in 32-bit lanes. Reads 8 bytes at a time
+  // where the codes buffer [codes, end) has them (pdep takes only the low 8·bits bits).
+  static __m512i load_packed(const std::uint8_t* codes, const std::uint8_t* end, std::size_t i,
+                             int bits) {
+    const std::uint64_t m = lane_mask(bits);
+    const std::uint8_t* c = codes + i * static_cast<std::size_t>(bits) / 8;
+    std::uint64_t lo = 0, hi = 0;
+    if (end - c >= bits + 8) {
+      std::memcpy(&lo, c, 8);
+      std::memcpy(&hi, c + bits, 8);
+    } else {
+      std::memcpy(&lo, c, static_cast<std::size_t>(bits));
+      std::memcpy(&hi, c + bits, static_cast<std::size_t>(bits));
+    }
+    const __m128i b = _mm_set_epi64x(static_cast<long long>(_pdep_u64(hi, m)),
+                                     static_cast<long long>(_pdep_u64(lo, m)));
+    return _mm512_cvtepu8_epi32(b);
+  }
+#endif
   // formula::dither(key, i + t) for t = 0..15.
   static __m512 dither16(std::uint64_t key, std::size_t i) {
     const __m512i golden = _mm512_set1_epi64(static_cast<long long>(0x9e3779b97f4a7c15ULL));
@@ -405,7 +478,8 @@ class quantize {
   }
 #endif
 
-  static void decode_absmax(const std::uint8_t* codes, std::size_t i0, std::size_t len, int bits,
+  static void decode_absmax(const std::uint8_t* codes, [[maybe_unused]] const std::uint8_t* end,
+                            std::size_t i0, std::size_t len, int bits,
                             float s, float* y) {
     std::size_t j = 0;
 #if defined(PACO_COMPRESS_AVX512)
@@ -432,12 +506,22 @@ class quantize {
         _mm512_storeu_ps(y + j, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q, off)), vs));
       }
     }
+#if defined(PACO_COMPRESS_PEXT)
+    if (bits != 4 && bits != 8) {
+      const __m512i off = _mm512_set1_epi32(1 << (bits - 1));
+      for (; j + 16 <= len; j += 16) {
+        const __m512i q = _mm512_sub_epi32(load_packed(codes, end, i0 + j, bits), off);
+        _mm512_storeu_ps(y + j, _mm512_mul_ps(_mm512_cvtepi32_ps(q), vs));
+      }
+    }
+#endif
 #endif
     for (; j < len; ++j)
       y[j] = formula::absmax_value(absmax_load(get_code(codes, i0 + j, bits), bits), s);
   }
 
-  static void decode_minmax(const std::uint8_t* codes, std::size_t i0, std::size_t len, int bits,
+  static void decode_minmax(const std::uint8_t* codes, [[maybe_unused]] const std::uint8_t* end,
+                            std::size_t i0, std::size_t len, int bits,
                             float s, float lo, float* y) {
     std::size_t j = 0;
 #if defined(PACO_COMPRESS_AVX512)
@@ -460,6 +544,13 @@ class quantize {
         _mm512_storeu_ps(y + j, _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), vs, vlo));
       }
     }
+#if defined(PACO_COMPRESS_PEXT)
+    if (bits != 4 && bits != 8)
+      for (; j + 16 <= len; j += 16)
+        _mm512_storeu_ps(
+            y + j, _mm512_fmadd_ps(_mm512_cvtepi32_ps(load_packed(codes, end, i0 + j, bits)), vs,
+                                   vlo));
+#endif
 #endif
     for (; j < len; ++j)
       y[j] = formula::minmax_value(static_cast<int>(get_code(codes, i0 + j, bits)), s, lo);
