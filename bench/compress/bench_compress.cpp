@@ -105,6 +105,10 @@ int main(int argc, char** argv) {
   run("int4", q4, 4, 0.3);
   pc::quantize q4m({.bits = 4, .block = 256, .scale = pc::scale_mode::minmax});
   run("int4_minmax", q4m, 4, 0.3);
+  pc::quantize q6({.bits = 6, .block = 256});  // the widths L-GreCo adds (pext / pdep paths)
+  run("int6", q6, 6, 0.1);
+  pc::quantize q3({.bits = 3, .block = 256});
+  run("int3", q3, 3, 0.6);
   pc::quantize q8s({.bits = 8, .block = 256, .stochastic = true});
   run("int8_stochastic", q8s, 8, 3e-2);
   pc::topk tk;
