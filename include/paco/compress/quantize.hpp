@@ -43,7 +43,7 @@ namespace paco::compress {
 enum class scale_mode { absmax, minmax };
 
 struct quantize_config {
-  int bits = 8;             // default level: 2..8 bits (8 and 4 have AVX-512 paths)
+  int bits = 8;             // default level: 2..8 bits (AVX-512 paths for all; BMI2 for 2,3,5,6,7)
   std::size_t block = 256;  // elements per scale; multiple of 16 in [16, 2^20]
   scale_mode scale = scale_mode::absmax;
   bool stochastic = false;      // floor(v + u), u ~ U[0,1) from a seeded key per encode
