@@ -326,11 +326,12 @@ class quantize {
         _mm_storeu_si128(reinterpret_cast<__m128i*>(c + j + 16), _mm512_cvtsepi32_epi8(b));
       }
     }
-    if (bits == 4 || bits == 8) {
+    if (vector_width(bits)) {
       const __m512 vinv = _mm512_set1_ps(inv);
       const __m512 top = _mm512_set1_ps(static_cast<float>(qmax));
       const __m512 bottom = _mm512_set1_ps(-static_cast<float>(qmax));
-      const __m512i off = _mm512_set1_epi32(1 << (bits - 1));
+      // Stored codes: 8 bits two's complement (the low byte), narrower ones offset.
+      const __m512i off = _mm512_set1_epi32(bits == 8 ? 0 : 1 << (bits - 1));
       for (; j + 16 <= len; j += 16) {
         __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + j), vinv);
         v = _mm512_min_ps(_mm512_max_ps(v, bottom), top);
@@ -338,30 +339,9 @@ class quantize {
           v = _mm512_roundscale_ps(_mm512_add_ps(v, dither16(key, i0 + j)),
                                    _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
         v = _mm512_min_ps(_mm512_max_ps(v, bottom), top);
-        const __m512i q = _mm512_cvtps_epi32(v);
-        if (bits == 8)
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i0 + j), _mm512_cvtepi32_epi8(q));
-        else
-          store_nibbles(codes + (i0 + j) / 2, _mm512_add_epi32(q, off));
+        store16(codes, i0 + j, bits, _mm512_add_epi32(_mm512_cvtps_epi32(v), off));
       }
     }
-#if defined(PACO_COMPRESS_PEXT)
-    if (bits != 4 && bits != 8) {
-      const __m512 vinv = _mm512_set1_ps(inv);
-      const __m512 top = _mm512_set1_ps(static_cast<float>(qmax));
-      const __m512 bottom = _mm512_set1_ps(-static_cast<float>(qmax));
-      const __m512i off = _mm512_set1_epi32(1 << (bits - 1));
-      for (; j + 16 <= len; j += 16) {
-        __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(x + j), vinv), bottom),
-                                 top);
-        if (cfg_.stochastic)
-          v = _mm512_roundscale_ps(_mm512_add_ps(v, dither16(key, i0 + j)),
-                                   _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-        v = _mm512_min_ps(_mm512_max_ps(v, bottom), top);
-        store_packed(codes, i0 + j, bits, _mm512_add_epi32(_mm512_cvtps_epi32(v), off));
-      }
-    }
-#endif
 #endif
     for (; j < len; ++j) {
       const float u = cfg_.stochastic ? formula::dither(key, i0 + j) : -1.0f;
@@ -374,7 +354,7 @@ class quantize {
     const int qmax = formula::minmax_qmax(bits);
     std::size_t j = 0;
 #if defined(PACO_COMPRESS_AVX512)
-    if (bits == 4 || bits == 8) {
+    if (vector_width(bits)) {
       const __m512 vinv = _mm512_set1_ps(inv), vlo = _mm512_set1_ps(lo);
       const __m512 zero = _mm512_setzero_ps(), top = _mm512_set1_ps(static_cast<float>(qmax));
       for (; j + 16 <= len; j += 16) {
@@ -385,29 +365,9 @@ class quantize {
                                    _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
           v = _mm512_min_ps(_mm512_max_ps(v, zero), top);
         }
-        const __m512i q = _mm512_cvtps_epi32(v);
-        if (bits == 8)
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i0 + j), _mm512_cvtepi32_epi8(q));
-        else
-          store_nibbles(codes + (i0 + j) / 2, q);
+        store16(codes, i0 + j, bits, _mm512_cvtps_epi32(v));
       }
     }
-#if defined(PACO_COMPRESS_PEXT)
-    if (bits != 4 && bits != 8) {
-      const __m512 vinv = _mm512_set1_ps(inv), vlo = _mm512_set1_ps(lo);
-      const __m512 zero = _mm512_setzero_ps(), top = _mm512_set1_ps(static_cast<float>(qmax));
-      for (; j + 16 <= len; j += 16) {
-        __m512 v = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + j), vlo), vinv);
-        v = _mm512_min_ps(_mm512_max_ps(v, zero), top);
-        if (cfg_.stochastic) {
-          v = _mm512_roundscale_ps(_mm512_add_ps(v, dither16(key, i0 + j)),
-                                   _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-          v = _mm512_min_ps(_mm512_max_ps(v, zero), top);
-        }
-        store_packed(codes, i0 + j, bits, _mm512_cvtps_epi32(v));
-      }
-    }
-#endif
 #endif
     for (; j < len; ++j) {
       const float u = cfg_.stochastic ? formula::dither(key, i0 + j) : -1.0f;
@@ -457,6 +417,45 @@ class quantize {
     return _mm512_cvtepu8_epi32(b);
   }
 #endif
+  // Whether the vector paths take a width: 8 and 4 bits always, the others with BMI2.
+  static constexpr bool vector_width(int bits) {
+#if defined(PACO_COMPRESS_PEXT)
+    return bits >= 2 && bits <= 8;
+#else
+    return bits == 4 || bits == 8;
+#endif
+  }
+  // 16 stored codes (as put_code takes them, in 32-bit lanes; 8 bits: the low byte) of elements
+  // i … i+15 into the code bytes. Requires: vector_width(bits); i % 16 == 0.
+  static void store16(std::uint8_t* codes, std::size_t i, int bits, __m512i c) {
+    if (bits == 8)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtepi32_epi8(c));
+    else if (bits == 4)
+      store_nibbles(codes + i / 2, c);
+#if defined(PACO_COMPRESS_PEXT)
+    else
+      store_packed(codes, i, bits, c);
+#endif
+  }
+  // The 16 stored codes (unsigned, as get_code reads them) of elements i … i+15, in 32-bit lanes.
+  // Requires: vector_width(bits); i % 16 == 0; [codes, end) the code bytes.
+  static __m512i load16(const std::uint8_t* codes, [[maybe_unused]] const std::uint8_t* end,
+                        std::size_t i, int bits) {
+    if (bits == 8)
+      return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)));
+    if (bits == 4) {  // 8 bytes, even element in the low nibble
+      const __m512i nib = _mm512_set1_epi64(0xf);
+      const __m512i b =
+          _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i / 2)));
+      return _mm512_or_si512(_mm512_and_si512(b, nib),
+                             _mm512_slli_epi64(_mm512_and_si512(_mm512_srli_epi64(b, 4), nib), 32));
+    }
+#if defined(PACO_COMPRESS_PEXT)
+    return load_packed(codes, end, i, bits);
+#else
+    return _mm512_setzero_si512();  // not reached: vector_width(bits)
+#endif
+  }
   // formula::dither(key, i + t) for t = 0..15.
   static __m512 dither16(std::uint64_t key, std::size_t i) {
     const __m512i golden = _mm512_set1_epi64(static_cast<long long>(0x9e3779b97f4a7c15ULL));
@@ -479,12 +478,11 @@ class quantize {
 #endif
 
   static void decode_absmax(const std::uint8_t* codes, [[maybe_unused]] const std::uint8_t* end,
-                            std::size_t i0, std::size_t len, int bits,
-                            float s, float* y) {
+                            std::size_t i0, std::size_t len, int bits, float s, float* y) {
     std::size_t j = 0;
 #if defined(PACO_COMPRESS_AVX512)
     const __m512 vs = _mm512_set1_ps(s);
-    if (bits == 8) {
+    if (bits == 8) {  // two's complement codes: sign-extended, 32 per step
       const std::uint8_t* c = codes + i0;
       for (; j + 32 <= len; j += 32) {
         const __m512i a =
@@ -494,63 +492,28 @@ class quantize {
         _mm512_storeu_ps(y + j, _mm512_mul_ps(_mm512_cvtepi32_ps(a), vs));
         _mm512_storeu_ps(y + j + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(b), vs));
       }
-    } else if (bits == 4) {
-      const std::uint8_t* c = codes + i0 / 2;
-      const __m512i nib = _mm512_set1_epi64(0xf), off = _mm512_set1_epi32(8);
-      for (; j + 16 <= len; j += 16) {
-        const __m512i b =
-            _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + j / 2)));
-        const __m512i q =
-            _mm512_or_si512(_mm512_and_si512(b, nib),
-                            _mm512_slli_epi64(_mm512_and_si512(_mm512_srli_epi64(b, 4), nib), 32));
-        _mm512_storeu_ps(y + j, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q, off)), vs));
-      }
-    }
-#if defined(PACO_COMPRESS_PEXT)
-    if (bits != 4 && bits != 8) {
+    } else if (vector_width(bits)) {
       const __m512i off = _mm512_set1_epi32(1 << (bits - 1));
       for (; j + 16 <= len; j += 16) {
-        const __m512i q = _mm512_sub_epi32(load_packed(codes, end, i0 + j, bits), off);
+        const __m512i q = _mm512_sub_epi32(load16(codes, end, i0 + j, bits), off);
         _mm512_storeu_ps(y + j, _mm512_mul_ps(_mm512_cvtepi32_ps(q), vs));
       }
     }
-#endif
 #endif
     for (; j < len; ++j)
       y[j] = formula::absmax_value(absmax_load(get_code(codes, i0 + j, bits), bits), s);
   }
 
   static void decode_minmax(const std::uint8_t* codes, [[maybe_unused]] const std::uint8_t* end,
-                            std::size_t i0, std::size_t len, int bits,
-                            float s, float lo, float* y) {
+                            std::size_t i0, std::size_t len, int bits, float s, float lo,
+                            float* y) {
     std::size_t j = 0;
 #if defined(PACO_COMPRESS_AVX512)
     const __m512 vs = _mm512_set1_ps(s), vlo = _mm512_set1_ps(lo);
-    if (bits == 8) {
-      for (; j + 16 <= len; j += 16) {
-        const __m512i q =
-            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i0 + j)));
-        _mm512_storeu_ps(y + j, _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), vs, vlo));
-      }
-    } else if (bits == 4) {
-      const std::uint8_t* c = codes + i0 / 2;
-      const __m512i nib = _mm512_set1_epi64(0xf);
-      for (; j + 16 <= len; j += 16) {
-        const __m512i b =
-            _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + j / 2)));
-        const __m512i q =
-            _mm512_or_si512(_mm512_and_si512(b, nib),
-                            _mm512_slli_epi64(_mm512_and_si512(_mm512_srli_epi64(b, 4), nib), 32));
-        _mm512_storeu_ps(y + j, _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), vs, vlo));
-      }
-    }
-#if defined(PACO_COMPRESS_PEXT)
-    if (bits != 4 && bits != 8)
+    if (vector_width(bits))
       for (; j + 16 <= len; j += 16)
-        _mm512_storeu_ps(
-            y + j, _mm512_fmadd_ps(_mm512_cvtepi32_ps(load_packed(codes, end, i0 + j, bits)), vs,
-                                   vlo));
-#endif
+        _mm512_storeu_ps(y + j, _mm512_fmadd_ps(_mm512_cvtepi32_ps(load16(codes, end, i0 + j, bits)),
+                                                vs, vlo));
 #endif
     for (; j < len; ++j)
       y[j] = formula::minmax_value(static_cast<int>(get_code(codes, i0 + j, bits)), s, lo);
