@@ -12,31 +12,15 @@
 #include "paco/compress/compress.hpp"
 #include "paco/core/arena.hpp"
 #include "paco/core/rng.hpp"
+#include "vectors.hpp"
 
 namespace pc = paco::compress;
 namespace fm = paco::compress::formula;
 using paco::slice;
+using namespace compress_test;
 
 namespace {
 
-std::vector<float> gaussian(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
-  paco::rng g(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) x = static_cast<float>(g.normal()) * scale;
-  return v;
-}
-slice<const float> cv(const std::vector<float>& v) {
-  return {v.data(), v.size()};
-}
-slice<float> mv(std::vector<float>& v) {
-  return {v.data(), v.size()};
-}
-slice<std::byte> mb(std::vector<std::byte>& v) {
-  return {v.data(), v.size()};
-}
-slice<const std::byte> cb(const std::vector<std::byte>& v) {
-  return {v.data(), v.size()};
-}
 
 // encode into a span of exactly wire_bytes inside a larger guarded buffer; checks the guard.
 template <class C>

@@ -9,24 +9,13 @@
 
 #include "paco/compress/compress.hpp"
 #include "paco/core/rng.hpp"
+#include "vectors.hpp"
 
 namespace pc = paco::compress;
 using paco::slice;
+using namespace compress_test;
 
 namespace {
-
-std::vector<float> gaussian(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
-  paco::rng g(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) x = static_cast<float>(g.normal()) * scale;
-  return v;
-}
-slice<const float> cv(const std::vector<float>& v) {
-  return {v.data(), v.size()};
-}
-slice<float> mv(std::vector<float>& v) {
-  return {v.data(), v.size()};
-}
 
 // Three tensors with a padding gap: a vector (40), a matrix (24, 16), a vector (5).
 std::vector<paco::named_tensor> tensors() {

@@ -16,15 +16,12 @@
 #include "paco/outer/outer.hpp"
 #include "paco/sync/dipaco_local.hpp"
 #include "paco/sync/store_service.hpp"
+#include "paco/testing/token_streams.hpp"
 
 namespace paco::testing {
 
 inline io::token_stream service_stream(std::uint64_t seed, std::size_t n = 3000) {
-  rng r(seed);
-  io::token_stream s;
-  s.doc_start = {0};
-  for (std::size_t i = 0; i < n; ++i) s.ids.push_back(std::int32_t((i * 5 + r.below(7)) % 64));
-  return s;
+  return synthetic_stream(seed, n, 5, 7);
 }
 
 struct service_setup {

@@ -12,6 +12,7 @@
 #include "paco/outer/outer.hpp"
 #include "paco/sync/dipaco_local.hpp"
 #include "paco/sync/store_service.hpp"
+#include "paco/testing/token_streams.hpp"
 #include "service_case.hpp"
 
 using namespace paco;
@@ -19,11 +20,7 @@ using namespace paco;
 namespace {
 
 io::token_stream stream(std::uint64_t seed, std::size_t n = 3000) {
-  rng r(seed);
-  io::token_stream s;
-  s.doc_start = {0};
-  for (std::size_t i = 0; i < n; ++i) s.ids.push_back(std::int32_t((i * 3 + r.below(9)) % 64));
-  return s;
+  return paco::testing::synthetic_stream(seed, n, 3, 9);
 }
 
 // A DiPaCo 2x2 run in one process; `comp` empty: plain fp32 pushes.

@@ -10,6 +10,7 @@
 #include "paco/optim/optim.hpp"
 #include "paco/outer/outer.hpp"
 #include "paco/sync/dipaco_local.hpp"
+#include "paco/testing/token_streams.hpp"
 
 using namespace paco;
 
@@ -17,11 +18,7 @@ namespace {
 nn::gpt_config small() { return {.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2}; }
 
 io::token_stream stream(std::uint64_t seed, std::size_t n = 4000) {
-  rng r(seed);
-  io::token_stream s;
-  s.doc_start = {0};
-  for (std::size_t i = 0; i < n; ++i) s.ids.push_back(std::int32_t((i * 7 + r.below(5)) % 64));
-  return s;
+  return paco::testing::synthetic_stream(seed, n, 7, 5);
 }
 
 double max_diff(const float* a, const float* b, std::size_t n) {

@@ -11,17 +11,14 @@
 #include "paco/outer/outer.hpp"
 #include "paco/sync/counted.hpp"
 #include "paco/sync/diloco_allreduce.hpp"
+#include "paco/testing/token_streams.hpp"
 
 using namespace paco;
 
 namespace {
 
 io::token_stream stream(std::uint64_t seed, std::size_t n = 3000) {
-  rng r(seed);
-  io::token_stream s;
-  s.doc_start = {0};
-  for (std::size_t i = 0; i < n; ++i) s.ids.push_back(std::int32_t((i * 7 + r.below(5)) % 64));
-  return s;
+  return paco::testing::synthetic_stream(seed, n, 7, 5);
 }
 
 struct diloco_case {
