@@ -26,17 +26,35 @@ namespace detail {
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
 
+// Casts in groups of 4 (a float4 and 4 codes in 8 bytes) from group `g0` on when `vec`, then
+// the elements past the last whole group one by one.
 template <int = 0>  // a template: no duplicate symbols when many .cu files include this
-__global__ void to_half_kernel(const float* __restrict__ x, std::size_t n, bool fp16,
+__global__ void to_half_kernel(const float* __restrict__ x, std::size_t n, bool fp16, bool vec,
                                std::uint16_t* __restrict__ h) {
   namespace f = paco::compress::formula;
-  PACO_GRID_STRIDE(i, n) h[i] = fp16 ? f::to_fp16(x[i]) : f::to_bf16(x[i]);
+  auto one = [&](float v) { return fp16 ? f::to_fp16(v) : f::to_bf16(v); };
+  const std::size_t groups = vec ? n / 4 : 0;
+  PACO_GRID_STRIDE(g, groups) {
+    const float4 v = reinterpret_cast<const float4*>(x)[g];
+    reinterpret_cast<uint2*>(h)[g] =
+        make_uint2(one(v.x) | static_cast<unsigned>(one(v.y)) << 16,
+                   one(v.z) | static_cast<unsigned>(one(v.w)) << 16);
+  }
+  PACO_GRID_STRIDE(j, n - 4 * groups) h[4 * groups + j] = one(x[4 * groups + j]);
 }
 template <int = 0>  // a template: no duplicate symbols when many .cu files include this
 __global__ void from_half_kernel(const std::uint16_t* __restrict__ h, std::size_t n, bool fp16,
-                                 float* __restrict__ y) {
+                                 bool vec, float* __restrict__ y) {
   namespace f = paco::compress::formula;
-  PACO_GRID_STRIDE(i, n) y[i] = fp16 ? f::from_fp16(h[i]) : f::from_bf16(h[i]);
+  auto one = [&](std::uint16_t c) { return fp16 ? f::from_fp16(c) : f::from_bf16(c); };
+  const std::size_t groups = vec ? n / 4 : 0;
+  PACO_GRID_STRIDE(g, groups) {
+    const uint2 c = reinterpret_cast<const uint2*>(h)[g];
+    reinterpret_cast<float4*>(y)[g] =
+        make_float4(one(static_cast<std::uint16_t>(c.x)), one(static_cast<std::uint16_t>(c.x >> 16)),
+                    one(static_cast<std::uint16_t>(c.y)), one(static_cast<std::uint16_t>(c.y >> 16)));
+  }
+  PACO_GRID_STRIDE(j, n - 4 * groups) y[4 * groups + j] = one(h[4 * groups + j]);
 }
 template <int = 0>  // a template: no duplicate symbols when many .cu files include this
 __global__ void nesterov_kernel(float* __restrict__ theta, float* __restrict__ b,
@@ -74,22 +92,28 @@ __global__ void ef_subtract_kernel(float* __restrict__ r, const float* __restric
 
 #undef PACO_GRID_STRIDE
 
+inline bool aligned(const void* p, std::size_t a) {
+  return reinterpret_cast<std::uintptr_t>(p) % a == 0;
+}
+
 }  // namespace detail
 
 // fp32 → 16-bit codes (the compress::cast payload). Cost: reads 4n, writes 2n bytes.
 inline status cast_to_half(const float* x, std::size_t n, compress::half_format fmt,
                            std::uint16_t* h, cudaStream_t stream) {
   if (n == 0) return {};
-  detail::to_half_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(
-      x, n, fmt == compress::half_format::fp16, h);
+  const bool vec = detail::aligned(x, 16) && detail::aligned(h, 8);
+  detail::to_half_kernel<<<elementwise_blocks(vec ? n / 4 + 3 : n), 256, 0, stream>>>(
+      x, n, fmt == compress::half_format::fp16, vec, h);
   return cuda_status(cudaGetLastError(), "cast_to_half launch");
 }
 // 16-bit codes → fp32 (exact). Cost: reads 2n, writes 4n bytes.
 inline status cast_from_half(const std::uint16_t* h, std::size_t n, compress::half_format fmt,
                              float* y, cudaStream_t stream) {
   if (n == 0) return {};
-  detail::from_half_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(
-      h, n, fmt == compress::half_format::fp16, y);
+  const bool vec = detail::aligned(h, 8) && detail::aligned(y, 16);
+  detail::from_half_kernel<<<elementwise_blocks(vec ? n / 4 + 3 : n), 256, 0, stream>>>(
+      h, n, fmt == compress::half_format::fp16, vec, y);
   return cuda_status(cudaGetLastError(), "cast_from_half launch");
 }
 // Fused outer Nesterov step (host twin compress::nesterov_update). Cost: 20n bytes.

@@ -2,9 +2,11 @@
 // Exits 77 (ctest SKIP_RETURN_CODE) with the reason when no CUDA device is usable.
 // Legend: n elements; bytes compared exactly where the formulas are exact (quantize codes,
 // casts, top-k), within a few ulps where FMA contraction may differ (Nesterov, AdamW).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "paco/compress/cast.hpp"
@@ -70,65 +72,116 @@ void test_quantize(cudaStream_t st, pk::scratch_arena& scratch) {
       ++failures;
     }
   }
+  // Blocks of 256 take the fast kernel with register-held groups, 1024 the one that reads a
+  // block twice, 16 the fast kernel with partly idle warps; n = 1000 and 2^20 + 7 leave a
+  // partial last block to the general kernel. `shift` moves x and the payload off their
+  // alignment (shift 1: everything goes to the general kernels).
   for (auto mode : {pc::scale_mode::absmax, pc::scale_mode::minmax})
     for (bool stochastic : {false, true})
       for (int bits : {8, 4, 2})
-        for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{1} << 20}) {
-          const pc::quantize_config cfg{
-              .bits = bits, .block = 256, .scale = mode, .stochastic = stochastic};
-          pc::quantize host(cfg);
-          auto x = gaussian(n, n + bits, 0.1f);
-          std::vector<std::byte> hw(host.wire_bytes(n, bits));
-          host.encode_with_key({x.data(), n}, bits, 77, {hw.data(), hw.size()});
-          auto dx = to_device(x);
-          paco::buffer<std::byte, paco::cuda> dw(hw.size());
-          ok(pk::quantize_blockwise(dx.data(), n, cfg, bits, 77, dw.data(), dw.size(), st),
-             "quantize_blockwise");
-          cudaStreamSynchronize(st);
-          auto dwh = to_host(dw);
-          EXPECT(std::memcmp(dwh.data(), hw.data(), hw.size()) == 0,
-                 "quantize payload differs: mode %d stochastic %d bits %d n %zu", int(mode),
-                 int(stochastic), bits, n);
-          std::vector<float> hy(n);
-          ok(host.decode({hw.data(), hw.size()}, bits, {hy.data(), n}), "host decode");
-          paco::buffer<float, paco::cuda> dy(n);
-          scratch.reset();
-          unsigned* bad = nullptr;
-          ok(pk::dequantize_blockwise(dw.data(), dw.size(), n, cfg, bits, dy.data(), scratch, st,
-                                      &bad),
-             "dequantize_blockwise");
-          unsigned bad_h = 1;
-          cudaMemcpyAsync(&bad_h, bad, sizeof bad_h, cudaMemcpyDeviceToHost, st);
-          cudaStreamSynchronize(st);
-          auto dyh = to_host(dy);
-          EXPECT(bad_h == 0, "bad blocks %u", bad_h);
-          EXPECT(std::memcmp(dyh.data(), hy.data(), n * 4) == 0, "dequantize differs bits %d n %zu",
-                 bits, n);
-        }
+        for (std::size_t block : {std::size_t{256}, std::size_t{1024}, std::size_t{16}})
+          for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{1} << 20,
+                                (std::size_t{1} << 20) + 7})
+            for (std::size_t shift : {std::size_t{0}, std::size_t{1}}) {
+              if (shift && n != 1000) continue;
+              const pc::quantize_config cfg{
+                  .bits = bits, .block = block, .scale = mode, .stochastic = stochastic};
+              pc::quantize host(cfg);
+              auto x = gaussian(n, n + bits + block, 0.1f);
+              std::vector<std::byte> hw(host.wire_bytes(n, bits));
+              host.encode_with_key({x.data(), n}, bits, 77, {hw.data(), hw.size()});
+              std::vector<float> xs(n + shift);
+              std::copy(x.begin(), x.end(), xs.begin() + static_cast<std::ptrdiff_t>(shift));
+              auto dxs = to_device(xs);
+              const float* dx = dxs.data() + shift;
+              paco::buffer<std::byte, paco::cuda> dws(hw.size() + shift);
+              std::byte* dw = dws.data() + shift;
+              ok(pk::quantize_blockwise(dx, n, cfg, bits, 77, dw, hw.size(), st),
+                 "quantize_blockwise");
+              cudaStreamSynchronize(st);
+              std::vector<std::byte> dwh(hw.size());
+              cudaMemcpy(dwh.data(), dw, hw.size(), cudaMemcpyDeviceToHost);
+              EXPECT(std::memcmp(dwh.data(), hw.data(), hw.size()) == 0,
+                     "quantize payload differs: mode %d stochastic %d bits %d block %zu n %zu "
+                     "shift %zu",
+                     int(mode), int(stochastic), bits, block, n, shift);
+              std::vector<float> hy(n);
+              ok(host.decode({hw.data(), hw.size()}, bits, {hy.data(), n}), "host decode");
+              paco::buffer<float, paco::cuda> dys(n + shift);
+              float* dy = dys.data() + shift;
+              scratch.reset();
+              unsigned* bad = nullptr;
+              ok(pk::dequantize_blockwise(dw, hw.size(), n, cfg, bits, dy, scratch, st, &bad),
+                 "dequantize_blockwise");
+              unsigned bad_h = 1;
+              cudaMemcpyAsync(&bad_h, bad, sizeof bad_h, cudaMemcpyDeviceToHost, st);
+              cudaStreamSynchronize(st);
+              std::vector<float> dyh(n);
+              cudaMemcpy(dyh.data(), dy, n * 4, cudaMemcpyDeviceToHost);
+              EXPECT(bad_h == 0, "bad blocks %u", bad_h);
+              EXPECT(std::memcmp(dyh.data(), hy.data(), n * 4) == 0,
+                     "dequantize differs: mode %d bits %d block %zu n %zu shift %zu", int(mode),
+                     bits, block, n, shift);
+            }
+  {  // a corrupt scale in a full block and in the partial last block: zeros, counted
+    const pc::quantize_config cfg{.bits = 8, .block = 256};
+    pc::quantize host(cfg);
+    const std::size_t n = 1000;
+    auto x = gaussian(n, 5, 0.1f);
+    std::vector<std::byte> hw(host.wire_bytes(n, 8));
+    host.encode_with_key({x.data(), n}, 8, 0, {hw.data(), hw.size()});
+    std::vector<float> hy(n);  // expected: the clean decode with blocks 1 and 3 zeroed
+    ok(host.decode({hw.data(), hw.size()}, 8, {hy.data(), n}), "host decode");
+    std::fill(hy.begin() + 256, hy.begin() + 512, 0.0f);
+    std::fill(hy.begin() + 768, hy.end(), 0.0f);
+    const float neg = -1.0f, inf = INFINITY;
+    std::memcpy(hw.data() + 4 * 1, &neg, 4);  // block 1 (full)
+    std::memcpy(hw.data() + 4 * 3, &inf, 4);  // block 3 (partial)
+    auto dw = to_device(hw);
+    paco::buffer<float, paco::cuda> dy(n);
+    scratch.reset();
+    unsigned* bad = nullptr;
+    ok(pk::dequantize_blockwise(dw.data(), dw.size(), n, cfg, 8, dy.data(), scratch, st, &bad),
+       "dequantize_blockwise");
+    unsigned bad_h = 0;
+    cudaMemcpyAsync(&bad_h, bad, sizeof bad_h, cudaMemcpyDeviceToHost, st);
+    cudaStreamSynchronize(st);
+    auto dyh = to_host(dy);
+    EXPECT(bad_h == 2, "bad blocks %u, expected 2", bad_h);
+    EXPECT(std::memcmp(dyh.data(), hy.data(), n * 4) == 0, "corrupt-scale decode differs");
+  }
 }
 
+// Whole float4 groups take the vector loop; n = 1003 leaves 3 elements to the scalar tail, and
+// shift 1 moves x, the codes and y off their alignment (everything scalar).
 void test_cast(cudaStream_t st) {
-  const std::size_t n = 1 << 20;
-  paco::rng g(3);
-  std::vector<float> x(n);
-  for (auto& v : x) v = pc::formula::float_of(static_cast<std::uint32_t>(g()));
-  auto dx = to_device(x);
-  for (auto fmt : {pc::half_format::bf16, pc::half_format::fp16}) {
-    pc::cast host({.format = fmt});
-    std::vector<std::byte> hw(host.wire_bytes(n));
-    (void)host.encode({x.data(), n}, 16, {hw.data(), hw.size()});
-    paco::buffer<std::uint16_t, paco::cuda> dh(n);
-    ok(pk::cast_to_half(dx.data(), n, fmt, dh.data(), st), "cast_to_half");
-    paco::buffer<float, paco::cuda> dy(n);
-    ok(pk::cast_from_half(dh.data(), n, fmt, dy.data(), st), "cast_from_half");
-    cudaStreamSynchronize(st);
-    auto hh = to_host(dh);
-    EXPECT(std::memcmp(hh.data(), hw.data(), hw.size()) == 0, "cast codes differ fmt %d", int(fmt));
-    std::vector<float> hy(n);
-    (void)host.decode({hw.data(), hw.size()}, 16, {hy.data(), n});
-    auto dyh = to_host(dy);
-    EXPECT(std::memcmp(dyh.data(), hy.data(), n * 4) == 0, "cast decode differs fmt %d", int(fmt));
-  }
+  for (auto [n, shift] : {std::pair<std::size_t, std::size_t>{1 << 20, 0}, {1003, 0}, {1001, 1}})
+    for (auto fmt : {pc::half_format::bf16, pc::half_format::fp16}) {
+      paco::rng g(3 + n);
+      std::vector<float> x(n);
+      for (auto& v : x) v = pc::formula::float_of(static_cast<std::uint32_t>(g()));
+      std::vector<float> xs(n + shift);
+      std::copy(x.begin(), x.end(), xs.begin() + static_cast<std::ptrdiff_t>(shift));
+      auto dxs = to_device(xs);
+      pc::cast host({.format = fmt});
+      std::vector<std::byte> hw(host.wire_bytes(n));
+      (void)host.encode({x.data(), n}, 16, {hw.data(), hw.size()});
+      paco::buffer<std::uint16_t, paco::cuda> dh(n + shift);
+      ok(pk::cast_to_half(dxs.data() + shift, n, fmt, dh.data() + shift, st), "cast_to_half");
+      paco::buffer<float, paco::cuda> dy(n + shift);
+      ok(pk::cast_from_half(dh.data() + shift, n, fmt, dy.data() + shift, st), "cast_from_half");
+      cudaStreamSynchronize(st);
+      std::vector<std::uint16_t> hh(n);
+      cudaMemcpy(hh.data(), dh.data() + shift, 2 * n, cudaMemcpyDeviceToHost);
+      EXPECT(std::memcmp(hh.data(), hw.data(), hw.size()) == 0, "cast codes differ fmt %d n %zu",
+             int(fmt), n);
+      std::vector<float> hy(n);
+      (void)host.decode({hw.data(), hw.size()}, 16, {hy.data(), n});
+      std::vector<float> dyh(n);
+      cudaMemcpy(dyh.data(), dy.data() + shift, 4 * n, cudaMemcpyDeviceToHost);
+      EXPECT(std::memcmp(dyh.data(), hy.data(), n * 4) == 0, "cast decode differs fmt %d n %zu",
+             int(fmt), n);
+    }
 }
 
 void test_elementwise(cudaStream_t st) {
@@ -174,33 +227,53 @@ void test_elementwise(cudaStream_t st) {
   EXPECT(std::memcmp(rh.data(), r.data(), n * 4) == 0, "error feedback differs");
 }
 
+// kind 0: gaussian with a few equal maxima; 1: all zeros (every element ties at the cut);
+// 2: values on a grid of 1/4 (large tie groups at the cut); 3: gaussian, x not 16-byte aligned.
 void test_topk(cudaStream_t st, paco::buffer<std::byte, paco::cuda>& scratch_mem) {
-  for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{3} << 20})
-    for (double dens : {0.001, 0.01, 0.5}) {
-      auto x = gaussian(n, n);
-      if (n > 100) x[10] = x[11] = x[50] = 50.0f;  // ties
-      pc::topk host;
-      std::vector<std::byte> hw(host.wire_bytes(n, dens));
-      (void)host.encode({x.data(), n}, dens, {hw.data(), hw.size()});
-      auto dx = to_device(x);
-      paco::buffer<std::byte, paco::cuda> dw(hw.size());
-      const std::size_t need = pk::topk_workspace_bytes(n, pc::topk_count(n, dens)) + 256;
-      if (scratch_mem.size() < need) scratch_mem.resize(need);
-      pk::scratch_arena scratch(scratch_mem.data(), scratch_mem.size());
-      ok(pk::topk_select(dx.data(), n, dens, dw.data(), dw.size(), scratch, st), "topk_select");
-      cudaStreamSynchronize(st);
-      auto dwh = to_host(dw);
-      EXPECT(std::memcmp(dwh.data(), hw.data(), hw.size()) == 0, "topk differs n %zu density %g", n,
-             dens);
-      std::vector<float> hy(n);
-      (void)host.decode({hw.data(), hw.size()}, dens, {hy.data(), n});
-      paco::buffer<float, paco::cuda> dy(n);
-      scratch.reset();
-      ok(pk::topk_decode(dw.data(), dw.size(), n, dens, dy.data(), scratch, st), "topk_decode");
-      cudaStreamSynchronize(st);
-      auto dyh = to_host(dy);
-      EXPECT(std::memcmp(dyh.data(), hy.data(), n * 4) == 0, "topk decode differs n %zu", n);
-    }
+  for (int kind : {0, 1, 2, 3})
+    for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{3} << 20})
+      for (double dens : {0.001, 0.01, 0.5}) {
+        auto x = gaussian(n, n + kind);
+        if (kind == 0 && n > 100) x[10] = x[11] = x[50] = 50.0f;  // ties among the largest
+        if (kind == 1) std::fill(x.begin(), x.end(), 0.0f);
+        if (kind == 2)
+          for (auto& v : x) v = std::round(v * 4.0f) / 4.0f;
+        pc::topk host;
+        std::vector<std::byte> hw(host.wire_bytes(n, dens));
+        (void)host.encode({x.data(), n}, dens, {hw.data(), hw.size()});
+        const std::size_t shift = kind == 3 ? 1 : 0;
+        std::vector<float> xs(n + shift);
+        std::copy(x.begin(), x.end(), xs.begin() + static_cast<std::ptrdiff_t>(shift));
+        auto dxs = to_device(xs);
+        paco::buffer<std::byte, paco::cuda> dw(hw.size());
+        const std::size_t need = pk::topk_workspace_bytes(n, pc::topk_count(n, dens)) + 256;
+        if (scratch_mem.size() < need) scratch_mem.resize(need);
+        pk::scratch_arena scratch(scratch_mem.data(), scratch_mem.size());
+        ok(pk::topk_select(dxs.data() + shift, n, dens, dw.data(), dw.size(), scratch, st),
+           "topk_select");
+        cudaStreamSynchronize(st);
+        auto dwh = to_host(dw);
+        EXPECT(std::memcmp(dwh.data(), hw.data(), hw.size()) == 0,
+               "topk differs kind %d n %zu density %g", kind, n, dens);
+        std::vector<float> hy(n);
+        (void)host.decode({hw.data(), hw.size()}, dens, {hy.data(), n});
+        paco::buffer<float, paco::cuda> dy(n);
+        scratch.reset();
+        ok(pk::topk_decode(dw.data(), dw.size(), n, dens, dy.data(), scratch, st), "topk_decode");
+        cudaStreamSynchronize(st);
+        auto dyh = to_host(dy);
+        EXPECT(std::memcmp(dyh.data(), hy.data(), n * 4) == 0, "topk decode differs kind %d n %zu",
+               kind, n);
+      }
+  {  // a scratch arena too small is refused before anything is launched
+    std::vector<float> x(1000, 1.0f);
+    auto dx = to_device(x);
+    paco::buffer<std::byte, paco::cuda> dw(8 * pc::topk_count(1000, 0.01));
+    paco::buffer<std::byte, paco::cuda> tiny(256);
+    pk::scratch_arena scratch(tiny.data(), tiny.size());
+    const auto s = pk::topk_select(dx.data(), 1000, 0.01, dw.data(), dw.size(), scratch, st);
+    EXPECT(!s && s.error().code == paco::errc::too_large, "topk_select took a too-small scratch");
+  }
 }
 
 }  // namespace
