@@ -1,13 +1,25 @@
 #pragma once
-// CUDA top-k with the host codec's wire format (paco/compress/topk.hpp): keys = |x| bits; a
-// radix select finds the cut (the k-th largest key, and at the cut the last index taken: ties go
-// to the lowest indices, as on the host) without sorting, then a tiled compaction writes the
-// kept indices in increasing order with their values.
+// CUDA top-k with the host codec's wire format (paco/compress/topk.hpp): keys = |x| bits; the
+// kept elements are the k largest keys, ties at the cut going to the lowest indices (as on the
+// host), written with increasing indices. No sort, one full pass over x:
+//   1. sample: a histogram of the top 12 key bits of one float4 in 64 picks a floor `lo` that
+//      about k·(1 + margin) elements reach (a lower edge of a 12-bit bin);
+//   2. collect (the one full pass): each tile of 4096 elements appends its elements with
+//      key >= lo, in index order, to one dense array of "entries" (the tile's offset from a
+//      counter); if fewer than k were collected (a sample that misled), a second launch
+//      collects every element;
+//   3. select, over the entries only: three digits of the key (12 + 12 + 7 bits) find the cut,
+//      and when more entries share the cut key than are needed, three digits of the index
+//      (11 + 11 + 9 bits) find the last index taken;
+//   4. emit: per tile, the kept entries go to their slot of the payload (a scan over tiles).
+// Each histogram kernel's last thread block to finish picks the digit (a "last block done"
+// counter), so nothing waits for the host.
 //
 // Legend: n elements, k kept; payload: indices u32[k] increasing | values f32[k].
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cub/block/block_scan.cuh>
 
@@ -20,33 +32,40 @@ namespace paco::kernels {
 
 namespace detail {
 
-// ---- radix select of the cut: the k-th largest (|x| bits, then lowest index) ----
-// The 31 key bits are resolved in three digits: bits 30..19 (4096 bins) in a pass over x,
-// bits 18..7 in a second pass over x that also gathers the elements of the chosen top digit
-// as candidates, bits 6..0 over the candidates. When more elements share the cut key than are
-// needed, the lowest indices among them win: three more digits over the candidates' indices
-// (bits 30..20, 19..9, 8..0) find the last index taken. Each histogram kernel's last thread
-// block to finish picks the digit (a "last block done" counter), so no host round trip.
-
 constexpr int topk_threads = 256;
-constexpr int topk_cand_cap = 3072;  // candidates a block stages in shared memory
-constexpr std::size_t topk_tile = 4096;  // elements per tile of the final compaction
+constexpr int topk_warps = topk_threads / 32;
+constexpr std::size_t topk_tile = 4096;          // elements per tile
+constexpr std::size_t topk_sample_every = 64;    // float4 groups per sampled group
 
 struct topk_state {
-  std::uint32_t hist1[4096], hist2[4096], hist3[128];
-  std::uint32_t tie_hist[3][2048];
-  std::uint32_t done[7];    // finished thread blocks per kernel with a last-block step
-  std::uint32_t ncand;      // candidates gathered by pass 2
-  std::uint32_t want;       // elements still to take under the digits fixed so far
-  std::uint32_t digit1, digit2;
-  std::uint32_t cut_key;    // the k-th largest key
-  std::uint32_t ties;       // 1 when only some of the elements with key == cut_key are taken
-  std::uint32_t tie_want;   // how many of them are still to take (lowest indices first)
-  std::uint32_t tie_prefix; // index bits fixed so far
-  std::uint32_t last_index; // largest index taken among key == cut_key (all: 0xffffffff)
+  std::uint32_t sample_hist[4096];
+  std::uint32_t hist[3][4096];      // key digits 30..19, 18..7, 6..0 among the entries
+  std::uint32_t tie_hist[3][2048];  // index digits 30..20, 19..9, 8..0 among cut-key entries
+  std::uint32_t done[8];            // finished thread blocks per kernel with a last-block step
+  std::uint32_t lo;                 // entries are the elements with key >= lo (0 if unsampled)
+  std::uint32_t entries;            // entries collected by the first collection
+  std::uint32_t entries_all;        // entries collected by the fallback (every element)
+  std::uint32_t want;               // entries still to take under the key digits fixed so far
+  std::uint32_t prefix;             // key bits fixed so far
+  std::uint32_t cut_key;            // the k-th largest key
+  std::uint32_t ties;               // 1 when only some entries with key == cut_key are taken
+  std::uint32_t tie_want;           // how many of them are still to take (lowest indices first)
+  std::uint32_t tie_prefix;         // index bits fixed so far
+  std::uint32_t last_index;         // largest index taken among key == cut_key (all: ~0u)
 };
+// The scratch holds, after the state: count[tiles] (entries per tile), offset[tiles] (where a
+// tile's entries start), slot[tiles] (kept per tile, then each tile's first output slot), then
+// entries[n] (uint2: value bits, index). Tiles append their entries in index order at an offset
+// taken from a counter, so the entries are one dense array (in no particular tile order).
 
-// In the last block of a histogram kernel: the bin where the running count over `bins` bins
+// Entries the select kernels go over: the first collection's, or the fallback's when the first
+// collected fewer than k.
+__device__ inline std::uint32_t entry_count(const topk_state* st, std::uint32_t k) {
+  const std::uint32_t first = __ldcg(&st->entries);
+  return first >= k ? first : __ldcg(&st->entries_all);
+}
+
+// In the last block of a histogram kernel: the bin where the running count over `Bins` bins
 // (from the top when `descending`, else from the bottom) reaches `want` (1 <= want <= total);
 // writes it to *bin and what is still wanted inside it to *rest. All threads must call it.
 template <int Bins>
@@ -75,6 +94,14 @@ __device__ void find_bin(const std::uint32_t* hist, std::uint32_t want, bool des
   }
 }
 
+// h[bin] += 1 for each calling lane, one shared atomic per distinct bin of the warp (the hot
+// bins of smooth data would otherwise serialise the lanes that share them).
+__device__ inline void warp_count(std::uint32_t* h, std::uint32_t bin) {
+  const unsigned peers = __match_any_sync(__activemask(), bin);
+  if ((threadIdx.x % 32) == static_cast<unsigned>(__ffs(peers) - 1))
+    atomicAdd(&h[bin], static_cast<std::uint32_t>(__popc(peers)));
+}
+
 // Adds a block's shared histogram into the global one; returns true in the block that
 // finished last (its threads then see every block's counts).
 template <int Bins>
@@ -92,198 +119,234 @@ __device__ bool flush_and_check_last(const std::uint32_t* sh, std::uint32_t* glo
   return last;
 }
 
+// 1. The floor lo: the lower edge of the 12-bit bin where the sample's running count from the
+// top reaches `rank` (the host's k·s/n plus a margin, 1 <= rank <= samples).
 template <int = 0>  // a template: no duplicate symbols when many .cu files include this
 __global__ void __launch_bounds__(topk_threads)
-    topk_hist1_kernel(const float* __restrict__ x, std::size_t n, bool vec, std::uint32_t k,
-                      topk_state* st) {
+    topk_sample_kernel(const float* __restrict__ x, std::size_t n, bool vec, std::uint32_t rank,
+                       topk_state* st) {
   namespace f = paco::compress::formula;
   __shared__ std::uint32_t h[4096];
+  __shared__ std::uint32_t bin, rest;
   for (int b = threadIdx.x; b < 4096; b += blockDim.x) h[b] = 0;
   __syncthreads();
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   const std::size_t t0 = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  const std::size_t n4 = vec ? n / 4 : 0;
-  const auto* x4 = reinterpret_cast<const float4*>(x);
-  constexpr int u = 4;  // float4 loads in flight per thread before their atomics
-  std::size_t i = t0;
-  for (; i + (u - 1) * stride < n4; i += u * stride) {
-    float4 v[u];
+  if (vec) {
+    const std::size_t groups = (n / 4 + topk_sample_every - 1) / topk_sample_every;
+    const auto* x4 = reinterpret_cast<const float4*>(x);
+    constexpr int u = 4;  // loads in flight per thread before their atomics
+    for (std::size_t j = t0; j < groups; j += u * stride) {
+      float4 v[u];
 #pragma unroll
-    for (int j = 0; j < u; ++j) v[j] = x4[i + j * stride];
+      for (int r = 0; r < u; ++r)
+        if (j + r * stride < groups) v[r] = x4[(j + r * stride) * topk_sample_every];
 #pragma unroll
-    for (int j = 0; j < u; ++j) {
-      atomicAdd(&h[f::magnitude_key(v[j].x) >> 19], 1u);
-      atomicAdd(&h[f::magnitude_key(v[j].y) >> 19], 1u);
-      atomicAdd(&h[f::magnitude_key(v[j].z) >> 19], 1u);
-      atomicAdd(&h[f::magnitude_key(v[j].w) >> 19], 1u);
+      for (int r = 0; r < u; ++r)
+        if (j + r * stride < groups) {
+          warp_count(h, f::magnitude_key(v[r].x) >> 19);
+          warp_count(h, f::magnitude_key(v[r].y) >> 19);
+          warp_count(h, f::magnitude_key(v[r].z) >> 19);
+          warp_count(h, f::magnitude_key(v[r].w) >> 19);
+        }
     }
+  } else {
+    const std::size_t every = 4 * topk_sample_every;
+    for (std::size_t j = t0; j < (n + every - 1) / every; j += stride)
+      atomicAdd(&h[f::magnitude_key(x[j * every]) >> 19], 1u);
   }
-  for (; i < n4; i += stride) {
-    const float4 v = x4[i];
-    atomicAdd(&h[f::magnitude_key(v.x) >> 19], 1u);
-    atomicAdd(&h[f::magnitude_key(v.y) >> 19], 1u);
-    atomicAdd(&h[f::magnitude_key(v.z) >> 19], 1u);
-    atomicAdd(&h[f::magnitude_key(v.w) >> 19], 1u);
-  }
-  for (std::size_t i = 4 * n4 + t0; i < n; i += stride)
-    atomicAdd(&h[f::magnitude_key(x[i]) >> 19], 1u);
-  if (!flush_and_check_last<4096>(h, st->hist1, &st->done[0])) return;
-  find_bin<4096>(st->hist1, k, true, &st->digit1, &st->want);
+  if (!flush_and_check_last<4096>(h, st->sample_hist, &st->done[0])) return;
+  find_bin<4096>(st->sample_hist, rank, true, &bin, &rest);
+  __syncthreads();
+  if (threadIdx.x == 0) st->lo = bin << 19;
 }
 
-// Pass 2: histogram of bits 18..7 among elements whose top digit is digit1, which are also
-// gathered as candidates (key, index), staged per block in shared memory; counts per tile the
-// elements above digit1.
-template <int = 0>  // a template: no duplicate symbols when many .cu files include this
-__global__ void __launch_bounds__(topk_threads)
-    topk_pass2_kernel(const float* __restrict__ x, std::size_t n, bool vec, topk_state* st,
-                      uint2* __restrict__ cand, std::uint32_t* __restrict__ tile_count) {
+// Elements the sample kernel looks at (the host sizes `rank` with it).
+inline std::size_t topk_samples(std::size_t n, bool vec) {
+  if (vec) return 4 * ((n / 4 + topk_sample_every - 1) / topk_sample_every);
+  const std::size_t every = 4 * topk_sample_every;
+  return (n + every - 1) / every;
+}
+
+// The elements of one tile with key >= lo, in index order, appended to the entries.
+__device__ inline void collect_tile(const float* __restrict__ x, std::size_t n, bool vec,
+                                    std::uint32_t lo, std::size_t tile, bool fallback,
+                                    topk_state* st, std::uint32_t* __restrict__ count,
+                                    std::uint32_t* __restrict__ offset,
+                                    uint2* __restrict__ entries) {
   namespace f = paco::compress::formula;
-  __shared__ std::uint32_t h[4096];
-  __shared__ uint2 buf[topk_cand_cap];
-  __shared__ std::uint32_t count, base;
-  for (int b = threadIdx.x; b < 4096; b += blockDim.x) h[b] = 0;
-  if (threadIdx.x == 0) count = 0;
-  __syncthreads();
-  const std::uint32_t d1 = __ldcg(&st->digit1);
-  // 1 when the element is above the cut's top digit (kept for sure), 0 otherwise; gathers it
-  // as a candidate when it is in that digit
-  auto take = [&](float v, std::size_t i) -> std::uint32_t {
-    const std::uint32_t key = f::magnitude_key(v);
-    if (key >> 19 != d1) return key >> 19 > d1;
-    atomicAdd(&h[key >> 7 & 4095u], 1u);
-    const std::uint32_t p = atomicAdd(&count, 1u);
-    const uint2 c = make_uint2(key, static_cast<std::uint32_t>(i));
-    if (p < topk_cand_cap)
-      buf[p] = c;
-    else  // only when nearly everything falls into one digit: straight to global memory
-      cand[atomicAdd(&st->ncand, 1u)] = c;
-    return 0u;
-  };
-  auto drain = [&] {  // moves the staged candidates out; all threads
-    __syncthreads();
-    const std::uint32_t m = count < topk_cand_cap ? count : topk_cand_cap;
-    if (threadIdx.x == 0) base = m ? atomicAdd(&st->ncand, m) : 0u;
-    __syncthreads();
-    for (std::uint32_t j = threadIdx.x; j < m; j += blockDim.x) cand[base + j] = buf[j];
-    __syncthreads();
-    if (threadIdx.x == 0) count = 0;
-    __syncthreads();
-  };
-  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  const std::size_t n4 = vec ? n / 4 : 0;
-  const auto* x4 = reinterpret_cast<const float4*>(x);
-  // block-uniform trip counts, so the block can drain between rounds; a round is two float4
-  // per thread (loads first), at most 8 candidates per thread
-  constexpr int u = 2;
-  for (std::size_t r = blockIdx.x * static_cast<std::size_t>(blockDim.x) * u; r < n4;
-       r += u * stride) {
-    float4 v[u];
+  using scan = cub::BlockScan<std::uint32_t, topk_threads>;
+  __shared__ typename scan::TempStorage tmp;
+  constexpr int rounds = static_cast<int>(topk_tile / (4 * topk_threads));
+  const std::size_t tile0 = tile * topk_tile;
+  // all loads first (a round covers 1024 consecutive elements, 4 per thread), then one scan
+  // per round in element order
+  float v[rounds][4];
 #pragma unroll
-    for (int j = 0; j < u; ++j) {
-      const std::size_t i = r + j * blockDim.x + threadIdx.x;
-      if (i < n4) v[j] = x4[i];
-    }
+  for (int r = 0; r < rounds; ++r) {
+    const std::size_t i0 = tile0 + static_cast<std::size_t>(r) * 4 * topk_threads + 4 * threadIdx.x;
+    if (vec && i0 + 4 <= n) {
+      const float4 q = *reinterpret_cast<const float4*>(x + i0);
+      v[r][0] = q.x, v[r][1] = q.y, v[r][2] = q.z, v[r][3] = q.w;
+    } else {
 #pragma unroll
-    for (int j = 0; j < u; ++j) {
-      const std::size_t i = r + j * blockDim.x + threadIdx.x;
-      std::uint32_t above = 0;
-      if (i < n4)
-        above = take(v[j].x, 4 * i) + take(v[j].y, 4 * i + 1) + take(v[j].z, 4 * i + 2) +
-                take(v[j].w, 4 * i + 3);
-      // a warp's 128 elements lie in one tile (tiles are 4096 elements, 128-aligned)
-      above = __reduce_add_sync(0xffffffffu, above);
-      if (threadIdx.x % 32 == 0 && above) atomicAdd(&tile_count[(i - threadIdx.x % 32) / 1024], above);
+      for (int e = 0; e < 4; ++e) v[r][e] = i0 + e < n ? x[i0 + e] : 0.0f;
     }
-    __syncthreads();
-    const bool drain_now = count > topk_cand_cap - 4 * u * topk_threads;
-    __syncthreads();  // every thread has read count before any adds to it again
-    if (drain_now) drain();
   }
-  for (std::size_t i = 4 * n4 + blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-       i < n; i += stride)
-    if (take(x[i], i)) atomicAdd(&tile_count[i / topk_tile], 1u);
-  drain();
-  if (!flush_and_check_last<4096>(h, st->hist2, &st->done[1])) return;
-  find_bin<4096>(st->hist2, st->want, true, &st->digit2, &st->want);
+  bool keep[rounds][4];
+  std::uint32_t pos[rounds], round_base[rounds], base = 0;
+#pragma unroll
+  for (int r = 0; r < rounds; ++r) {
+    const std::size_t i0 = tile0 + static_cast<std::size_t>(r) * 4 * topk_threads + 4 * threadIdx.x;
+    std::uint32_t c = 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      keep[r][e] = i0 + e < n && f::magnitude_key(v[r][e]) >= lo;
+      c += keep[r][e];
+    }
+    std::uint32_t total = 0;
+    scan(tmp).ExclusiveSum(c, pos[r], total);
+    round_base[r] = base;
+    base += total;
+    __syncthreads();  // tmp is reused
+  }
+  __shared__ std::uint32_t at;
+  if (threadIdx.x == 0) {
+    at = base ? atomicAdd(fallback ? &st->entries_all : &st->entries, base) : 0u;
+    count[tile] = base;
+    offset[tile] = at;
+  }
+  __syncthreads();
+  uint2* out = entries + at;
+#pragma unroll
+  for (int r = 0; r < rounds; ++r) {
+    const std::size_t i0 = tile0 + static_cast<std::size_t>(r) * 4 * topk_threads + 4 * threadIdx.x;
+    std::uint32_t p = round_base[r] + pos[r];
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (keep[r][e])
+        out[p++] = make_uint2(__float_as_uint(v[r][e]), static_cast<std::uint32_t>(i0 + e));
+  }
+  __syncthreads();  // `at` is reused by the block's next tile
 }
 
-// Pass 3, over the candidates: bits 6..0 among those with digit2, which fixes the cut key.
+// 2. Thread blocks over tiles: each tile's elements with key >= lo, in index order, to the
+// tile's entries. `fallback`: runs only when the first launch collected fewer than k, and then
+// collects every element.
 template <int = 0>  // a template: no duplicate symbols when many .cu files include this
 __global__ void __launch_bounds__(topk_threads)
-    topk_pass3_kernel(const uint2* __restrict__ cand, topk_state* st) {
-  __shared__ std::uint32_t h[128];
+    topk_collect_kernel(const float* __restrict__ x, std::size_t n, bool vec, std::uint32_t k,
+                        bool fallback, topk_state* st, std::uint32_t* __restrict__ count,
+                        std::uint32_t* __restrict__ offset, uint2* __restrict__ entries) {
+  if (fallback && __ldcg(&st->entries) >= k) return;
+  const std::uint32_t lo = fallback ? 0u : st->lo;
+  const std::size_t tiles = (n + topk_tile - 1) / topk_tile;
+  for (std::size_t tile = blockIdx.x; tile < tiles; tile += gridDim.x)
+    collect_tile(x, n, vec, lo, tile, fallback, st, count, offset, entries);
+}
+
+// Calls f(entry) for every entry (a grid-stride loop over the dense entries).
+template <class F>
+__device__ void for_each_entry(const uint2* entries, std::uint32_t m, F&& f) {
+  for (std::uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < m; j += gridDim.x * blockDim.x)
+    f(entries[j]);
+}
+
+// 3a. Key digit `round` (0: bits 30..19, 1: 18..7, 2: 6..0) among the entries under the prefix
+// fixed so far; the last block fixes the digit, and after round 2 the cut.
+template <int = 0>  // a template: no duplicate symbols when many .cu files include this
+__global__ void __launch_bounds__(topk_threads)
+    topk_digit_kernel(const uint2* __restrict__ entries, std::uint32_t k, topk_state* st,
+                      int round) {
+  __shared__ std::uint32_t h[4096];
   __shared__ std::uint32_t bin, rest;
-  for (int b = threadIdx.x; b < 128; b += blockDim.x) h[b] = 0;
+  for (int b = threadIdx.x; b < 4096; b += blockDim.x) h[b] = 0;
   __syncthreads();
-  const std::uint32_t m = __ldcg(&st->ncand), d2 = __ldcg(&st->digit2);
-  for (std::uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < m; j += gridDim.x * blockDim.x) {
-    const std::uint32_t key = cand[j].x;
-    if ((key >> 7 & 4095u) == d2) atomicAdd(&h[key & 127u], 1u);
-  }
-  if (!flush_and_check_last<128>(h, st->hist3, &st->done[2])) return;
-  find_bin<128>(st->hist3, __ldcg(&st->want), true, &bin, &rest);
+  const std::uint32_t prefix = __ldcg(&st->prefix);
+  const int shift = round == 0 ? 19 : round == 1 ? 7 : 0;
+  const int above = round == 0 ? 31 : round == 1 ? 19 : 7;  // prefix = key >> above
+  const std::uint32_t mask = round == 2 ? 127u : 4095u;
+  for_each_entry(entries, entry_count(st, k), [&](uint2 e) {
+    const std::uint32_t key = e.x & 0x7fffffffu;
+    if (round > 0 && key >> above != prefix) return;
+    warp_count(h, key >> shift & mask);
+  });
+  if (!flush_and_check_last<4096>(h, st->hist[round], &st->done[1 + round])) return;
+  find_bin<4096>(st->hist[round], round == 0 ? k : __ldcg(&st->want), true, &bin, &rest);
   __syncthreads();
   if (threadIdx.x == 0) {
-    st->cut_key = __ldcg(&st->digit1) << 19 | __ldcg(&st->digit2) << 7 | bin;
-    const bool ties = rest < __ldcg(&st->hist3[bin]);
-    st->ties = ties;
-    st->tie_want = rest;
-    st->tie_prefix = 0;
-    st->last_index = ties ? 0u : 0xffffffffu;
+    const std::uint32_t p = prefix << (above - shift) | bin;
+    st->prefix = p;
+    st->want = rest;
+    if (round == 2) {
+      st->cut_key = p;
+      const bool ties = rest < __ldcg(&st->hist[2][bin]);
+      st->ties = ties;
+      st->tie_want = rest;
+      st->tie_prefix = 0;
+      st->last_index = ties ? 0u : 0xffffffffu;
+    }
   }
 }
 
-// Tie round r (0, 1, 2) over the candidates with key == cut_key: index bits 30..20, 19..9 and
+// 3b. Tie round r (0, 1, 2) over the entries with key == cut_key: index bits 30..20, 19..9 and
 // 8..0 under the prefix fixed by the earlier rounds. Returns at once when there is no tie.
 template <int = 0>  // a template: no duplicate symbols when many .cu files include this
 __global__ void __launch_bounds__(topk_threads)
-    topk_tie_kernel(const uint2* __restrict__ cand, topk_state* st, int round) {
+    topk_tie_kernel(const uint2* __restrict__ entries, std::uint32_t k, topk_state* st,
+                    int round) {
   if (!__ldcg(&st->ties)) return;
-  constexpr int shift[3] = {20, 9, 0};
-  constexpr std::uint32_t width[3] = {2048, 2048, 512};
   __shared__ std::uint32_t h[2048];
   __shared__ std::uint32_t bin, rest;
   for (int b = threadIdx.x; b < 2048; b += blockDim.x) h[b] = 0;
   __syncthreads();
-  const std::uint32_t m = __ldcg(&st->ncand), cut = __ldcg(&st->cut_key);
-  const std::uint32_t prefix = __ldcg(&st->tie_prefix);
-  const int sh = shift[round];
-  const int above = round == 0 ? 31 : shift[round - 1];  // bits above this digit: the prefix
-  for (std::uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < m; j += gridDim.x * blockDim.x) {
-    const uint2 c = cand[j];
-    if (c.x != cut) continue;
-    if (round > 0 && c.y >> above != prefix) continue;
-    atomicAdd(&h[c.y >> sh & (width[round] - 1)], 1u);
-  }
-  if (!flush_and_check_last<2048>(h, st->tie_hist[round], &st->done[3 + round])) return;
+  const std::uint32_t cut = __ldcg(&st->cut_key), prefix = __ldcg(&st->tie_prefix);
+  const int shift = round == 0 ? 20 : round == 1 ? 9 : 0;
+  const int above = round == 0 ? 31 : round == 1 ? 20 : 9;
+  const std::uint32_t mask = round == 2 ? 511u : 2047u;
+  for_each_entry(entries, entry_count(st, k), [&](uint2 e) {
+    if ((e.x & 0x7fffffffu) != cut) return;
+    if (round > 0 && e.y >> above != prefix) return;
+    warp_count(h, e.y >> shift & mask);
+  });
+  if (!flush_and_check_last<2048>(h, st->tie_hist[round], &st->done[4 + round])) return;
   find_bin<2048>(st->tie_hist[round], __ldcg(&st->tie_want), false, &bin, &rest);
   __syncthreads();
   if (threadIdx.x == 0) {
-    const std::uint32_t p = prefix << (above - sh) | bin;
+    const std::uint32_t p = prefix << (above - shift) | bin;
     st->tie_prefix = p;
     st->tie_want = rest;
     if (round == 2) st->last_index = p;
   }
 }
 
-// Adds, per tile, the candidates that are kept (the elements above the cut's top digit were
-// counted by pass 2); the last block turns the counts into each tile's first output slot.
+__device__ inline bool topk_kept(uint2 e, std::uint32_t cut, std::uint32_t last_index) {
+  const std::uint32_t key = e.x & 0x7fffffffu;
+  return key > cut || (key == cut && e.y <= last_index);
+}
+
+// 4a. Kept entries per tile; the last block turns the counts into each tile's first output
+// slot.
 template <int = 0>  // a template: no duplicate symbols when many .cu files include this
 __global__ void __launch_bounds__(topk_threads)
-    topk_count_kernel(const uint2* __restrict__ cand, topk_state* st,
-                      std::uint32_t* __restrict__ tile_count, std::size_t tiles) {
-  const std::uint32_t m = __ldcg(&st->ncand), cut = __ldcg(&st->cut_key);
-  const std::uint32_t last_index = __ldcg(&st->last_index);
-  for (std::uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < m; j += gridDim.x * blockDim.x) {
-    const uint2 c = cand[j];
-    if (c.x > cut || (c.x == cut && c.y <= last_index))
-      atomicAdd(&tile_count[c.y / topk_tile], 1u);
+    topk_slot_kernel(const uint2* __restrict__ entries, const std::uint32_t* __restrict__ count,
+                     const std::uint32_t* __restrict__ offset, std::size_t tiles,
+                     topk_state* st, std::uint32_t* __restrict__ slot) {
+  const std::uint32_t cut = __ldcg(&st->cut_key), last_index = __ldcg(&st->last_index);
+  const std::size_t warps = static_cast<std::size_t>(gridDim.x) * topk_warps;
+  for (std::size_t t = blockIdx.x * static_cast<std::size_t>(topk_warps) + threadIdx.x / 32;
+       t < tiles; t += warps) {  // a warp per tile
+    const std::uint32_t m = count[t];
+    const uint2* e = entries + offset[t];
+    std::uint32_t kept = 0;
+    for (std::uint32_t j = threadIdx.x % 32; j < m; j += 32) kept += topk_kept(e[j], cut, last_index);
+    kept = __reduce_add_sync(0xffffffffu, kept);
+    if (threadIdx.x % 32 == 0) slot[t] = kept;
   }
   __threadfence();
   __syncthreads();
   __shared__ bool last;
-  if (threadIdx.x == 0) last = atomicAdd(&st->done[6], 1u) == gridDim.x - 1;
+  if (threadIdx.x == 0) last = atomicAdd(&st->done[7], 1u) == gridDim.x - 1;
   __syncthreads();
   if (!last) return;
   __threadfence();
@@ -296,7 +359,7 @@ __global__ void __launch_bounds__(topk_threads)
     std::uint32_t c[per], sum = 0;
 #pragma unroll
     for (int j = 0; j < per; ++j) {
-      c[j] = first + j < tiles ? __ldcg(&tile_count[first + j]) : 0u;
+      c[j] = first + j < tiles ? __ldcg(&slot[first + j]) : 0u;
       sum += c[j];
     }
     std::uint32_t before = 0, total = 0;
@@ -304,7 +367,7 @@ __global__ void __launch_bounds__(topk_threads)
     before += running;
 #pragma unroll
     for (int j = 0; j < per; ++j) {
-      if (first + j < tiles) tile_count[first + j] = before;
+      if (first + j < tiles) slot[first + j] = before;
       before += c[j];
     }
     running += total;
@@ -312,60 +375,34 @@ __global__ void __launch_bounds__(topk_threads)
   }
 }
 
-// The final compaction: one thread block per tile of 4096 elements writes the kept indices
-// (key above the cut, or at the cut and not past the last index taken) and their values from
-// the tile's first slot, in increasing index order.
+// 4b. One warp per tile writes its kept entries, in order, from the tile's slot.
 template <int = 0>  // a template: no duplicate symbols when many .cu files include this
 __global__ void __launch_bounds__(topk_threads)
-    topk_write_kernel(const float* __restrict__ x, std::size_t n, bool vec,
-                      const topk_state* __restrict__ st, const std::uint32_t* __restrict__ slot,
-                      std::uint32_t* __restrict__ out_idx, float* __restrict__ out_val) {
-  namespace f = paco::compress::formula;
-  using scan = cub::BlockScan<std::uint32_t, topk_threads>;
-  __shared__ typename scan::TempStorage tmp;
+    topk_emit_kernel(const uint2* __restrict__ entries, const std::uint32_t* __restrict__ count,
+                     const std::uint32_t* __restrict__ offset, std::size_t tiles,
+                     const topk_state* __restrict__ st,
+                     const std::uint32_t* __restrict__ slot, std::uint32_t* __restrict__ out_idx,
+                     float* __restrict__ out_val) {
   const std::uint32_t cut = st->cut_key, last_index = st->last_index;
-  constexpr int rounds = static_cast<int>(topk_tile / (4 * topk_threads));
-  // all loads first (a round covers 1024 consecutive elements, 4 per thread), then one scan per
-  // round in element order
-  float v[rounds][4];
-#pragma unroll
-  for (int r = 0; r < rounds; ++r) {
-    const std::size_t i0 =
-        blockIdx.x * topk_tile + static_cast<std::size_t>(r) * 4 * topk_threads + 4 * threadIdx.x;
-    if (vec && i0 + 4 <= n) {
-      const float4 q = *reinterpret_cast<const float4*>(x + i0);
-      v[r][0] = q.x, v[r][1] = q.y, v[r][2] = q.z, v[r][3] = q.w;
-    } else {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) v[r][e] = i0 + e < n ? x[i0 + e] : 0.0f;
-    }
-  }
-  std::uint32_t base = slot[blockIdx.x];
-#pragma unroll
-  for (int r = 0; r < rounds; ++r) {
-    const std::size_t i0 =
-        blockIdx.x * topk_tile + static_cast<std::size_t>(r) * 4 * topk_threads + 4 * threadIdx.x;
-    bool keep[4];
-    std::uint32_t c = 0;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const std::uint32_t key = f::magnitude_key(v[r][e]);
-      keep[e] = i0 + e < n &&
-                (key > cut || (key == cut && static_cast<std::uint32_t>(i0 + e) <= last_index));
-      c += keep[e];
-    }
-    std::uint32_t pos = 0, total = 0;
-    scan(tmp).ExclusiveSum(c, pos, total);
-    pos += base;
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      if (keep[e]) {
-        out_idx[pos] = static_cast<std::uint32_t>(i0 + e);
-        out_val[pos] = v[r][e];
-        ++pos;
+  const unsigned lane = threadIdx.x % 32;
+  const std::size_t warps = static_cast<std::size_t>(gridDim.x) * topk_warps;
+  for (std::size_t t = blockIdx.x * static_cast<std::size_t>(topk_warps) + threadIdx.x / 32;
+       t < tiles; t += warps) {
+    const std::uint32_t m = count[t];
+    const uint2* e = entries + offset[t];
+    std::uint32_t at = slot[t];
+    for (std::uint32_t j0 = 0; j0 < m; j0 += 32) {  // warp-uniform trip count
+      const std::uint32_t j = j0 + lane;
+      const uint2 v = j < m ? e[j] : make_uint2(0u, 0u);
+      const bool keep = j < m && topk_kept(v, cut, last_index);
+      const unsigned ballot = __ballot_sync(0xffffffffu, keep);
+      if (keep) {
+        const std::uint32_t p = at + __popc(ballot & ((1u << lane) - 1u));
+        out_idx[p] = v.y;
+        out_val[p] = __uint_as_float(v.x);
       }
-    base += total;
-    __syncthreads();  // tmp is reused
+      at += __popc(ballot);
+    }
   }
 }
 
@@ -384,31 +421,36 @@ __global__ void topk_scatter_kernel(const std::uint32_t* __restrict__ idx,
   }
 }
 
-inline unsigned topk_grid(std::size_t work) {
+// Thread blocks for `work` threads' worth of work, at most `per_sm` per multiprocessor.
+inline unsigned topk_grid(std::size_t work, int per_sm) {
   int dev = 0, sms = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   const std::size_t want = (work + topk_threads - 1) / topk_threads;
-  const std::size_t cap = static_cast<std::size_t>(sms > 0 ? sms : 1) * 4;
+  const std::size_t cap = static_cast<std::size_t>(sms > 0 ? sms : 1) * per_sm;
   return static_cast<unsigned>(want == 0 ? 1 : (want < cap ? want : cap));
+}
+
+inline std::size_t topk_tiles(std::size_t n) {
+  return (n + topk_tile - 1) / topk_tile;
 }
 
 }  // namespace detail
 
-// Scratch bytes topk_select needs for n elements and k kept: the selection state, a counter per
-// tile of 4096 elements, and room for n candidates (a few per mille are used for smooth data).
+// Scratch bytes topk_select needs for n elements and k kept: the selection state, three counters
+// per tile of 4096 elements, and room for n entries (about 1.5·k are used for Gaussian data).
 inline std::size_t topk_workspace_bytes(std::size_t n, std::size_t /*k*/) {
-  const std::size_t tiles = (n + detail::topk_tile - 1) / detail::topk_tile;
-  return scratch_arena::footprint({sizeof(detail::topk_state) + tiles * sizeof(std::uint32_t),
-                                   n * sizeof(uint2)});
+  return scratch_arena::footprint(
+      {sizeof(detail::topk_state) + 3 * detail::topk_tiles(n) * sizeof(std::uint32_t),
+       n * sizeof(uint2)});
 }
 
 // Top-k of x (device, n floats) at `density` into `out` (device, 8k bytes), the same bytes as
 // compress::topk::encode on the host (ties at the cut: lowest indices).
 // Requires: x finite; n < 2^31; out_bytes == compress::topk{}.wire_bytes(n, density); scratch
 // holds topk_workspace_bytes(n, k). Ensures: enqueued on `stream`; no allocation, no host sync.
-// Cost: three passes over x (two histograms, the compaction) and small passes over the
-// candidates (the top digit's elements: 0.3% of n for Gaussian x at k = 1%).
+// Cost: one pass over x (plus a 1/64 sample), small passes over the ≈ 1.5·k entries; when the
+// sample misleads (fewer than k elements reach its floor), a second pass collects all of x.
 template <ScratchAllocator S>
 status topk_select(const float* x, std::size_t n, double density, std::byte* out,
                    std::size_t out_bytes, S& scratch, cudaStream_t stream) {
@@ -420,29 +462,45 @@ status topk_select(const float* x, std::size_t n, double density, std::byte* out
   if (out_bytes != 8 * k)
     return {errc::invalid_argument, "topk_select: output is not wire_bytes(n, density)"};
   if (n == 0) return {};
-  const std::size_t tiles = (n + detail::topk_tile - 1) / detail::topk_tile;
-  const std::size_t state_bytes = sizeof(detail::topk_state) + tiles * sizeof(std::uint32_t);
+  const std::size_t tiles = detail::topk_tiles(n);
+  const std::size_t state_bytes =
+      sizeof(detail::topk_state) + 3 * tiles * sizeof(std::uint32_t);
   auto* st = static_cast<detail::topk_state*>(scratch.take(state_bytes));
-  auto* cand = static_cast<uint2*>(scratch.take(n * sizeof(uint2)));
-  if (!st || !cand)
+  auto* entries = static_cast<uint2*>(scratch.take(n * sizeof(uint2)));
+  if (!st || !entries)
     return {errc::too_large, "topk_select: scratch smaller than topk_workspace_bytes(n, k)"};
-  auto* tile_count = reinterpret_cast<std::uint32_t*>(st + 1);
+  auto* count = reinterpret_cast<std::uint32_t*>(st + 1);
+  auto* offset = count + tiles;
+  auto* slot = offset + tiles;
   if (auto s = cuda_status(cudaMemsetAsync(st, 0, state_bytes, stream), "memset"); !s) return s;
   const bool vec = reinterpret_cast<std::uintptr_t>(x) % 16 == 0;
-  const unsigned grid = detail::topk_grid(vec ? n / 4 : n);
   const auto kk = static_cast<std::uint32_t>(k);
   constexpr int threads = detail::topk_threads;
-  detail::topk_hist1_kernel<<<grid, threads, 0, stream>>>(x, n, vec, kk, st);
-  detail::topk_pass2_kernel<<<grid, threads, 0, stream>>>(x, n, vec, st, cand, tile_count);
-  // candidates: 0.3% of n for Gaussian x at k = 1%, up to n; a fixed grid strides over them
-  const unsigned small = detail::topk_grid(n / 512);
-  detail::topk_pass3_kernel<<<small, threads, 0, stream>>>(cand, st);
-  for (int r = 0; r < 3; ++r) detail::topk_tie_kernel<<<small, threads, 0, stream>>>(cand, st, r);
-  detail::topk_count_kernel<<<small, threads, 0, stream>>>(cand, st, tile_count, tiles);
-  auto* out_idx = reinterpret_cast<std::uint32_t*>(out);
-  auto* out_val = reinterpret_cast<float*>(out + 4 * k);
-  detail::topk_write_kernel<<<static_cast<unsigned>(tiles), threads, 0, stream>>>(
-      x, n, vec, st, tile_count, out_idx, out_val);
+  // the sample's rank of the floor: its expected rank of the cut plus 4 standard deviations
+  // (binomial) and a few; lo stays 0 (collect everything) when that exceeds the sample
+  const std::size_t samples = detail::topk_samples(n, vec);
+  const double expect = static_cast<double>(k) * static_cast<double>(samples) / static_cast<double>(n);
+  const double rank = std::ceil(expect + 4.0 * std::sqrt(expect) + 8.0);
+  if (rank <= static_cast<double>(samples))
+    detail::topk_sample_kernel<<<detail::topk_grid(samples / 4, 4), threads, 0, stream>>>(
+        x, n, vec, static_cast<std::uint32_t>(rank), st);
+  const unsigned few = detail::topk_grid(tiles * threads, 1);  // the fallback: a block per SM
+  detail::topk_collect_kernel<<<static_cast<unsigned>(tiles), threads, 0, stream>>>(
+      x, n, vec, kk, false, st, count, offset, entries);
+  detail::topk_collect_kernel<<<few, threads, 0, stream>>>(x, n, vec, kk, true, st, count,
+                                                           offset, entries);
+  // the entries: about 1.5·k for Gaussian data, up to n; grids sized for k, striding over the rest
+  const unsigned over_entries = detail::topk_grid(k, 4);
+  for (int r = 0; r < 3; ++r)
+    detail::topk_digit_kernel<<<over_entries, threads, 0, stream>>>(entries, kk, st, r);
+  for (int r = 0; r < 3; ++r)
+    detail::topk_tie_kernel<<<over_entries, threads, 0, stream>>>(entries, kk, st, r);
+  const unsigned per_tile = detail::topk_grid(tiles * 32, 8);  // a warp per tile
+  detail::topk_slot_kernel<<<per_tile, threads, 0, stream>>>(entries, count, offset, tiles, st,
+                                                              slot);
+  detail::topk_emit_kernel<<<per_tile, threads, 0, stream>>>(
+      entries, count, offset, tiles, st, slot, reinterpret_cast<std::uint32_t*>(out),
+      reinterpret_cast<float*>(out + 4 * k));
   return cuda_status(cudaGetLastError(), "topk_select launch");
 }
 
