@@ -53,6 +53,7 @@ struct options {
   std::string base_file;              // cache of the base model (loaded if it matches)
   std::vector<int> reroute_lik = {64};  // W of the dipaco_2x2_rerouteW_lik rows
   std::string path_rescale = "none";    // DiPaCo's outer-gradient rescale (outer/delta.hpp)
+  float outer_lr = 0.7f, outer_momentum = 0.9f;  // outer Nesterov of every multi-worker row
   std::uint64_t seed = 1;
   bool wants(std::string_view r) const {
     std::string_view s = rows;
@@ -157,6 +158,9 @@ int main(int argc, char** argv) {
                  "DiPaCo rows: outer gradient of a module × √P (sqrt_paths, the paper's §2.7), "
                  "1/√P (inv_sqrt_paths) or 1 (none), P = paths through the module")
       ->check(CLI::IsMember({"none", "sqrt_paths", "inv_sqrt_paths"}));
+  app.add_option("--outer-lr", o.outer_lr, "outer Nesterov lr of the multi-worker rows");
+  app.add_option("--outer-momentum", o.outer_momentum,
+                 "outer Nesterov momentum of the multi-worker rows");
   app.add_option("--reroute-lik", o.reroute_lik,
                  "chunk sizes W of the rows dipaco_2x2_rerouteW_lik (re-routed by likelihood "
                  "every W bytes); each in [1, ctx]")
@@ -306,7 +310,11 @@ int main(int argc, char** argv) {
                           .schedule = {.lr = o.row_lr, .min_lr = o.row_min_lr, .warmup = 50, .total = o.steps},
                           .threads = 1};
   optim::adamw inner{.lr = o.row_lr};
-  outer::nesterov outer_opt{};
+  const outer::nesterov outer_opt{.lr = o.outer_lr, .momentum = o.outer_momentum};
+  if (auto v = outer_opt.validate(); !v) {
+    std::fprintf(stderr, "dipaco_table: %s\n", v.error().what().c_str());
+    return 2;
+  }
 
   // Runs a grid: module_level per module id, one worker per path, returns the final θ per path.
   auto run_grid = [&](const char* name, auto grid, const std::vector<path::level_span>& levels,
@@ -524,7 +532,9 @@ int main(int argc, char** argv) {
                                                   {"inner", o.inner}, {"pretrain", o.pretrain},
                                                   {"prefix", o.prefix}, {"overlap", o.overlap},
                                                   {"lr", o.lr}, {"row_lr", o.row_lr},
-                                                  {"path_rescale", o.path_rescale}}}})
+                                                  {"path_rescale", o.path_rescale},
+                                                  {"outer_lr", o.outer_lr},
+                                                  {"outer_momentum", o.outer_momentum}}}})
                           .dump()
                           .c_str());
   return 0;
