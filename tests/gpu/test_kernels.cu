@@ -281,6 +281,46 @@ void test_topk(cudaStream_t st, paco::buffer<std::byte, paco::cuda>& scratch_mem
   }
 }
 
+// One worker's outer step on the device, as a DiLoCo worker with int8 + error feedback runs it:
+// r ← Δ + r; payload = quantize(r); sent = dequantize(payload); r ← r − sent; then the outer
+// Nesterov step on the decoded average (here: one worker's sent). Three rounds against the host
+// (error_feedback<quantize>, whose encode is fused per block, and compress::nesterov_update):
+// the payloads, the residual and θ must agree bit for bit.
+void test_outer_step(cudaStream_t st, pk::scratch_arena& scratch) {
+  const std::size_t n = (std::size_t{1} << 20) + 100;  // a partial last scale block
+  const pc::quantize_config cfg{.bits = 8, .block = 256};
+  pc::error_feedback<pc::quantize> host(pc::quantize{cfg});
+  std::vector<float> theta = gaussian(n, 21), b(n, 0.0f), r(n, 0.0f), sent(n);
+  paco::buffer<float, paco::cuda> d_theta = to_device(theta), d_b(n), d_r(n), d_delta(n),
+                                  d_sent(n);
+  std::vector<std::byte> hw(host.wire_bytes(n, 8)), dw(hw.size());
+  paco::buffer<std::byte, paco::cuda> d_w(hw.size());
+  for (int round = 0; round < 3; ++round) {
+    auto delta = gaussian(n, 100 + round, 1e-3f);
+    // host
+    ok(host.encode({delta.data(), n}, {r.data(), n}, 8, {hw.data(), hw.size()}), "host ef encode");
+    ok(host.decode({hw.data(), hw.size()}, 8, {sent.data(), n}), "host decode");
+    ok(pc::nesterov_update({theta.data(), n}, {b.data(), n}, {sent.data(), n}, 0.9f, 0.7f),
+       "host nesterov");
+    // device
+    cudaMemcpy(d_delta.data(), delta.data(), 4 * n, cudaMemcpyHostToDevice);
+    ok(pk::ef_accumulate(d_delta.data(), d_r.data(), n, st), "ef_accumulate");
+    ok(pk::quantize_blockwise(d_r.data(), n, cfg, 8, 0, d_w.data(), d_w.size(), st), "quantize");
+    scratch.reset();
+    ok(pk::dequantize_blockwise(d_w.data(), d_w.size(), n, cfg, 8, d_sent.data(), scratch, st),
+       "dequantize");
+    ok(pk::ef_subtract(d_r.data(), d_sent.data(), n, st), "ef_subtract");
+    ok(pk::nesterov_update(d_theta.data(), d_b.data(), d_sent.data(), n, 0.9f, 0.7f, st),
+       "nesterov_update");
+    cudaStreamSynchronize(st);
+    cudaMemcpy(dw.data(), d_w.data(), dw.size(), cudaMemcpyDeviceToHost);
+    EXPECT(std::memcmp(dw.data(), hw.data(), hw.size()) == 0, "outer step payload differs, round %d",
+           round);
+  }
+  EXPECT(std::memcmp(to_host(d_r).data(), r.data(), 4 * n) == 0, "outer step residual differs");
+  EXPECT(std::memcmp(to_host(d_theta).data(), theta.data(), 4 * n) == 0, "outer step θ differs");
+}
+
 }  // namespace
 
 int main() {
@@ -305,6 +345,8 @@ int main() {
   test_elementwise(st);
   paco::buffer<std::byte, paco::cuda> topk_mem;
   test_topk(st, topk_mem);
+  scratch.reset();
+  test_outer_step(st, scratch);
   cudaStreamDestroy(st);
   std::printf("%s (%d failures)\n", failures ? "FAILED" : "all kernel tests passed", failures);
   return failures ? 1 : 0;
