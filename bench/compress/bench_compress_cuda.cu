@@ -1,7 +1,8 @@
-// bench_compress_cuda: CUDA kernel throughput (quantize/dequantize int8 and int4, bf16 cast,
-// top-k at densities 0.001, 0.01, 0.1) on a 64 MiB float32 buffer against cudaMemcpy
-// device-to-device of the same buffer, timed with CUDA events (median of reps). Validates against the host codec before timing.
-// Throughput is fp32 bytes per second (4n / time). Last line: {"bench":"compress","rows":[...]}.
+// bench_compress_cuda: CUDA kernel throughput (quantize/dequantize int8 and int4 absmax, int8
+// min-max and stochastic, bf16 cast, top-k at densities 0.001, 0.01, 0.1) on a 64 MiB float32
+// buffer against cudaMemcpy device-to-device of the same buffer, timed with CUDA events (median
+// of reps). Validates against the host codec before timing. Throughput is fp32 bytes per second
+// (4n / time). Last line: {"bench":"compress","rows":[...]}.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -89,22 +90,32 @@ int main(int argc, char** argv) {
       pk::dequantize_workspace_bytes(), pk::topk_workspace_bytes(n, pc::topk_count(n, 0.01))));
   pk::scratch_arena scratch(scratch_mem.data(), scratch_mem.size());
   int bad = 0;
-  for (int bits : {8, 4}) {
-    const pc::quantize_config cfg{.bits = bits, .block = 256};
+  struct variant {
+    const char* name;
+    pc::quantize_config cfg;
+  };
+  const variant variants[] = {
+      {"int8", {.bits = 8, .block = 256}},
+      {"int4", {.bits = 4, .block = 256}},
+      {"int8_minmax", {.bits = 8, .block = 256, .scale = pc::scale_mode::minmax}},
+      {"int8_stochastic", {.bits = 8, .block = 256, .stochastic = true}},
+  };
+  for (const auto& [name, cfg] : variants) {
+    const int bits = cfg.bits;
     pc::quantize host(cfg);
     paco::buffer<std::byte, paco::cuda> w(host.wire_bytes(n, bits));
-    // validate: device payload == host payload
+    // validate: device payload == host payload (same key for the stochastic rounding)
     std::vector<std::byte> hw(w.size()), dw(w.size());
-    host.encode_with_key({hx.data(), n}, bits, 0, {hw.data(), hw.size()});
-    (void)pk::quantize_blockwise(x.data(), n, cfg, bits, 0, w.data(), w.size(), st);
+    host.encode_with_key({hx.data(), n}, bits, 7, {hw.data(), hw.size()});
+    (void)pk::quantize_blockwise(x.data(), n, cfg, bits, 7, w.data(), w.size(), st);
     cudaMemcpy(dw.data(), w.data(), w.size(), cudaMemcpyDeviceToHost);
     if (std::memcmp(hw.data(), dw.data(), hw.size()) != 0) {
-      std::fprintf(stderr, "int%d: device payload differs from host\n", bits);
+      std::fprintf(stderr, "%s: device payload differs from host\n", name);
       bad = 1;
     }
     add(
-        "int" + std::to_string(bits),
-        [&] { (void)pk::quantize_blockwise(x.data(), n, cfg, bits, 0, w.data(), w.size(), st); },
+        name,
+        [&] { (void)pk::quantize_blockwise(x.data(), n, cfg, bits, 7, w.data(), w.size(), st); },
         [&] {
           scratch.reset();
           (void)pk::dequantize_blockwise(w.data(), w.size(), n, cfg, bits, y.data(), scratch, st);
