@@ -40,17 +40,17 @@ namespace {
 
 struct options {
   int d = 128, ctx = 128, layers = 4, heads = 4, batch = 16;
-  int steps = 1200;      // S: inner steps per worker
-  int inner = 100;       // H: inner steps per round
-  int pretrain = 3000;   // base model steps (shared by every row)
+  int steps = 1200;     // S: inner steps per worker
+  int inner = 100;      // H: inner steps per round
+  int pretrain = 3000;  // base model steps (shared by every row)
   int threads = 2;
-  int prefix = 32;       // routing prefix (bytes)
-  int overlap = 2;       // DiPaCo trains each path on the documents that rank it in their top n
+  int prefix = 32;          // routing prefix (bytes)
+  int overlap = 2;          // DiPaCo trains each path on the documents that rank it in their top n
   int router_bytes = 1024;  // tail of each training document held out as router data
-  float lr = 2e-3f, min_lr = 2e-4f;  // base model schedule
+  float lr = 2e-3f, min_lr = 2e-4f;      // base model schedule
   float row_lr = 1e-3f, row_min_lr = 0;  // every row's schedule after the base (0: lr, 0.1·peak)
   std::string rows = "dense,dense_4x,diloco_p4,moe_p4,dipaco_2x2";  // which rows to run
-  std::string base_file;              // cache of the base model (loaded if it matches)
+  std::string base_file;                // cache of the base model (loaded if it matches)
   std::vector<int> reroute_lik = {64};  // W of the dipaco_2x2_rerouteW_lik rows
   std::string path_rescale = "none";    // DiPaCo's outer-gradient rescale (outer/delta.hpp)
   float outer_lr = 0.7f, outer_momentum = 0.9f;  // outer Nesterov of every multi-worker row
@@ -66,7 +66,9 @@ struct options {
   }
 };
 
-double secs(clk::time_point t0) { return std::chrono::duration<double>(clk::now() - t0).count(); }
+double secs(clk::time_point t0) {
+  return std::chrono::duration<double>(clk::now() - t0).count();
+}
 
 struct doc {
   std::vector<std::int32_t> train;   // the part used for training shards
@@ -174,8 +176,8 @@ int main(int argc, char** argv) {
   }
   for (int W : o.reroute_lik)
     if (W < 1 || W > o.ctx) {
-      std::fprintf(stderr, "dipaco_table: --reroute-lik %d: each W must be in [1, --ctx = %d]\n",
-                   W, o.ctx);
+      std::fprintf(stderr, "dipaco_table: --reroute-lik %d: each W must be in [1, --ctx = %d]\n", W,
+                   o.ctx);
       return 2;
     }
   const auto t_all = clk::now();
@@ -198,22 +200,26 @@ int main(int argc, char** argv) {
     x.router.assign(x.all.begin() + std::ptrdiff_t(cut), x.all.end());
     train.push_back(std::move(x));
   }
-  for (auto& d : corpus->subset(io::split::validation).docs) val.push_back({{}, {}, tok.encode(d.text)});
+  for (auto& d : corpus->subset(io::split::validation).docs)
+    val.push_back({{}, {}, tok.encode(d.text)});
   std::vector<const std::vector<std::int32_t>*> all_train;
   for (auto& d : train) all_train.push_back(&d.train);
   auto full = stream_of(all_train);
-  std::printf("Brown: %zu training documents (%.2f MB for training, %.2f MB held out for the "
-              "router), %zu validation documents\n",
-              train.size(), full.ids.size() / 1e6,
-              std::accumulate(train.begin(), train.end(), 0.0,
-                              [](double a, const doc& d) { return a + d.router.size(); }) / 1e6,
-              val.size());
+  std::printf(
+      "Brown: %zu training documents (%.2f MB for training, %.2f MB held out for the "
+      "router), %zu validation documents\n",
+      train.size(), full.ids.size() / 1e6,
+      std::accumulate(train.begin(), train.end(), 0.0,
+                      [](double a, const doc& d) { return a + d.router.size(); }) /
+          1e6,
+      val.size());
 
   nn::gpt model({.vocab = 256, .ctx = o.ctx, .d = o.d, .layers = o.layers, .heads = o.heads});
   const std::size_t P = model.param_count();
-  std::printf("per-path model: GPT d=%d layers=%d ctx=%d, %.2fM parameters; S=%d inner steps per "
-              "worker, H=%d, batch %d; GEMM %s\n",
-              o.d, o.layers, o.ctx, P / 1e6, o.steps, o.inner, o.batch, nn::gemm_backend());
+  std::printf(
+      "per-path model: GPT d=%d layers=%d ctx=%d, %.2fM parameters; S=%d inner steps per "
+      "worker, H=%d, batch %d; GEMM %s\n",
+      o.d, o.layers, o.ctx, P / 1e6, o.steps, o.inner, o.batch, nn::gemm_backend());
 
   // ---- the shared base model (pretraining, also the router's frozen feature extractor) ----
   arena<host> base(model.layout());
@@ -297,18 +303,27 @@ int main(int argc, char** argv) {
     const auto t0 = clk::now();
     arena<host> a(model.layout());
     std::copy(theta0.begin(), theta0.end(), a.get(plane::param).begin());
-    train_dense(model, a, full, mult * o.steps, o, o.row_lr, o.row_min_lr, o.seed + 10 + mult, mult == 1 ? "dense" : "dense_4x");
+    train_dense(model, a, full, mult * o.steps, o, o.row_lr, o.row_min_lr, o.seed + 10 + mult,
+                mult == 1 ? "dense" : "dense_4x");
     std::vector<std::vector<float>> th{{a.get(plane::param).begin(), a.get(plane::param).end()}};
-    row r{mult == 1 ? "dense" : "dense_4x", routed_bpb(model, th, val, one_route_val, o), 0, 0,
-          secs(t0), P};
+    row r{mult == 1 ? "dense" : "dense_4x",
+          routed_bpb(model, th, val, one_route_val, o),
+          0,
+          0,
+          secs(t0),
+          P};
     rows.push_back(r);
     std::printf("%-22s val %.4f bpb  (%.0f s)\n", r.name.c_str(), r.val_bpb, r.wall_s);
   }
 
   const int rounds = o.steps / o.inner;
-  sync::inner_config icfg{.batch = o.batch, .ctx = o.ctx, .steps = o.inner, .grad_clip = 1.0f,
-                          .schedule = {.lr = o.row_lr, .min_lr = o.row_min_lr, .warmup = 50, .total = o.steps},
-                          .threads = 1};
+  sync::inner_config icfg{
+      .batch = o.batch,
+      .ctx = o.ctx,
+      .steps = o.inner,
+      .grad_clip = 1.0f,
+      .schedule = {.lr = o.row_lr, .min_lr = o.row_min_lr, .warmup = 50, .total = o.steps},
+      .threads = 1};
   optim::adamw inner{.lr = o.row_lr};
   const outer::nesterov outer_opt{.lr = o.outer_lr, .momentum = o.outer_momentum};
   if (auto v = outer_opt.validate(); !v) {
@@ -361,7 +376,8 @@ int main(int argc, char** argv) {
     double bytes = 0;
     run_grid("diloco_p4", grid, levels, {0}, {0, 0, 0, 0}, shards, 0, rounds, &store, bytes);
     auto th = path_thetas(grid, store, levels, {0});
-    row r{"diloco_p4", routed_bpb(model, th, val, one_route_val, o), bytes, dp_bytes(K), secs(t0), P};
+    row r{
+        "diloco_p4", routed_bpb(model, th, val, one_route_val, o), bytes, dp_bytes(K), secs(t0), P};
     rows.push_back(r);
     std::printf("%-22s val %.4f bpb  (%.0f s)\n", r.name.c_str(), r.val_bpb, r.wall_s);
   }
@@ -434,13 +450,13 @@ int main(int argc, char** argv) {
     auto shards2 = shards_of_sets(top2);
     int moved = 0;
     for (std::size_t i = 0; i < train.size(); ++i) moved += train2[i] != train_route[i];
-    std::printf("discriminative re-routing: %d of %zu training documents changed path; shards:", moved,
-                train.size());
+    std::printf("discriminative re-routing: %d of %zu training documents changed path; shards:",
+                moved, train.size());
     for (int k = 0; k < K; ++k)
       std::printf(" %zu", std::size_t(std::count(train2.begin(), train2.end(), k)));
     std::printf("\n");
-    run_grid("dipaco_2x2 (discriminative)", grid, levels, module_level, {0, 1, 2, 3}, shards2, phase1,
-             rounds, &store, bytes);
+    run_grid("dipaco_2x2 (discriminative)", grid, levels, module_level, {0, 1, 2, 3}, shards2,
+             phase1, rounds, &store, bytes);
     auto thf = path_thetas(grid, store, levels, module_level);
     row r{"dipaco_2x2", routed_bpb(model, thf, val, val2, o), bytes, dp_bytes(K), secs(t0), 2 * P};
     rows.push_back(r);
@@ -457,14 +473,20 @@ int main(int argc, char** argv) {
       tot += route::rerouted_nll(
           s, o.prefix, s.size(), 64,
           [&](std::span<const std::int32_t> chunk) {
-            auto f = route::prefix_features(model, theta0.data(), {chunk}, std::min(64, o.ctx), 1, &wsf);
+            auto f =
+                route::prefix_features(model, theta0.data(), {chunk}, std::min(64, o.ctx), 1, &wsf);
             return lr->route(f.data());
           },
           [&](int p, std::size_t b, std::size_t e) {
             return route::chunk_nll(model, thf[p].data(), s, b, e, wsr);
           });
     }
-    row rr{"dipaco_2x2_reroute64", tot.bits_per_token(), bytes, dp_bytes(K), r.wall_s + secs(t1), 2 * P};
+    row rr{"dipaco_2x2_reroute64",
+           tot.bits_per_token(),
+           bytes,
+           dp_bytes(K),
+           r.wall_s + secs(t1),
+           2 * P};
     rows.push_back(rr);
     std::printf("%-22s val %.4f bpb\n", rr.name.c_str(), rr.val_bpb);
 
@@ -479,12 +501,15 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < val.size(); ++i) {
         const auto& s = val[i].all;
         if (s.size() <= std::size_t(o.prefix) + 1) continue;
-        tot2 += route::likelihood_rerouted_nll(model, thp, s, o.prefix, s.size(),
-                                               std::size_t(W), wsr);
+        tot2 +=
+            route::likelihood_rerouted_nll(model, thp, s, o.prefix, s.size(), std::size_t(W), wsr);
       }
-      row rl{"dipaco_2x2_reroute" + std::to_string(W) + "_lik", tot2.bits_per_token(), bytes,
+      row rl{"dipaco_2x2_reroute" + std::to_string(W) + "_lik",
+             tot2.bits_per_token(),
+             bytes,
              dp_bytes(K),
-             r.wall_s + secs(t2), 2 * P};
+             r.wall_s + secs(t2),
+             2 * P};
       rows.push_back(rl);
       std::printf("%-22s val %.4f bpb\n", rl.name.c_str(), rl.val_bpb);
     }
@@ -506,14 +531,15 @@ int main(int argc, char** argv) {
     }
     int agree = 0;
     for (std::size_t i = 0; i < val.size(); ++i) agree += best[i] == val2[i];
-    std::printf("diagnostic: the router picks a validation document's best path for %d of %zu; "
-                "an oracle that knew it would score %.4f bpb\n",
-                agree, val.size(), oracle.bits_per_token());
+    std::printf(
+        "diagnostic: the router picks a validation document's best path for %d of %zu; "
+        "an oracle that knew it would score %.4f bpb\n",
+        agree, val.size(), oracle.bits_per_token());
   }
 
   // ---- table ----
-  std::printf("\n| %-22s | %9s | %10s | %12s | %12s | %8s |\n", "row", "val bpb", "params", "bytes sent",
-              "DP would send", "wall s");
+  std::printf("\n| %-22s | %9s | %10s | %12s | %12s | %8s |\n", "row", "val bpb", "params",
+              "bytes sent", "DP would send", "wall s");
   std::printf("|%s|%s|%s|%s|%s|%s|\n", std::string(24, '-').c_str(), std::string(11, '-').c_str(),
               std::string(12, '-').c_str(), std::string(14, '-').c_str(),
               std::string(14, '-').c_str(), std::string(10, '-').c_str());
@@ -521,20 +547,31 @@ int main(int argc, char** argv) {
   for (auto& r : rows) {
     std::printf("| %-22s | %9.4f | %9.2fM | %11.1f MB | %11.1f MB | %8.0f |\n", r.name.c_str(),
                 r.val_bpb, r.params_total / 1e6, r.bytes_sent / 1e6, r.dp_bytes / 1e6, r.wall_s);
-    jr.push_back({{"name", r.name}, {"val_bpb", std::round(r.val_bpb * 1e4) / 1e4},
-                  {"bytes_sent", r.bytes_sent}, {"dp_bytes", r.dp_bytes},
-                  {"wall_s", std::round(r.wall_s * 10) / 10}, {"params_total", r.params_total}});
+    jr.push_back({{"name", r.name},
+                  {"val_bpb", std::round(r.val_bpb * 1e4) / 1e4},
+                  {"bytes_sent", r.bytes_sent},
+                  {"dp_bytes", r.dp_bytes},
+                  {"wall_s", std::round(r.wall_s * 10) / 10},
+                  {"params_total", r.params_total}});
   }
   std::printf("total wall time %.0f s\n", secs(t_all));
-  std::printf("%s\n", nlohmann::json({{"bench", "dipaco_table"}, {"rows", jr},
-                                      {"config", {{"d", o.d}, {"layers", o.layers}, {"ctx", o.ctx},
-                                                  {"batch", o.batch}, {"steps", o.steps},
-                                                  {"inner", o.inner}, {"pretrain", o.pretrain},
-                                                  {"prefix", o.prefix}, {"overlap", o.overlap},
-                                                  {"lr", o.lr}, {"row_lr", o.row_lr},
-                                                  {"path_rescale", o.path_rescale},
-                                                  {"outer_lr", o.outer_lr},
-                                                  {"outer_momentum", o.outer_momentum}}}})
+  std::printf("%s\n", nlohmann::json({{"bench", "dipaco_table"},
+                                      {"rows", jr},
+                                      {"config",
+                                       {{"d", o.d},
+                                        {"layers", o.layers},
+                                        {"ctx", o.ctx},
+                                        {"batch", o.batch},
+                                        {"steps", o.steps},
+                                        {"inner", o.inner},
+                                        {"pretrain", o.pretrain},
+                                        {"prefix", o.prefix},
+                                        {"overlap", o.overlap},
+                                        {"lr", o.lr},
+                                        {"row_lr", o.row_lr},
+                                        {"path_rescale", o.path_rescale},
+                                        {"outer_lr", o.outer_lr},
+                                        {"outer_momentum", o.outer_momentum}}}})
                           .dump()
                           .c_str());
   return 0;

@@ -36,9 +36,8 @@ __global__ void to_half_kernel(const float* __restrict__ x, std::size_t n, bool 
   const std::size_t groups = vec ? n / 4 : 0;
   PACO_GRID_STRIDE(g, groups) {
     const float4 v = reinterpret_cast<const float4*>(x)[g];
-    reinterpret_cast<uint2*>(h)[g] =
-        make_uint2(one(v.x) | static_cast<unsigned>(one(v.y)) << 16,
-                   one(v.z) | static_cast<unsigned>(one(v.w)) << 16);
+    reinterpret_cast<uint2*>(h)[g] = make_uint2(one(v.x) | static_cast<unsigned>(one(v.y)) << 16,
+                                                one(v.z) | static_cast<unsigned>(one(v.w)) << 16);
   }
   PACO_GRID_STRIDE(j, n - 4 * groups) h[4 * groups + j] = one(x[4 * groups + j]);
 }
@@ -50,9 +49,9 @@ __global__ void from_half_kernel(const std::uint16_t* __restrict__ h, std::size_
   const std::size_t groups = vec ? n / 4 : 0;
   PACO_GRID_STRIDE(g, groups) {
     const uint2 c = reinterpret_cast<const uint2*>(h)[g];
-    reinterpret_cast<float4*>(y)[g] =
-        make_float4(one(static_cast<std::uint16_t>(c.x)), one(static_cast<std::uint16_t>(c.x >> 16)),
-                    one(static_cast<std::uint16_t>(c.y)), one(static_cast<std::uint16_t>(c.y >> 16)));
+    reinterpret_cast<float4*>(y)[g] = make_float4(
+        one(static_cast<std::uint16_t>(c.x)), one(static_cast<std::uint16_t>(c.x >> 16)),
+        one(static_cast<std::uint16_t>(c.y)), one(static_cast<std::uint16_t>(c.y >> 16)));
   }
   PACO_GRID_STRIDE(j, n - 4 * groups) y[4 * groups + j] = one(h[4 * groups + j]);
 }

@@ -13,8 +13,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <string>
 #include <cub/block/block_reduce.cuh>
+#include <string>
 
 #include "paco/compress/detail/formulas.hpp"
 #include "paco/compress/quantize.hpp"
@@ -209,10 +209,9 @@ __device__ inline unsigned load_word(const std::uint8_t* codes, std::size_t grou
 
 // Full scale blocks 0..full-1 of the payload (nb blocks in all).
 template <int V>
-__global__ void quantize_warp_kernel(const float4* __restrict__ x, std::size_t full,
-                                     std::size_t nb, std::size_t block, int bits, bool minmax,
-                                     bool stochastic, std::uint64_t key,
-                                     std::uint8_t* __restrict__ out) {
+__global__ void quantize_warp_kernel(const float4* __restrict__ x, std::size_t full, std::size_t nb,
+                                     std::size_t block, int bits, bool minmax, bool stochastic,
+                                     std::uint64_t key, std::uint8_t* __restrict__ out) {
   namespace f = paco::compress::formula;
   const std::size_t b = (blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x) / 32;
   if (b >= full) return;  // b is the same for the whole warp
@@ -356,11 +355,11 @@ inline status quantize_blockwise(const float* x, std::size_t n,
     const auto grid = static_cast<unsigned>((full + 7) / 8);  // 8 warps of 32 per thread block
     const auto* x4 = reinterpret_cast<const float4*>(x);
     if (full > 0 && c.block <= 128 * detail::warp_held)
-      detail::quantize_warp_kernel<detail::warp_held><<<grid, 256, 0, stream>>>(
-          x4, full, nb, c.block, bits, minmax, c.stochastic, key, o);
+      detail::quantize_warp_kernel<detail::warp_held>
+          <<<grid, 256, 0, stream>>>(x4, full, nb, c.block, bits, minmax, c.stochastic, key, o);
     else if (full > 0)
-      detail::quantize_warp_kernel<0><<<grid, 256, 0, stream>>>(x4, full, nb, c.block, bits,
-                                                                  minmax, c.stochastic, key, o);
+      detail::quantize_warp_kernel<0>
+          <<<grid, 256, 0, stream>>>(x4, full, nb, c.block, bits, minmax, c.stochastic, key, o);
   }
   if (full < nb)
     detail::quantize_kernel<256><<<static_cast<unsigned>(nb - full), 256, 0, stream>>>(

@@ -34,8 +34,8 @@ namespace detail {
 
 constexpr int topk_threads = 256;
 constexpr int topk_warps = topk_threads / 32;
-constexpr std::size_t topk_tile = 4096;          // elements per tile
-constexpr std::size_t topk_sample_every = 64;    // float4 groups per sampled group
+constexpr std::size_t topk_tile = 4096;        // elements per tile
+constexpr std::size_t topk_sample_every = 64;  // float4 groups per sampled group
 
 struct topk_state {
   std::uint32_t sample_hist[4096];
@@ -293,8 +293,7 @@ __global__ void __launch_bounds__(topk_threads)
 // 8..0 under the prefix fixed by the earlier rounds. Returns at once when there is no tie.
 template <int = 0>  // a template: no duplicate symbols when many .cu files include this
 __global__ void __launch_bounds__(topk_threads)
-    topk_tie_kernel(const uint2* __restrict__ entries, std::uint32_t k, topk_state* st,
-                    int round) {
+    topk_tie_kernel(const uint2* __restrict__ entries, std::uint32_t k, topk_state* st, int round) {
   if (!__ldcg(&st->ties)) return;
   __shared__ std::uint32_t h[2048];
   __shared__ std::uint32_t bin, rest;
@@ -330,8 +329,8 @@ __device__ inline bool topk_kept(uint2 e, std::uint32_t cut, std::uint32_t last_
 template <int = 0>  // a template: no duplicate symbols when many .cu files include this
 __global__ void __launch_bounds__(topk_threads)
     topk_slot_kernel(const uint2* __restrict__ entries, const std::uint32_t* __restrict__ count,
-                     const std::uint32_t* __restrict__ offset, std::size_t tiles,
-                     topk_state* st, std::uint32_t* __restrict__ slot) {
+                     const std::uint32_t* __restrict__ offset, std::size_t tiles, topk_state* st,
+                     std::uint32_t* __restrict__ slot) {
   const std::uint32_t cut = __ldcg(&st->cut_key), last_index = __ldcg(&st->last_index);
   const std::size_t warps = static_cast<std::size_t>(gridDim.x) * topk_warps;
   for (std::size_t t = blockIdx.x * static_cast<std::size_t>(topk_warps) + threadIdx.x / 32;
@@ -339,7 +338,8 @@ __global__ void __launch_bounds__(topk_threads)
     const std::uint32_t m = count[t];
     const uint2* e = entries + offset[t];
     std::uint32_t kept = 0;
-    for (std::uint32_t j = threadIdx.x % 32; j < m; j += 32) kept += topk_kept(e[j], cut, last_index);
+    for (std::uint32_t j = threadIdx.x % 32; j < m; j += 32)
+      kept += topk_kept(e[j], cut, last_index);
     kept = __reduce_add_sync(0xffffffffu, kept);
     if (threadIdx.x % 32 == 0) slot[t] = kept;
   }
@@ -380,9 +380,8 @@ template <int = 0>  // a template: no duplicate symbols when many .cu files incl
 __global__ void __launch_bounds__(topk_threads)
     topk_emit_kernel(const uint2* __restrict__ entries, const std::uint32_t* __restrict__ count,
                      const std::uint32_t* __restrict__ offset, std::size_t tiles,
-                     const topk_state* __restrict__ st,
-                     const std::uint32_t* __restrict__ slot, std::uint32_t* __restrict__ out_idx,
-                     float* __restrict__ out_val) {
+                     const topk_state* __restrict__ st, const std::uint32_t* __restrict__ slot,
+                     std::uint32_t* __restrict__ out_idx, float* __restrict__ out_val) {
   const std::uint32_t cut = st->cut_key, last_index = st->last_index;
   const unsigned lane = threadIdx.x % 32;
   const std::size_t warps = static_cast<std::size_t>(gridDim.x) * topk_warps;
@@ -463,8 +462,7 @@ status topk_select(const float* x, std::size_t n, double density, std::byte* out
     return {errc::invalid_argument, "topk_select: output is not wire_bytes(n, density)"};
   if (n == 0) return {};
   const std::size_t tiles = detail::topk_tiles(n);
-  const std::size_t state_bytes =
-      sizeof(detail::topk_state) + 3 * tiles * sizeof(std::uint32_t);
+  const std::size_t state_bytes = sizeof(detail::topk_state) + 3 * tiles * sizeof(std::uint32_t);
   auto* st = static_cast<detail::topk_state*>(scratch.take(state_bytes));
   auto* entries = static_cast<uint2*>(scratch.take(n * sizeof(uint2)));
   if (!st || !entries)
@@ -479,7 +477,8 @@ status topk_select(const float* x, std::size_t n, double density, std::byte* out
   // the sample's rank of the floor: its expected rank of the cut plus 4 standard deviations
   // (binomial) and a few; lo stays 0 (collect everything) when that exceeds the sample
   const std::size_t samples = detail::topk_samples(n, vec);
-  const double expect = static_cast<double>(k) * static_cast<double>(samples) / static_cast<double>(n);
+  const double expect =
+      static_cast<double>(k) * static_cast<double>(samples) / static_cast<double>(n);
   const double rank = std::ceil(expect + 4.0 * std::sqrt(expect) + 8.0);
   if (rank <= static_cast<double>(samples))
     detail::topk_sample_kernel<<<detail::topk_grid(samples / 4, 4), threads, 0, stream>>>(
@@ -487,8 +486,8 @@ status topk_select(const float* x, std::size_t n, double density, std::byte* out
   const unsigned few = detail::topk_grid(tiles * threads, 1);  // the fallback: a block per SM
   detail::topk_collect_kernel<<<static_cast<unsigned>(tiles), threads, 0, stream>>>(
       x, n, vec, kk, false, st, count, offset, entries);
-  detail::topk_collect_kernel<<<few, threads, 0, stream>>>(x, n, vec, kk, true, st, count,
-                                                           offset, entries);
+  detail::topk_collect_kernel<<<few, threads, 0, stream>>>(x, n, vec, kk, true, st, count, offset,
+                                                           entries);
   // the entries: about 1.5·k for Gaussian data, up to n; grids sized for k, striding over the rest
   const unsigned over_entries = detail::topk_grid(k, 4);
   for (int r = 0; r < 3; ++r)
@@ -497,7 +496,7 @@ status topk_select(const float* x, std::size_t n, double density, std::byte* out
     detail::topk_tie_kernel<<<over_entries, threads, 0, stream>>>(entries, kk, st, r);
   const unsigned per_tile = detail::topk_grid(tiles * 32, 8);  // a warp per tile
   detail::topk_slot_kernel<<<per_tile, threads, 0, stream>>>(entries, count, offset, tiles, st,
-                                                              slot);
+                                                             slot);
   detail::topk_emit_kernel<<<per_tile, threads, 0, stream>>>(
       entries, count, offset, tiles, st, slot, reinterpret_cast<std::uint32_t*>(out),
       reinterpret_cast<float*>(out + 4 * k));

@@ -291,8 +291,7 @@ void test_outer_step(cudaStream_t st, pk::scratch_arena& scratch) {
   const pc::quantize_config cfg{.bits = 8, .block = 256};
   pc::error_feedback<pc::quantize> host(pc::quantize{cfg});
   std::vector<float> theta = gaussian(n, 21), b(n, 0.0f), r(n, 0.0f), sent(n);
-  paco::buffer<float, paco::cuda> d_theta = to_device(theta), d_b(n), d_r(n), d_delta(n),
-                                  d_sent(n);
+  paco::buffer<float, paco::cuda> d_theta = to_device(theta), d_b(n), d_r(n), d_delta(n), d_sent(n);
   std::vector<std::byte> hw(host.wire_bytes(n, 8)), dw(hw.size());
   paco::buffer<std::byte, paco::cuda> d_w(hw.size());
   for (int round = 0; round < 3; ++round) {
@@ -314,8 +313,8 @@ void test_outer_step(cudaStream_t st, pk::scratch_arena& scratch) {
        "nesterov_update");
     cudaStreamSynchronize(st);
     cudaMemcpy(dw.data(), d_w.data(), dw.size(), cudaMemcpyDeviceToHost);
-    EXPECT(std::memcmp(dw.data(), hw.data(), hw.size()) == 0, "outer step payload differs, round %d",
-           round);
+    EXPECT(std::memcmp(dw.data(), hw.data(), hw.size()) == 0,
+           "outer step payload differs, round %d", round);
   }
   EXPECT(std::memcmp(to_host(d_r).data(), r.data(), 4 * n) == 0, "outer step residual differs");
   EXPECT(std::memcmp(to_host(d_theta).data(), theta.data(), 4 * n) == 0, "outer step θ differs");
