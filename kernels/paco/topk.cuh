@@ -2,16 +2,17 @@
 // CUDA top-k with the host codec's wire format (paco/compress/topk.hpp): keys = |x| bits; the
 // kept elements are the k largest keys, ties at the cut going to the lowest indices (as on the
 // host), written with increasing indices. No sort, one full pass over x:
-//   1. sample: a histogram of the top 12 key bits of one float4 in 64 picks a floor `lo` that
-//      about k·(1 + margin) elements reach (a lower edge of a 12-bit bin);
+//   1. sample: a histogram of the top 12 key bits of the first 64 elements of every tile picks
+//      a floor `lo` that about k·(1 + margin) elements reach (a lower edge of a 12-bit bin);
 //   2. collect (the one full pass): each tile of 4096 elements appends its elements with
 //      key >= lo, in index order, to one dense array of "entries" (the tile's offset from a
 //      counter); if fewer than k were collected (a sample that misled), a second launch
 //      collects every element;
-//   3. select, over the entries only: three digits of the key (12 + 12 + 7 bits) find the cut,
-//      and when more entries share the cut key than are needed, three digits of the index
-//      (11 + 11 + 9 bits) find the last index taken;
-//   4. emit: per tile, the kept entries go to their slot of the payload (a scan over tiles).
+//   3. select, over the entries only: three digits of the key (12 + 12 + 7 bits) find the cut
+//      and how many entries with the cut key are taken (the lowest indices);
+//   4. emit: a scan over tiles of the entries above the cut and of those at it gives each
+//      tile's slot in the payload and its first rank among the cut-key entries; a warp per tile
+//      then writes its kept entries.
 // Each histogram kernel's last thread block to finish picks the digit (a "last block done"
 // counter), so nothing waits for the host.
 //
@@ -34,29 +35,26 @@ namespace detail {
 
 constexpr int topk_threads = 256;
 constexpr int topk_warps = topk_threads / 32;
-constexpr std::size_t topk_tile = 4096;        // elements per tile
-constexpr std::size_t topk_sample_every = 64;  // float4 groups per sampled group
+constexpr std::size_t topk_tile = 4096;      // elements per tile
+constexpr std::size_t topk_sample_run = 64;  // the sample: the first 64 elements of each tile
 
 struct topk_state {
   std::uint32_t sample_hist[4096];
-  std::uint32_t hist[3][4096];      // key digits 30..19, 18..7, 6..0 among the entries
-  std::uint32_t tie_hist[3][2048];  // index digits 30..20, 19..9, 8..0 among cut-key entries
-  std::uint32_t done[8];            // finished thread blocks per kernel with a last-block step
-  std::uint32_t lo;                 // entries are the elements with key >= lo (0 if unsampled)
-  std::uint32_t entries;            // entries collected by the first collection
-  std::uint32_t entries_all;        // entries collected by the fallback (every element)
-  std::uint32_t want;               // entries still to take under the key digits fixed so far
-  std::uint32_t prefix;             // key bits fixed so far
-  std::uint32_t cut_key;            // the k-th largest key
-  std::uint32_t ties;               // 1 when only some entries with key == cut_key are taken
-  std::uint32_t tie_want;           // how many of them are still to take (lowest indices first)
-  std::uint32_t tie_prefix;         // index bits fixed so far
-  std::uint32_t last_index;         // largest index taken among key == cut_key (all: ~0u)
+  std::uint32_t hist[3][4096];  // key digits 30..19, 18..7, 6..0 among the entries
+  std::uint32_t done[8];        // finished thread blocks per kernel with a last-block step
+  std::uint32_t lo;             // entries are the elements with key >= lo (0 if unsampled)
+  std::uint32_t entries;        // entries collected by the first collection
+  std::uint32_t entries_all;    // entries collected by the fallback (every element)
+  std::uint32_t want;     // entries still to take under the key digits fixed so far; after the
+                          // last digit: how many with key == cut_key (lowest indices first)
+  std::uint32_t prefix;   // key bits fixed so far
+  std::uint32_t cut_key;  // the k-th largest key
 };
 // The scratch holds, after the state: count[tiles] (entries per tile), offset[tiles] (where a
-// tile's entries start), slot[tiles] (kept per tile, then each tile's first output slot), then
-// entries[n] (uint2: value bits, index). Tiles append their entries in index order at an offset
-// taken from a counter, so the entries are one dense array (in no particular tile order).
+// tile's entries start), slot[tiles] (each tile's first output slot), equal[tiles] (entries with
+// the cut key in the tiles before), then entries[n] (uint2: value bits, index). Tiles append their
+// entries in index order at an offset taken from a counter, so the entries are one dense array (in
+// no particular tile order).
 
 // Entries the select kernels go over: the first collection's, or the fallback's when the first
 // collected fewer than k.
@@ -130,30 +128,21 @@ __global__ void __launch_bounds__(topk_threads)
   __shared__ std::uint32_t bin, rest;
   for (int b = threadIdx.x; b < 4096; b += blockDim.x) h[b] = 0;
   __syncthreads();
-  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  const std::size_t t0 = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  if (vec) {
-    const std::size_t groups = (n / 4 + topk_sample_every - 1) / topk_sample_every;
-    const auto* x4 = reinterpret_cast<const float4*>(x);
-    constexpr int u = 4;  // loads in flight per thread before their atomics
-    for (std::size_t j = t0; j < groups; j += u * stride) {
-      float4 v[u];
-#pragma unroll
-      for (int r = 0; r < u; ++r)
-        if (j + r * stride < groups) v[r] = x4[(j + r * stride) * topk_sample_every];
-#pragma unroll
-      for (int r = 0; r < u; ++r)
-        if (j + r * stride < groups) {
-          warp_count(h, f::magnitude_key(v[r].x) >> 19);
-          warp_count(h, f::magnitude_key(v[r].y) >> 19);
-          warp_count(h, f::magnitude_key(v[r].z) >> 19);
-          warp_count(h, f::magnitude_key(v[r].w) >> 19);
-        }
+  // thread g looks at 4 elements: quad g % 16 of the first 64 elements of tile g / 16
+  const std::size_t tiles = (n + topk_tile - 1) / topk_tile;
+  for (std::size_t g = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+       g < tiles * (topk_sample_run / 4); g += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const std::size_t i0 = g / (topk_sample_run / 4) * topk_tile + 4 * (g % (topk_sample_run / 4));
+    if (vec && i0 + 4 <= n) {
+      const float4 v = *reinterpret_cast<const float4*>(x + i0);
+      warp_count(h, f::magnitude_key(v.x) >> 19);
+      warp_count(h, f::magnitude_key(v.y) >> 19);
+      warp_count(h, f::magnitude_key(v.z) >> 19);
+      warp_count(h, f::magnitude_key(v.w) >> 19);
+    } else {
+      for (std::size_t i = i0; i < i0 + 4 && i < n; ++i)
+        warp_count(h, f::magnitude_key(x[i]) >> 19);
     }
-  } else {
-    const std::size_t every = 4 * topk_sample_every;
-    for (std::size_t j = t0; j < (n + every - 1) / every; j += stride)
-      atomicAdd(&h[f::magnitude_key(x[j * every]) >> 19], 1u);
   }
   if (!flush_and_check_last<4096>(h, st->sample_hist, &st->done[0])) return;
   find_bin<4096>(st->sample_hist, rank, true, &bin, &rest);
@@ -162,10 +151,9 @@ __global__ void __launch_bounds__(topk_threads)
 }
 
 // Elements the sample kernel looks at (the host sizes `rank` with it).
-inline std::size_t topk_samples(std::size_t n, bool vec) {
-  if (vec) return 4 * ((n / 4 + topk_sample_every - 1) / topk_sample_every);
-  const std::size_t every = 4 * topk_sample_every;
-  return (n + every - 1) / every;
+inline std::size_t topk_samples(std::size_t n) {
+  const std::size_t full = n / topk_tile, rest = n % topk_tile;
+  return full * topk_sample_run + (rest < topk_sample_run ? rest : topk_sample_run);
 }
 
 // The elements of one tile with key >= lo, in index order, appended to the entries.
@@ -278,70 +266,36 @@ __global__ void __launch_bounds__(topk_threads)
     const std::uint32_t p = prefix << (above - shift) | bin;
     st->prefix = p;
     st->want = rest;
-    if (round == 2) {
-      st->cut_key = p;
-      const bool ties = rest < __ldcg(&st->hist[2][bin]);
-      st->ties = ties;
-      st->tie_want = rest;
-      st->tie_prefix = 0;
-      st->last_index = ties ? 0u : 0xffffffffu;
-    }
+    if (round == 2) st->cut_key = p;
   }
 }
 
-// 3b. Tie round r (0, 1, 2) over the entries with key == cut_key: index bits 30..20, 19..9 and
-// 8..0 under the prefix fixed by the earlier rounds. Returns at once when there is no tie.
-template <int = 0>  // a template: no duplicate symbols when many .cu files include this
-__global__ void __launch_bounds__(topk_threads)
-    topk_tie_kernel(const uint2* __restrict__ entries, std::uint32_t k, topk_state* st, int round) {
-  if (!__ldcg(&st->ties)) return;
-  __shared__ std::uint32_t h[2048];
-  __shared__ std::uint32_t bin, rest;
-  for (int b = threadIdx.x; b < 2048; b += blockDim.x) h[b] = 0;
-  __syncthreads();
-  const std::uint32_t cut = __ldcg(&st->cut_key), prefix = __ldcg(&st->tie_prefix);
-  const int shift = round == 0 ? 20 : round == 1 ? 9 : 0;
-  const int above = round == 0 ? 31 : round == 1 ? 20 : 9;
-  const std::uint32_t mask = round == 2 ? 511u : 2047u;
-  for_each_entry(entries, entry_count(st, k), [&](uint2 e) {
-    if ((e.x & 0x7fffffffu) != cut) return;
-    if (round > 0 && e.y >> above != prefix) return;
-    warp_count(h, e.y >> shift & mask);
-  });
-  if (!flush_and_check_last<2048>(h, st->tie_hist[round], &st->done[4 + round])) return;
-  find_bin<2048>(st->tie_hist[round], __ldcg(&st->tie_want), false, &bin, &rest);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const std::uint32_t p = prefix << (above - shift) | bin;
-    st->tie_prefix = p;
-    st->tie_want = rest;
-    if (round == 2) st->last_index = p;
-  }
-}
-
-__device__ inline bool topk_kept(uint2 e, std::uint32_t cut, std::uint32_t last_index) {
-  const std::uint32_t key = e.x & 0x7fffffffu;
-  return key > cut || (key == cut && e.y <= last_index);
-}
-
-// 4a. Kept entries per tile; the last block turns the counts into each tile's first output
-// slot.
+// 4a. Per tile, the entries above the cut and those at it; the last block scans both over the
+// tiles into each tile's first output slot (all entries above the cut before it, plus those at
+// the cut, up to the number taken) and the cut-key entries before it.
 template <int = 0>  // a template: no duplicate symbols when many .cu files include this
 __global__ void __launch_bounds__(topk_threads)
     topk_slot_kernel(const uint2* __restrict__ entries, const std::uint32_t* __restrict__ count,
                      const std::uint32_t* __restrict__ offset, std::size_t tiles, topk_state* st,
-                     std::uint32_t* __restrict__ slot) {
-  const std::uint32_t cut = __ldcg(&st->cut_key), last_index = __ldcg(&st->last_index);
+                     std::uint32_t* __restrict__ slot, std::uint32_t* __restrict__ equal) {
+  const std::uint32_t cut = __ldcg(&st->cut_key);
   const std::size_t warps = static_cast<std::size_t>(gridDim.x) * topk_warps;
   for (std::size_t t = blockIdx.x * static_cast<std::size_t>(topk_warps) + threadIdx.x / 32;
        t < tiles; t += warps) {  // a warp per tile
     const std::uint32_t m = count[t];
     const uint2* e = entries + offset[t];
-    std::uint32_t kept = 0;
-    for (std::uint32_t j = threadIdx.x % 32; j < m; j += 32)
-      kept += topk_kept(e[j], cut, last_index);
-    kept = __reduce_add_sync(0xffffffffu, kept);
-    if (threadIdx.x % 32 == 0) slot[t] = kept;
+    std::uint32_t above = 0, at = 0;
+    for (std::uint32_t j = threadIdx.x % 32; j < m; j += 32) {
+      const std::uint32_t key = e[j].x & 0x7fffffffu;
+      above += key > cut;
+      at += key == cut;
+    }
+    above = __reduce_add_sync(0xffffffffu, above);
+    at = __reduce_add_sync(0xffffffffu, at);
+    if (threadIdx.x % 32 == 0) {
+      slot[t] = above;
+      equal[t] = at;
+    }
   }
   __threadfence();
   __syncthreads();
@@ -350,57 +304,70 @@ __global__ void __launch_bounds__(topk_threads)
   __syncthreads();
   if (!last) return;
   __threadfence();
-  using scan = cub::BlockScan<std::uint32_t, topk_threads>;
+  const std::uint32_t take_equal = __ldcg(&st->want);
+  using scan = cub::BlockScan<uint2, topk_threads>;
   __shared__ typename scan::TempStorage tmp;
+  const auto plus = [](uint2 a, uint2 b) { return make_uint2(a.x + b.x, a.y + b.y); };
   constexpr int per = 16;  // tiles per thread per sweep: one sweep up to 2^26 elements
-  std::uint32_t running = 0;
+  uint2 running = make_uint2(0u, 0u);
   for (std::size_t t0 = 0; t0 < tiles; t0 += per * topk_threads) {  // in place: counts → slots
     const std::size_t first = t0 + static_cast<std::size_t>(threadIdx.x) * per;
-    std::uint32_t c[per], sum = 0;
+    uint2 c[per], sum = make_uint2(0u, 0u);
 #pragma unroll
     for (int j = 0; j < per; ++j) {
-      c[j] = first + j < tiles ? __ldcg(&slot[first + j]) : 0u;
-      sum += c[j];
+      c[j] = first + j < tiles ? make_uint2(__ldcg(&slot[first + j]), __ldcg(&equal[first + j]))
+                               : make_uint2(0u, 0u);
+      sum = plus(sum, c[j]);
     }
-    std::uint32_t before = 0, total = 0;
-    scan(tmp).ExclusiveSum(sum, before, total);
-    before += running;
+    uint2 before, total;
+    scan(tmp).ExclusiveScan(sum, before, make_uint2(0u, 0u), plus, total);
+    before = plus(before, running);
 #pragma unroll
     for (int j = 0; j < per; ++j) {
-      if (first + j < tiles) slot[first + j] = before;
-      before += c[j];
+      if (first + j < tiles) {
+        slot[first + j] = before.x + (before.y < take_equal ? before.y : take_equal);
+        equal[first + j] = before.y;
+      }
+      before = plus(before, c[j]);
     }
-    running += total;
+    running = plus(running, total);
     __syncthreads();
   }
 }
 
-// 4b. One warp per tile writes its kept entries, in order, from the tile's slot.
+// 4b. One warp per tile writes its kept entries, in order, from the tile's slot: those above
+// the cut, and those at it while their rank among all cut-key entries is below the number taken.
 template <int = 0>  // a template: no duplicate symbols when many .cu files include this
 __global__ void __launch_bounds__(topk_threads)
     topk_emit_kernel(const uint2* __restrict__ entries, const std::uint32_t* __restrict__ count,
                      const std::uint32_t* __restrict__ offset, std::size_t tiles,
                      const topk_state* __restrict__ st, const std::uint32_t* __restrict__ slot,
-                     std::uint32_t* __restrict__ out_idx, float* __restrict__ out_val) {
-  const std::uint32_t cut = st->cut_key, last_index = st->last_index;
-  const unsigned lane = threadIdx.x % 32;
+                     const std::uint32_t* __restrict__ equal, std::uint32_t* __restrict__ out_idx,
+                     float* __restrict__ out_val) {
+  const std::uint32_t cut = st->cut_key, take_equal = st->want;
+  const unsigned lane = threadIdx.x % 32, below = (1u << lane) - 1u;
   const std::size_t warps = static_cast<std::size_t>(gridDim.x) * topk_warps;
   for (std::size_t t = blockIdx.x * static_cast<std::size_t>(topk_warps) + threadIdx.x / 32;
        t < tiles; t += warps) {
     const std::uint32_t m = count[t];
     const uint2* e = entries + offset[t];
-    std::uint32_t at = slot[t];
+    std::uint32_t at = slot[t], rank = equal[t];
     for (std::uint32_t j0 = 0; j0 < m; j0 += 32) {  // warp-uniform trip count
       const std::uint32_t j = j0 + lane;
       const uint2 v = j < m ? e[j] : make_uint2(0u, 0u);
-      const bool keep = j < m && topk_kept(v, cut, last_index);
-      const unsigned ballot = __ballot_sync(0xffffffffu, keep);
+      const std::uint32_t key = v.x & 0x7fffffffu;
+      const bool is_equal = j < m && key == cut;
+      const unsigned eq = __ballot_sync(0xffffffffu, is_equal);
+      const bool keep =
+          j < m && (key > cut || (is_equal && rank + __popc(eq & below) < take_equal));
+      const unsigned kept = __ballot_sync(0xffffffffu, keep);
       if (keep) {
-        const std::uint32_t p = at + __popc(ballot & ((1u << lane) - 1u));
+        const std::uint32_t p = at + __popc(kept & below);
         out_idx[p] = v.y;
         out_val[p] = __uint_as_float(v.x);
       }
-      at += __popc(ballot);
+      at += __popc(kept);
+      rank += __popc(eq);
     }
   }
 }
@@ -436,11 +403,11 @@ inline std::size_t topk_tiles(std::size_t n) {
 
 }  // namespace detail
 
-// Scratch bytes topk_select needs for n elements and k kept: the selection state, three counters
+// Scratch bytes topk_select needs for n elements and k kept: the selection state, four counters
 // per tile of 4096 elements, and room for n entries (about 1.5·k are used for Gaussian data).
 inline std::size_t topk_workspace_bytes(std::size_t n, std::size_t /*k*/) {
   return scratch_arena::footprint(
-      {sizeof(detail::topk_state) + 3 * detail::topk_tiles(n) * sizeof(std::uint32_t),
+      {sizeof(detail::topk_state) + 4 * detail::topk_tiles(n) * sizeof(std::uint32_t),
        n * sizeof(uint2)});
 }
 
@@ -462,7 +429,7 @@ status topk_select(const float* x, std::size_t n, double density, std::byte* out
     return {errc::invalid_argument, "topk_select: output is not wire_bytes(n, density)"};
   if (n == 0) return {};
   const std::size_t tiles = detail::topk_tiles(n);
-  const std::size_t state_bytes = sizeof(detail::topk_state) + 3 * tiles * sizeof(std::uint32_t);
+  const std::size_t state_bytes = sizeof(detail::topk_state) + 4 * tiles * sizeof(std::uint32_t);
   auto* st = static_cast<detail::topk_state*>(scratch.take(state_bytes));
   auto* entries = static_cast<uint2*>(scratch.take(n * sizeof(uint2)));
   if (!st || !entries)
@@ -470,16 +437,19 @@ status topk_select(const float* x, std::size_t n, double density, std::byte* out
   auto* count = reinterpret_cast<std::uint32_t*>(st + 1);
   auto* offset = count + tiles;
   auto* slot = offset + tiles;
+  auto* equal = slot + tiles;
   if (auto s = cuda_status(cudaMemsetAsync(st, 0, state_bytes, stream), "memset"); !s) return s;
   const bool vec = reinterpret_cast<std::uintptr_t>(x) % 16 == 0;
   const auto kk = static_cast<std::uint32_t>(k);
   constexpr int threads = detail::topk_threads;
-  // the sample's rank of the floor: its expected rank of the cut plus 4 standard deviations
-  // (binomial) and a few; lo stays 0 (collect everything) when that exceeds the sample
-  const std::size_t samples = detail::topk_samples(n, vec);
+  // the sample's rank of the floor: its expected rank of the cut, plus 10% and 6 binomial
+  // standard deviations (the sample is runs of 64 neighbours, less random than single draws;
+  // more entries cost little, a floor too high costs a second pass); lo stays 0 (collect
+  // everything) when that exceeds the sample
+  const std::size_t samples = detail::topk_samples(n);
   const double expect =
       static_cast<double>(k) * static_cast<double>(samples) / static_cast<double>(n);
-  const double rank = std::ceil(expect + 4.0 * std::sqrt(expect) + 8.0);
+  const double rank = std::ceil(1.1 * expect + 6.0 * std::sqrt(expect) + 16.0);
   if (rank <= static_cast<double>(samples))
     detail::topk_sample_kernel<<<detail::topk_grid(samples / 4, 4), threads, 0, stream>>>(
         x, n, vec, static_cast<std::uint32_t>(rank), st);
@@ -492,13 +462,11 @@ status topk_select(const float* x, std::size_t n, double density, std::byte* out
   const unsigned over_entries = detail::topk_grid(k, 4);
   for (int r = 0; r < 3; ++r)
     detail::topk_digit_kernel<<<over_entries, threads, 0, stream>>>(entries, kk, st, r);
-  for (int r = 0; r < 3; ++r)
-    detail::topk_tie_kernel<<<over_entries, threads, 0, stream>>>(entries, kk, st, r);
   const unsigned per_tile = detail::topk_grid(tiles * 32, 8);  // a warp per tile
   detail::topk_slot_kernel<<<per_tile, threads, 0, stream>>>(entries, count, offset, tiles, st,
-                                                             slot);
+                                                             slot, equal);
   detail::topk_emit_kernel<<<per_tile, threads, 0, stream>>>(
-      entries, count, offset, tiles, st, slot, reinterpret_cast<std::uint32_t*>(out),
+      entries, count, offset, tiles, st, slot, equal, reinterpret_cast<std::uint32_t*>(out),
       reinterpret_cast<float*>(out + 4 * k));
   return cuda_status(cudaGetLastError(), "topk_select launch");
 }
