@@ -404,7 +404,7 @@ inline std::size_t topk_tiles(std::size_t n) {
 }  // namespace detail
 
 // Scratch bytes topk_select needs for n elements and k kept: the selection state, four counters
-// per tile of 4096 elements, and room for n entries (about 1.5·k are used for Gaussian data).
+// per tile of 4096 elements, and room for n entries (1.3·k to 2.3·k are used for Gaussian data).
 inline std::size_t topk_workspace_bytes(std::size_t n, std::size_t /*k*/) {
   return scratch_arena::footprint(
       {sizeof(detail::topk_state) + 4 * detail::topk_tiles(n) * sizeof(std::uint32_t),
@@ -415,7 +415,7 @@ inline std::size_t topk_workspace_bytes(std::size_t n, std::size_t /*k*/) {
 // compress::topk::encode on the host (ties at the cut: lowest indices).
 // Requires: x finite; n < 2^31; out_bytes == compress::topk{}.wire_bytes(n, density); scratch
 // holds topk_workspace_bytes(n, k). Ensures: enqueued on `stream`; no allocation, no host sync.
-// Cost: one pass over x (plus a 1/64 sample), small passes over the ≈ 1.5·k entries; when the
+// Cost: one pass over x (plus a 1/64 sample), small passes over the entries (≈ 1.5·k); when the
 // sample misleads (fewer than k elements reach its floor), a second pass collects all of x.
 template <ScratchAllocator S>
 status topk_select(const float* x, std::size_t n, double density, std::byte* out,
