@@ -324,10 +324,6 @@ constexpr std::size_t warp_held = 2;  // register-held groups per lane: blocks o
 
 }  // namespace detail
 
-// Quantises x (device, n floats) into the payload `out` (device, wire_bytes(n, bits) bytes) with
-// the same bytes as compress::quantize::encode_with_key(x, bits, key, out) on the host.
-// Requires: validate(cfg) with bits; out of exactly codec.wire_bytes(n, bits) bytes (checked).
-// Ensures: enqueued on `stream`; no allocation. Cost: reads 4n, writes ~n·bits/8 bytes.
 // The bit widths these kernels pack (a code never straddles a byte). Ensures: ok iff 2, 4, 8.
 inline status check_kernel_bits(const char* who, int bits) {
   if (bits == 2 || bits == 4 || bits == 8) return {};
@@ -335,6 +331,11 @@ inline status check_kernel_bits(const char* who, int bits) {
                                  ", the CUDA kernels pack 2, 4 or 8 (3, 5, 6, 7: host codec)"};
 }
 
+// Quantises x (device, n floats) into the payload `out` (device, wire_bytes(n, bits) bytes) with
+// the same bytes as compress::quantize::encode_with_key(x, bits, key, out) on the host.
+// Requires: validate(cfg) with bits; out of exactly codec.wire_bytes(n, bits) bytes (checked).
+// Any alignment of x and out (16-byte x and 4-byte out take the fast kernel).
+// Ensures: enqueued on `stream`; no allocation. Cost: reads 4n, writes ~n·bits/8 bytes.
 inline status quantize_blockwise(const float* x, std::size_t n,
                                  const compress::quantize_config& cfg, int bits, std::uint64_t key,
                                  std::byte* out, std::size_t out_bytes, cudaStream_t stream) {
@@ -376,7 +377,8 @@ inline std::size_t dequantize_workspace_bytes() {
 // checked on the host; blocks whose scale or minimum is negative/non-finite decode to zeros and
 // are counted into *bad_blocks (a device counter taken from `scratch`, zeroed here) when the
 // caller asks for it (bad_blocks_out non-null receives that device pointer).
-// Requires: in of in_bytes bytes on the device. Ensures: enqueued on `stream`; no allocation.
+// Requires: in of in_bytes bytes on the device (any alignment; 4-byte in and 16-byte y take the
+// fast kernel). Ensures: enqueued on `stream`; no allocation.
 template <ScratchAllocator S>
 status dequantize_blockwise(const std::byte* in, std::size_t in_bytes, std::size_t n,
                             const compress::quantize_config& cfg, int bits, float* y, S& scratch,
