@@ -8,7 +8,8 @@
 //   dense_4x    one worker, 4·S steps
 //   diloco_p4   DiLoCo, 4 workers on k-means shards, S steps each (H per round)
 //   moe_p4      flat MoE: 4 independent paths on k-means shards, S steps each
-//   dipaco_2x2  DiPaCo, 2 levels × 2 experts, k-means shards, then one discriminative re-routing
+//   dipaco_2x2  DiPaCo, 2 levels × 2 experts, k-means shards, then discriminative re-routing
+//               (--reroutes times, default once)
 //   dipaco_2x2_reroute64  the same model, re-routed every 64 tokens at evaluation by the
 //                         logistic router on the previous chunk's features
 //   dipaco_2x2_rerouteW_lik  re-routed every W tokens (--reroute-lik, default 64) to the path
@@ -20,6 +21,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -54,6 +56,7 @@ struct options {
   std::vector<int> reroute_lik = {64};  // W of the dipaco_2x2_rerouteW_lik rows
   std::string path_rescale = "none";    // DiPaCo's outer-gradient rescale (outer/delta.hpp)
   float outer_lr = 0.7f, outer_momentum = 0.9f;  // outer Nesterov of every multi-worker row
+  int reroutes = 1;  // DiPaCo: discriminative re-routings over the rounds after the k-means third
   std::uint64_t seed = 1;
   bool wants(std::string_view r) const {
     std::string_view s = rows;
@@ -160,6 +163,10 @@ int main(int argc, char** argv) {
                  "DiPaCo rows: outer gradient of a module × √P (sqrt_paths, the paper's §2.7), "
                  "1/√P (inv_sqrt_paths) or 1 (none), P = paths through the module")
       ->check(CLI::IsMember({"none", "sqrt_paths", "inv_sqrt_paths"}));
+  app.add_option("--reroutes", o.reroutes,
+                 "DiPaCo: discriminative re-routings, evenly spaced over the rounds after the "
+                 "first third (k-means shards)")
+      ->check(CLI::Range(1, 100));
   app.add_option("--outer-lr", o.outer_lr, "outer Nesterov lr of the multi-worker rows");
   app.add_option("--outer-momentum", o.outer_momentum,
                  "outer Nesterov momentum of the multi-worker rows");
@@ -172,6 +179,12 @@ int main(int argc, char** argv) {
   if (o.row_min_lr <= 0) o.row_min_lr = 0.1f * o.row_lr;
   if (o.steps % o.inner != 0 || o.steps < 3 * o.inner) {
     std::fprintf(stderr, "dipaco_table: --steps must be a multiple of --inner and ≥ 3 rounds\n");
+    return 2;
+  }
+  if (const int r = o.steps / o.inner; o.reroutes > r - r / 3) {
+    std::fprintf(stderr,
+                 "dipaco_table: --reroutes %d: at most %d (the rounds after the first third)\n",
+                 o.reroutes, r - r / 3);
     return 2;
   }
   for (int W : o.reroute_lik)
@@ -399,7 +412,7 @@ int main(int argc, char** argv) {
     std::printf("%-22s val %.4f bpb  (%.0f s)\n", r.name.c_str(), r.val_bpb, r.wall_s);
   }
 
-  // ---- DiPaCo 2×2: k-means shards, then one discriminative re-routing phase ----
+  // ---- DiPaCo 2×2: k-means shards, then discriminative re-routing phases ----
   if (o.wants("dipaco_2x2")) {
     const auto t0 = clk::now();
     auto levels = *path::split_gpt_levels(model.layout(), o.layers, 2);
@@ -423,40 +436,51 @@ int main(int argc, char** argv) {
     }
     run_grid("dipaco_2x2 (k-means)", grid, levels, module_level, {0, 1, 2, 3}, shards1, 0, phase1,
              &store, bytes);
-    // Discriminative routing: label each training document by the path with the best
-    // log-likelihood on its held-out tail, fit the logistic router, re-shard.
-    auto th = path_thetas(grid, store, levels, module_level);
+    // Discriminative routing, --reroutes times over the remaining rounds: label each training
+    // document by the path with the best log-likelihood on its held-out tail, fit the logistic
+    // router, re-shard, train.
+    std::optional<route::logistic_router> lr;
+    std::vector<int> val2(val.size()), routed_before = train_route;
     auto ws1 = model.make_workspace({1, o.ctx});
-    std::vector<int> labels(train.size());
-    for (std::size_t i = 0; i < train.size(); ++i) {
-      double best = INFINITY;
-      for (int p = 0; p < K; ++p) {
-        const auto& r = train[i].router;
-        if (r.size() < 2) continue;
-        double n = route::sequence_nll(model, th[p].data(), r, 1, r.size(), ws1).nats;
-        if (n < best) best = n, labels[i] = p;
+    for (int q = 0, from = phase1; q < o.reroutes; ++q) {
+      const int to = phase1 + (rounds - phase1) * (q + 1) / o.reroutes;
+      auto th = path_thetas(grid, store, levels, module_level);
+      std::vector<int> labels(train.size());
+      for (std::size_t i = 0; i < train.size(); ++i) {
+        double best = INFINITY;
+        for (int p = 0; p < K; ++p) {
+          const auto& r = train[i].router;
+          if (r.size() < 2) continue;
+          double n = route::sequence_nll(model, th[p].data(), r, 1, r.size(), ws1).nats;
+          if (n < best) best = n, labels[i] = p;
+        }
       }
+      auto fit = route::logistic_router::fit(ftrain, int(train.size()), D, labels, {.k = K});
+      if (!fit) {
+        std::fprintf(stderr, "dipaco_table: %s\n", fit.error().what().c_str());
+        return 2;
+      }
+      lr = std::move(fit.value());
+      std::vector<int> train2(train.size());
+      for (std::size_t i = 0; i < train.size(); ++i) train2[i] = lr->route(&ftrain[i * D]);
+      for (std::size_t i = 0; i < val.size(); ++i) val2[i] = lr->route(&fval[i * D]);
+      std::vector<std::vector<int>> top2(train.size());
+      for (std::size_t i = 0; i < train.size(); ++i) top2[i] = lr->rank(&ftrain[i * D], o.overlap);
+      auto shards2 = shards_of_sets(top2);
+      int moved = 0;
+      for (std::size_t i = 0; i < train.size(); ++i) moved += train2[i] != routed_before[i];
+      routed_before = train2;
+      std::printf(
+          "discriminative re-routing %d at round %d: %d of %zu training documents changed "
+          "path; shards:",
+          q + 1, from, moved, train.size());
+      for (int k = 0; k < K; ++k)
+        std::printf(" %zu", std::size_t(std::count(train2.begin(), train2.end(), k)));
+      std::printf("\n");
+      run_grid("dipaco_2x2 (discriminative)", grid, levels, module_level, {0, 1, 2, 3}, shards2,
+               from, to, &store, bytes);
+      from = to;
     }
-    auto lr = route::logistic_router::fit(ftrain, int(train.size()), D, labels, {.k = K});
-    if (!lr) {
-      std::fprintf(stderr, "dipaco_table: %s\n", lr.error().what().c_str());
-      return 2;
-    }
-    std::vector<int> train2(train.size()), val2(val.size());
-    for (std::size_t i = 0; i < train.size(); ++i) train2[i] = lr->route(&ftrain[i * D]);
-    for (std::size_t i = 0; i < val.size(); ++i) val2[i] = lr->route(&fval[i * D]);
-    std::vector<std::vector<int>> top2(train.size());
-    for (std::size_t i = 0; i < train.size(); ++i) top2[i] = lr->rank(&ftrain[i * D], o.overlap);
-    auto shards2 = shards_of_sets(top2);
-    int moved = 0;
-    for (std::size_t i = 0; i < train.size(); ++i) moved += train2[i] != train_route[i];
-    std::printf("discriminative re-routing: %d of %zu training documents changed path; shards:",
-                moved, train.size());
-    for (int k = 0; k < K; ++k)
-      std::printf(" %zu", std::size_t(std::count(train2.begin(), train2.end(), k)));
-    std::printf("\n");
-    run_grid("dipaco_2x2 (discriminative)", grid, levels, module_level, {0, 1, 2, 3}, shards2,
-             phase1, rounds, &store, bytes);
     auto thf = path_thetas(grid, store, levels, module_level);
     row r{"dipaco_2x2", routed_bpb(model, thf, val, val2, o), bytes, dp_bytes(K), secs(t0), 2 * P};
     rows.push_back(r);
@@ -571,7 +595,8 @@ int main(int argc, char** argv) {
                                         {"row_lr", o.row_lr},
                                         {"path_rescale", o.path_rescale},
                                         {"outer_lr", o.outer_lr},
-                                        {"outer_momentum", o.outer_momentum}}}})
+                                        {"outer_momentum", o.outer_momentum},
+                                        {"reroutes", o.reroutes}}}})
                           .dump()
                           .c_str());
   return 0;
