@@ -50,6 +50,33 @@ __device__ inline float get_f32(const std::uint8_t* p) {
                          static_cast<unsigned>(p[2]) << 16 | static_cast<unsigned>(p[3]) << 24);
 }
 
+// The code of element i of a scale block (lo, inv from its absmax or min/max), in its stored
+// form; word() packs 4 of them low bits first, as the host does.
+struct block_code {
+  int bits;
+  bool minmax, stochastic;
+  std::uint64_t key;
+  float lo, inv;
+  __device__ unsigned code(float x, std::size_t i) const {
+    namespace f = paco::compress::formula;
+    const float u = stochastic ? f::dither(key, i) : -1.0f;
+    if (minmax) return static_cast<unsigned>(f::minmax_code(x, lo, inv, f::minmax_qmax(bits), u));
+    return f::absmax_store(f::absmax_code(x, inv, f::absmax_qmax(bits), u), bits);
+  }
+  // Codes of the 4 elements from element i, packed low bits first.
+  __device__ unsigned word(const float4& v, std::size_t i) const {
+    return code(v.x, i) | code(v.y, i + 1) << bits | code(v.z, i + 2) << 2 * bits |
+           code(v.w, i + 3) << 3 * bits;
+  }
+};
+
+// The value of a stored code c of a block with scale s and minimum lo (0 for absmax).
+__device__ inline float code_value(unsigned c, int bits, bool minmax, float s, float lo) {
+  namespace f = paco::compress::formula;
+  if (minmax) return f::minmax_value(static_cast<int>(c), s, lo);
+  return f::absmax_value(f::absmax_load(c, bits), s);
+}
+
 // The general kernel: one block of `Threads` threads per scale block, from scale block
 // `first` on (any block size, any alignment; the fast kernel below leaves it the tail).
 // x: (n), out: the payload.
@@ -96,7 +123,7 @@ __global__ void quantize_kernel(const float* __restrict__ x, std::size_t n, std:
     }
   }
   __syncthreads();
-  const float inv = s_inv, lo = s_lo;
+  const block_code bc{bits, minmax, stochastic, key, s_lo, s_inv};
   const int per = 8 / bits;  // codes per byte
   const std::size_t bytes = (len * static_cast<std::size_t>(bits) + 7) / 8;
   std::uint8_t* cb = codes + i0 * static_cast<std::size_t>(bits) / 8;  // i0·bits is byte aligned
@@ -105,16 +132,7 @@ __global__ void quantize_kernel(const float* __restrict__ x, std::size_t n, std:
     for (int k = 0; k < per; ++k) {
       const std::size_t j = t * per + k;
       if (j >= len) break;
-      const float u = stochastic ? f::dither(key, i0 + j) : -1.0f;
-      unsigned c;
-      if (minmax) {
-        c = static_cast<unsigned>(f::minmax_code(x[i0 + j], lo, inv, f::minmax_qmax(bits), u));
-      } else {
-        const int q = f::absmax_code(x[i0 + j], inv, f::absmax_qmax(bits), u);
-        c = bits == 8 ? static_cast<unsigned>(q) & 0xffu
-                      : static_cast<unsigned>(q + (1 << (bits - 1)));
-      }
-      byte |= c << (k * bits);
+      byte |= bc.code(x[i0 + j], i0 + j) << (k * bits);
     }
     cb[t] = static_cast<std::uint8_t>(byte);
   }
@@ -139,18 +157,11 @@ __global__ void dequantize_kernel(const std::uint8_t* __restrict__ in, std::size
     const std::size_t b = i / block;
     const float s = get_f32(scales + 4 * b);
     const float lo = minmax ? get_f32(scales + 4 * (nb + b)) : 0.0f;
-    const bool ok = s >= 0.0f && isfinite(s) && isfinite(lo);
+    const bool ok = f::block_decodable(s, lo);
     if (!ok && bad && i % block == 0) atomicAdd(bad, 1u);
     for (int k = 0; k < per && i + k < n; ++k) {
       const unsigned c = (byte >> (k * bits)) & ((1u << bits) - 1u);
-      float v;
-      if (minmax)
-        v = f::minmax_value(static_cast<int>(c), s, lo);
-      else
-        v = f::absmax_value(bits == 8 ? static_cast<int>(static_cast<std::int8_t>(c))
-                                      : static_cast<int>(c) - (1 << (bits - 1)),
-                            s);
-      y[i + k] = ok ? v : 0.0f;
+      y[i + k] = ok ? code_value(c, bits, minmax, s, lo) : 0.0f;
     }
   }
 }
@@ -172,26 +183,6 @@ __device__ inline float warp_min(float v) {
   for (int o = 16; o > 0; o >>= 1) v = f::min_f(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-
-struct block_code {
-  int bits;
-  bool minmax, stochastic;
-  std::uint64_t key;
-  float lo, inv;
-  __device__ unsigned code(float x, std::size_t i) const {
-    namespace f = paco::compress::formula;
-    const float u = stochastic ? f::dither(key, i) : -1.0f;
-    if (minmax) return static_cast<unsigned>(f::minmax_code(x, lo, inv, f::minmax_qmax(bits), u));
-    const int q = f::absmax_code(x, inv, f::absmax_qmax(bits), u);
-    return bits == 8 ? static_cast<unsigned>(q) & 0xffu
-                     : static_cast<unsigned>(q + (1 << (bits - 1)));
-  }
-  // Codes of the 4 elements from element i, packed low bits first.
-  __device__ unsigned word(const float4& v, std::size_t i) const {
-    return code(v.x, i) | code(v.y, i + 1) << bits | code(v.z, i + 2) << 2 * bits |
-           code(v.w, i + 3) << 3 * bits;
-  }
-};
 
 __device__ inline void store_word(std::uint8_t* codes, std::size_t group, int bits, unsigned w) {
   if (bits == 8)
@@ -287,15 +278,10 @@ __global__ void dequantize_warp_kernel(const std::uint8_t* __restrict__ in, std:
   const std::uint8_t* codes = in + nb * (minmax ? 8 : 4);
   const float s = scales[b];
   const float lo = minmax ? scales[nb + b] : 0.0f;
-  const bool ok = s >= 0.0f && isfinite(s) && isfinite(lo);
+  const bool ok = f::block_decodable(s, lo);
   if (!ok && bad && lane == 0) atomicAdd(bad, 1u);
   const unsigned mask = (1u << bits) - 1u;
-  auto value = [&](unsigned c) {
-    if (minmax) return f::minmax_value(static_cast<int>(c), s, lo);
-    return f::absmax_value(bits == 8 ? static_cast<int>(static_cast<std::int8_t>(c))
-                                     : static_cast<int>(c) - (1 << (bits - 1)),
-                           s);
-  };
+  auto value = [&](unsigned c) { return code_value(c, bits, minmax, s, lo); };
   auto emit = [&](std::size_t j, unsigned w) {
     const float4 v = ok ? make_float4(value(w & mask), value(w >> bits & mask),
                                       value(w >> 2 * bits & mask), value(w >> 3 * bits & mask))

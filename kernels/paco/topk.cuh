@@ -38,6 +38,10 @@ constexpr int topk_warps = topk_threads / 32;
 constexpr std::size_t topk_tile = 4096;      // elements per tile
 constexpr std::size_t topk_sample_run = 64;  // the sample: the first 64 elements of each tile
 
+__host__ __device__ inline std::size_t topk_tiles(std::size_t n) {
+  return (n + topk_tile - 1) / topk_tile;
+}
+
 struct topk_state {
   std::uint32_t sample_hist[4096];
   std::uint32_t hist[3][4096];  // key digits 30..19, 18..7, 6..0 among the entries
@@ -63,12 +67,12 @@ __device__ inline std::uint32_t entry_count(const topk_state* st, std::uint32_t 
   return first >= k ? first : __ldcg(&st->entries_all);
 }
 
-// In the last block of a histogram kernel: the bin where the running count over `Bins` bins
-// (from the top when `descending`, else from the bottom) reaches `want` (1 <= want <= total);
-// writes it to *bin and what is still wanted inside it to *rest. All threads must call it.
+// In the last block of a histogram kernel: the bin where the running count over `Bins` bins,
+// from the top, reaches `want` (1 <= want <= total); writes it to *bin and what is still wanted
+// inside it to *rest. All threads must call it.
 template <int Bins>
-__device__ void find_bin(const std::uint32_t* hist, std::uint32_t want, bool descending,
-                         std::uint32_t* bin, std::uint32_t* rest) {
+__device__ void find_bin(const std::uint32_t* hist, std::uint32_t want, std::uint32_t* bin,
+                         std::uint32_t* rest) {
   constexpr int per = Bins >= topk_threads ? Bins / topk_threads : 1;
   using scan = cub::BlockScan<std::uint32_t, topk_threads>;
   __shared__ typename scan::TempStorage tmp;
@@ -76,7 +80,7 @@ __device__ void find_bin(const std::uint32_t* hist, std::uint32_t want, bool des
 #pragma unroll
   for (int j = 0; j < per; ++j) {
     const int p = threadIdx.x * per + j;  // position in counting order
-    c[j] = p < Bins ? __ldcg(hist + (descending ? Bins - 1 - p : p)) : 0u;
+    c[j] = p < Bins ? __ldcg(hist + (Bins - 1 - p)) : 0u;
     sum += c[j];
   }
   std::uint32_t before = 0;
@@ -85,7 +89,7 @@ __device__ void find_bin(const std::uint32_t* hist, std::uint32_t want, bool des
   for (int j = 0; j < per; ++j) {
     const int p = threadIdx.x * per + j;
     if (before < want && before + c[j] >= want) {
-      *bin = static_cast<std::uint32_t>(descending ? Bins - 1 - p : p);
+      *bin = static_cast<std::uint32_t>(Bins - 1 - p);
       *rest = want - before;
     }
     before += c[j];
@@ -100,14 +104,9 @@ __device__ inline void warp_count(std::uint32_t* h, std::uint32_t bin) {
     atomicAdd(&h[bin], static_cast<std::uint32_t>(__popc(peers)));
 }
 
-// Adds a block's shared histogram into the global one; returns true in the block that
-// finished last (its threads then see every block's counts).
-template <int Bins>
-__device__ bool flush_and_check_last(const std::uint32_t* sh, std::uint32_t* global,
-                                     std::uint32_t* done) {
-  __syncthreads();
-  for (int b = threadIdx.x; b < Bins; b += blockDim.x)
-    if (sh[b]) atomicAdd(global + b, sh[b]);
+// After a block's global writes: true in the block that finished last (counted in *done), whose
+// threads then see every block's writes. All threads must call it.
+__device__ inline bool last_block(std::uint32_t* done) {
   __threadfence();
   __syncthreads();
   __shared__ bool last;
@@ -115,6 +114,16 @@ __device__ bool flush_and_check_last(const std::uint32_t* sh, std::uint32_t* glo
   __syncthreads();
   if (last) __threadfence();
   return last;
+}
+
+// Adds a block's shared histogram into the global one; last_block(done).
+template <int Bins>
+__device__ bool flush_and_check_last(const std::uint32_t* sh, std::uint32_t* global,
+                                     std::uint32_t* done) {
+  __syncthreads();
+  for (int b = threadIdx.x; b < Bins; b += blockDim.x)
+    if (sh[b]) atomicAdd(global + b, sh[b]);
+  return last_block(done);
 }
 
 // 1. The floor lo: the lower edge of the 12-bit bin where the sample's running count from the
@@ -129,7 +138,7 @@ __global__ void __launch_bounds__(topk_threads)
   for (int b = threadIdx.x; b < 4096; b += blockDim.x) h[b] = 0;
   __syncthreads();
   // thread g looks at 4 elements: quad g % 16 of the first 64 elements of tile g / 16
-  const std::size_t tiles = (n + topk_tile - 1) / topk_tile;
+  const std::size_t tiles = topk_tiles(n);
   for (std::size_t g = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
        g < tiles * (topk_sample_run / 4); g += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
     const std::size_t i0 = g / (topk_sample_run / 4) * topk_tile + 4 * (g % (topk_sample_run / 4));
@@ -145,7 +154,7 @@ __global__ void __launch_bounds__(topk_threads)
     }
   }
   if (!flush_and_check_last<4096>(h, st->sample_hist, &st->done[0])) return;
-  find_bin<4096>(st->sample_hist, rank, true, &bin, &rest);
+  find_bin<4096>(st->sample_hist, rank, &bin, &rest);
   __syncthreads();
   if (threadIdx.x == 0) st->lo = bin << 19;
 }
@@ -228,7 +237,7 @@ __global__ void __launch_bounds__(topk_threads)
                         std::uint32_t* __restrict__ offset, uint2* __restrict__ entries) {
   if (fallback && __ldcg(&st->entries) >= k) return;
   const std::uint32_t lo = fallback ? 0u : st->lo;
-  const std::size_t tiles = (n + topk_tile - 1) / topk_tile;
+  const std::size_t tiles = topk_tiles(n);
   for (std::size_t tile = blockIdx.x; tile < tiles; tile += gridDim.x)
     collect_tile(x, n, vec, lo, tile, fallback, st, count, offset, entries);
 }
@@ -260,7 +269,7 @@ __global__ void __launch_bounds__(topk_threads)
     warp_count(h, key >> shift & mask);
   });
   if (!flush_and_check_last<4096>(h, st->hist[round], &st->done[1 + round])) return;
-  find_bin<4096>(st->hist[round], round == 0 ? k : __ldcg(&st->want), true, &bin, &rest);
+  find_bin<4096>(st->hist[round], round == 0 ? k : __ldcg(&st->want), &bin, &rest);
   __syncthreads();
   if (threadIdx.x == 0) {
     const std::uint32_t p = prefix << (above - shift) | bin;
@@ -297,13 +306,7 @@ __global__ void __launch_bounds__(topk_threads)
       equal[t] = at;
     }
   }
-  __threadfence();
-  __syncthreads();
-  __shared__ bool last;
-  if (threadIdx.x == 0) last = atomicAdd(&st->done[7], 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!last_block(&st->done[7])) return;
   const std::uint32_t take_equal = __ldcg(&st->want);
   using scan = cub::BlockScan<uint2, topk_threads>;
   __shared__ typename scan::TempStorage tmp;
@@ -387,18 +390,12 @@ __global__ void topk_scatter_kernel(const std::uint32_t* __restrict__ idx,
   }
 }
 
-// Thread blocks for `work` threads' worth of work, at most `per_sm` per multiprocessor.
-inline unsigned topk_grid(std::size_t work, int per_sm) {
-  int dev = 0, sms = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+// Thread blocks for `work` threads' worth of work, at most `per_sm` on each of `sms`
+// multiprocessors.
+inline unsigned topk_grid(std::size_t work, int per_sm, int sms) {
   const std::size_t want = (work + topk_threads - 1) / topk_threads;
   const std::size_t cap = static_cast<std::size_t>(sms > 0 ? sms : 1) * per_sm;
   return static_cast<unsigned>(want == 0 ? 1 : (want < cap ? want : cap));
-}
-
-inline std::size_t topk_tiles(std::size_t n) {
-  return (n + topk_tile - 1) / topk_tile;
 }
 
 }  // namespace detail
@@ -440,6 +437,12 @@ status topk_select(const float* x, std::size_t n, double density, std::byte* out
   auto* equal = slot + tiles;
   if (auto s = cuda_status(cudaMemsetAsync(st, 0, state_bytes, stream), "memset"); !s) return s;
   const bool vec = reinterpret_cast<std::uintptr_t>(x) % 16 == 0;
+  int dev = 0, sms = 0;
+  if (auto s = cuda_status(cudaGetDevice(&dev), "cudaGetDevice"); !s) return s;
+  if (auto s = cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
+                           "multiprocessor count");
+      !s)
+    return s;
   const auto kk = static_cast<std::uint32_t>(k);
   constexpr int threads = detail::topk_threads;
   // the sample's rank of the floor: its expected rank of the cut, plus 10% and 6 binomial
@@ -451,18 +454,18 @@ status topk_select(const float* x, std::size_t n, double density, std::byte* out
       static_cast<double>(k) * static_cast<double>(samples) / static_cast<double>(n);
   const double rank = std::ceil(1.1 * expect + 6.0 * std::sqrt(expect) + 16.0);
   if (rank <= static_cast<double>(samples))
-    detail::topk_sample_kernel<<<detail::topk_grid(samples / 4, 4), threads, 0, stream>>>(
+    detail::topk_sample_kernel<<<detail::topk_grid(samples / 4, 4, sms), threads, 0, stream>>>(
         x, n, vec, static_cast<std::uint32_t>(rank), st);
-  const unsigned few = detail::topk_grid(tiles * threads, 1);  // the fallback: a block per SM
+  const unsigned few = detail::topk_grid(tiles * threads, 1, sms);  // the fallback: a block per SM
   detail::topk_collect_kernel<<<static_cast<unsigned>(tiles), threads, 0, stream>>>(
       x, n, vec, kk, false, st, count, offset, entries);
   detail::topk_collect_kernel<<<few, threads, 0, stream>>>(x, n, vec, kk, true, st, count, offset,
                                                            entries);
   // the entries: about 1.5·k for Gaussian data, up to n; grids sized for k, striding over the rest
-  const unsigned over_entries = detail::topk_grid(k, 4);
+  const unsigned over_entries = detail::topk_grid(k, 4, sms);
   for (int r = 0; r < 3; ++r)
     detail::topk_digit_kernel<<<over_entries, threads, 0, stream>>>(entries, kk, st, r);
-  const unsigned per_tile = detail::topk_grid(tiles * 32, 8);  // a warp per tile
+  const unsigned per_tile = detail::topk_grid(tiles * 32, 8, sms);  // a warp per tile
   detail::topk_slot_kernel<<<per_tile, threads, 0, stream>>>(entries, count, offset, tiles, st,
                                                              slot, equal);
   detail::topk_emit_kernel<<<per_tile, threads, 0, stream>>>(

@@ -165,7 +165,7 @@ class quantize {
     for (std::size_t b = 0; b < nb; ++b) {
       const float s = detail::load<float>(scales + 4 * b);
       const float lo = mm ? detail::load<float>(mins + 4 * b) : 0.0f;
-      if (!(s >= 0.0f) || !std::isfinite(s) || !std::isfinite(lo))
+      if (!formula::block_decodable(s, lo))
         return {errc::corrupt, "quantize: block " + std::to_string(b) +
                                    " has a negative or non-finite scale or minimum"};
       const std::size_t i0 = b * cfg_.block, len = std::min(cfg_.block, n - i0);
@@ -298,16 +298,9 @@ class quantize {
     const std::size_t bit = i * static_cast<std::size_t>(bits);
     const unsigned shift = static_cast<unsigned>(bit % 8);
     unsigned v = codes[bit / 8] >> shift;
-    if (shift + static_cast<unsigned>(bits) > 8) v |= static_cast<unsigned>(codes[bit / 8 + 1]) << (8 - shift);
+    if (shift + static_cast<unsigned>(bits) > 8)
+      v |= static_cast<unsigned>(codes[bit / 8 + 1]) << (8 - shift);
     return v & ((1u << bits) - 1u);
-  }
-  static unsigned absmax_store(int q, int bits) {
-    return bits == 8 ? static_cast<unsigned>(q) & 0xffu
-                     : static_cast<unsigned>(q + (1 << (bits - 1)));
-  }
-  static int absmax_load(unsigned c, int bits) {
-    return bits == 8 ? static_cast<int>(static_cast<std::int8_t>(c))
-                     : static_cast<int>(c) - (1 << (bits - 1));
   }
 
   void encode_absmax(const float* x, std::size_t len, std::size_t i0, int bits, float inv,
@@ -345,7 +338,8 @@ class quantize {
 #endif
     for (; j < len; ++j) {
       const float u = cfg_.stochastic ? formula::dither(key, i0 + j) : -1.0f;
-      put_code(codes, i0 + j, bits, absmax_store(formula::absmax_code(x[j], inv, qmax, u), bits));
+      put_code(codes, i0 + j, bits,
+               formula::absmax_store(formula::absmax_code(x[j], inv, qmax, u), bits));
     }
   }
 
@@ -501,7 +495,7 @@ class quantize {
     }
 #endif
     for (; j < len; ++j)
-      y[j] = formula::absmax_value(absmax_load(get_code(codes, i0 + j, bits), bits), s);
+      y[j] = formula::absmax_value(formula::absmax_load(get_code(codes, i0 + j, bits), bits), s);
   }
 
   static void decode_minmax(const std::uint8_t* codes, [[maybe_unused]] const std::uint8_t* end,
@@ -512,8 +506,8 @@ class quantize {
     const __m512 vs = _mm512_set1_ps(s), vlo = _mm512_set1_ps(lo);
     if (vector_width(bits))
       for (; j + 16 <= len; j += 16)
-        _mm512_storeu_ps(y + j, _mm512_fmadd_ps(_mm512_cvtepi32_ps(load16(codes, end, i0 + j, bits)),
-                                                vs, vlo));
+        _mm512_storeu_ps(
+            y + j, _mm512_fmadd_ps(_mm512_cvtepi32_ps(load16(codes, end, i0 + j, bits)), vs, vlo));
 #endif
     for (; j < len; ++j)
       y[j] = formula::minmax_value(static_cast<int>(get_code(codes, i0 + j, bits)), s, lo);

@@ -115,6 +115,21 @@ PACO_HD inline int absmax_code(float x, float inv, int qmax, float u = -1.0f) {
 PACO_HD inline float absmax_value(int q, float s) {
   return static_cast<float>(q) * s;
 }
+// The stored form of a symmetric code of `bits` bits: its two's-complement byte (8 bits), else
+// q + 2^(bits-1) (so 0..2^bits-1). absmax_load is the inverse.
+PACO_HD inline unsigned absmax_store(int q, int bits) {
+  return bits == 8 ? static_cast<unsigned>(q) & 0xffu
+                   : static_cast<unsigned>(q + (1 << (bits - 1)));
+}
+PACO_HD inline int absmax_load(unsigned c, int bits) {
+  return bits == 8 ? static_cast<int>(static_cast<std::int8_t>(c))
+                   : static_cast<int>(c) - (1 << (bits - 1));
+}
+// Whether a block's scale s and minimum lo (0 for absmax) can be decoded: s >= 0, both finite.
+PACO_HD inline bool block_decodable(float s, float lo) {
+  const auto finite = [](float v) { return (bits_of(v) & 0x7f800000u) != 0x7f800000u; };
+  return s >= 0.0f && finite(s) && finite(lo);
+}
 
 // Asymmetric code of x: round(clamp((x - lo)·inv, 0, qmax)); stochastic when u >= 0.
 // Requires: x finite. Ensures: 0 <= q <= qmax; deterministic |x - (lo + q·s)| <= s/2 (+ulps).
