@@ -463,7 +463,6 @@ int main(int argc, char** argv) {
       lr = std::move(fit.value());
       std::vector<int> train2(train.size());
       for (std::size_t i = 0; i < train.size(); ++i) train2[i] = lr->route(&ftrain[i * D]);
-      for (std::size_t i = 0; i < val.size(); ++i) val2[i] = lr->route(&fval[i * D]);
       std::vector<std::vector<int>> top2(train.size());
       for (std::size_t i = 0; i < train.size(); ++i) top2[i] = lr->rank(&ftrain[i * D], o.overlap);
       auto shards2 = shards_of_sets(top2);
@@ -481,6 +480,7 @@ int main(int argc, char** argv) {
                from, to, &store, bytes);
       from = to;
     }
+    for (std::size_t i = 0; i < val.size(); ++i) val2[i] = lr->route(&fval[i * D]);
     auto thf = path_thetas(grid, store, levels, module_level);
     row r{"dipaco_2x2", routed_bpb(model, thf, val, val2, o), bytes, dp_bytes(K), secs(t0), 2 * P};
     rows.push_back(r);
