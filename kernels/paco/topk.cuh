@@ -1,28 +1,35 @@
 #pragma once
 // CUDA top-k with the host codec's wire format (paco/compress/topk.hpp): keys = |x| bits; the
 // kept elements are the k largest keys, ties at the cut going to the lowest indices (as on the
-// host), written with increasing indices. No sort, one full pass over x:
-//   1. sample: a histogram of the top 12 key bits of the first 64 elements of every tile picks
-//      a floor `lo` that about k·(1 + margin) elements reach (a lower edge of a 12-bit bin);
+// host), written with increasing indices. No sort, one full pass over x, a memset and four
+// launches:
+//   1. sample (a memset, then 32 thread blocks): a histogram of the top 12 key bits of 32768
+//      elements spread over x picks a floor `lo` that about k·(1 + margin) elements reach; it
+//      also zeroes the state;
 //   2. collect (the one full pass): each tile of 4096 elements appends its elements with
-//      key >= lo, in index order, to one dense array of "entries" (the tile's offset from a
-//      counter); if fewer than k were collected (a sample that misled), a second launch
-//      collects every element;
-//   3. select, over the entries only: three digits of the key (12 + 12 + 7 bits) find the cut
-//      and how many entries with the cut key are taken (the lowest indices);
-//   4. emit: a scan over tiles of the entries above the cut and of those at it gives each
-//      tile's slot in the payload and its first rank among the cut-key entries; a warp per tile
-//      then writes its kept entries.
-// Each histogram kernel's last thread block to finish picks the digit (a "last block done"
-// counter), so nothing waits for the host.
+//      key >= lo, in index order, to one dense array of "entries", and counts them by their top
+//      12 key bits; the last thread block to finish reads off the cut's top 12 bits;
+//   3. finish (a cooperative launch): over the entries that share those 12 bits, a histogram of
+//      the next 6 (in shared memory, then summed) and one of all 19 remaining bits (in global
+//      memory); the last block reads the rest of the cut off both, and how many entries with the
+//      cut key are taken (the lowest indices). Where the sample misled (fewer than k entries, or
+//      a cut outside the bins the collection counted), the same launch first collects every
+//      element and/or finds the top 12 bits, with grid-wide syncs in between;
+//   4. emit: blocks take groups of 32 tiles in order from a ticket; a warp per tile counts its
+//      entries above the cut and at it; the group takes its place in the payload from the groups
+//      before it (a decoupled look-back) and each warp writes its tile's kept entries.
 //
 // Legend: n elements, k kept; payload: indices u32[k] increasing | values f32[k].
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cub/block/block_scan.cuh>
+#include <cuda/atomic>
 
 #include "paco/compress/detail/formulas.hpp"
 #include "paco/compress/topk.hpp"
@@ -34,54 +41,100 @@ namespace paco::kernels {
 namespace detail {
 
 constexpr int topk_threads = 256;
-constexpr int topk_warps = topk_threads / 32;
-constexpr std::size_t topk_tile = 4096;      // elements per tile
-constexpr std::size_t topk_sample_run = 64;  // the sample: the first 64 elements of each tile
+constexpr int topk_sample_threads = 1024;
+constexpr std::size_t topk_tile = 4096;         // elements per tile
+constexpr std::size_t topk_sample_max = 32768;  // elements the sample reads (all when n is less)
+constexpr std::size_t topk_sample_run = 16;     // in runs of 16 neighbours
+constexpr std::uint32_t topk_hist0_bins = 256;  // 12-bit bins the collection counts
+constexpr int topk_emit_threads = 1024;         // a warp per tile, 32 tiles per group
 
 __host__ __device__ inline std::size_t topk_tiles(std::size_t n) {
   return (n + topk_tile - 1) / topk_tile;
 }
+// Groups of 32 tiles the emit hands out.
+__host__ __device__ inline std::size_t topk_groups(std::size_t tiles) {
+  return (tiles + topk_emit_threads / 32 - 1) / (topk_emit_threads / 32);
+}
+
+// Elements the sample reads, and where the i-th of them is (runs of 16 evenly spread over x).
+__host__ __device__ inline std::size_t topk_sample_count(std::size_t n) {
+  return n < topk_sample_max ? n : topk_sample_max;
+}
+__host__ __device__ inline std::size_t topk_sample_position(std::size_t n, std::size_t i) {
+  if (n <= topk_sample_max) return i;
+  constexpr std::size_t runs = topk_sample_max / topk_sample_run;
+  return i / topk_sample_run * n / runs + i % topk_sample_run;
+}
+
+// A group's status in the emit's look-back: flag (2 bits) | entries above the cut in it, or in it
+// and every group before it (31 bits) | entries at the cut, likewise (31 bits).
+constexpr unsigned long long topk_flag_aggregate = 1ull << 62;  // this group's counts
+constexpr unsigned long long topk_flag_prefix = 2ull << 62;     // counts up to this group
 
 struct topk_state {
-  std::uint32_t sample_hist[4096];
-  std::uint32_t hist[3][4096];  // key digits 30..19, 18..7, 6..0 among the entries
-  std::uint32_t done[8];        // finished thread blocks per kernel with a last-block step
-  std::uint32_t lo;             // entries are the elements with key >= lo (0 if unsampled)
-  std::uint32_t entries;        // entries collected by the first collection
-  std::uint32_t entries_all;    // entries collected by the fallback (every element)
-  std::uint32_t want;     // entries still to take under the key digits fixed so far; after the
-                          // last digit: how many with key == cut_key (lowest indices first)
-  std::uint32_t prefix;   // key bits fixed so far
-  std::uint32_t cut_key;  // the k-th largest key
+  // the sample (zeroed by a memset before it)
+  std::uint32_t sample_done;                    // finished thread blocks
+  alignas(16) std::uint32_t sample_hist[4096];  // top 12 key bits of the sampled elements
+  // zeroed by the sample
+  std::uint32_t lo;           // entries are the elements with key >= lo
+  std::uint32_t hist_base;    // hist0[b]: entries in 12-bit bin hist_base + b; hist0[255]: above
+  std::uint32_t entries;      // entries collected by the collection
+  std::uint32_t entries_all;  // entries collected by finish's fallback (every element)
+  std::uint32_t resolved;     // cut key bits known after the collection: 0 or 12
+  std::uint32_t prefix;       // cut key bits fixed so far
+  std::uint32_t want;         // entries still to take under the key bits fixed so far; after the
+                              // last digit: how many with key == cut_key (lowest indices first)
+  std::uint32_t cut_key;      // the k-th largest key
+  std::uint32_t ticket;       // tile groups handed out by the emit
+  std::uint32_t done[3];      // finished thread blocks: the collection, finish's two rounds
+  std::uint32_t hist0[topk_hist0_bins];
+  // finish (zeroed by the collection): key bits 30..19 and 18..13 among the entries, and bits
+  // 18..0 among those under the cut's top 12 bits
+  alignas(16) std::uint32_t hist[2][4096];
+  std::uint32_t low[1u << 19];
 };
-// The scratch holds, after the state: count[tiles] (entries per tile), offset[tiles] (where a
-// tile's entries start), slot[tiles] (each tile's first output slot), equal[tiles] (entries with
-// the cut key in the tiles before), then entries[n] (uint2: value bits, index). Tiles append their
-// entries in index order at an offset taken from a counter, so the entries are one dense array (in
-// no particular tile order).
+// The scratch holds the state, status[groups] (u64, the emit's look-back), count[tiles] (entries
+// per tile) and offset[tiles] (where a tile's entries start), then entries[n] (uint2: value bits,
+// index). Tiles append their entries in index order at an offset taken from a counter, so the
+// entries are one dense array (in no particular tile order).
 
-// Entries the select kernels go over: the first collection's, or the fallback's when the first
-// collected fewer than k.
+// Entries finish and emit go over: the collection's, or the fallback's when it collected fewer
+// than k.
 __device__ inline std::uint32_t entry_count(const topk_state* st, std::uint32_t k) {
   const std::uint32_t first = __ldcg(&st->entries);
   return first >= k ? first : __ldcg(&st->entries_all);
 }
 
-// In the last block of a histogram kernel: the bin where the running count over `Bins` bins,
-// from the top, reaches `want` (1 <= want <= total); writes it to *bin and what is still wanted
-// inside it to *rest. All threads must call it.
-template <int Bins>
+// The bin where the running count over `Bins` bins, from the top, reaches `want`
+// (1 <= want <= total); writes it to *bin and what is still wanted inside it to *rest (neither
+// is written when the bins hold fewer than `want`). `hist` in global memory (written by other
+// thread blocks: read through L2) or in shared memory. All `Threads` threads must call it.
+template <int Bins, int Threads, bool Global>
 __device__ void find_bin(const std::uint32_t* hist, std::uint32_t want, std::uint32_t* bin,
                          std::uint32_t* rest) {
-  constexpr int per = Bins >= topk_threads ? Bins / topk_threads : 1;
-  using scan = cub::BlockScan<std::uint32_t, topk_threads>;
+  constexpr int per = Bins >= Threads ? Bins / Threads : 1;
+  using scan = cub::BlockScan<std::uint32_t, Threads>;
   __shared__ typename scan::TempStorage tmp;
   std::uint32_t c[per], sum = 0;
+  if constexpr (Global && per % 4 == 0) {  // positions p .. p + per - 1 are bins
+    // Bins - per·(t+1) .. Bins - 1 - per·t: 16-byte loads, all in flight (hist 16-byte aligned)
+    const auto* q = reinterpret_cast<const uint4*>(hist + (Bins - per * (threadIdx.x + 1)));
 #pragma unroll
-  for (int j = 0; j < per; ++j) {
-    const int p = threadIdx.x * per + j;  // position in counting order
-    c[j] = p < Bins ? __ldcg(hist + (Bins - 1 - p)) : 0u;
-    sum += c[j];
+    for (int j = 0; j < per / 4; ++j) {
+      const uint4 w = __ldcg(q + j);
+      c[per - 1 - 4 * j] = w.x, c[per - 2 - 4 * j] = w.y, c[per - 3 - 4 * j] = w.z,
+                      c[per - 4 - 4 * j] = w.w;
+    }
+#pragma unroll
+    for (int j = 0; j < per; ++j) sum += c[j];
+  } else {
+#pragma unroll
+    for (int j = 0; j < per; ++j) {
+      const int p = threadIdx.x * per + j;  // position in counting order
+      const std::uint32_t* h = hist + (Bins - 1 - p);
+      c[j] = p < Bins ? (Global ? __ldcg(h) : *h) : 0u;
+      sum += c[j];
+    }
   }
   std::uint32_t before = 0;
   scan(tmp).ExclusiveSum(sum, before);
@@ -94,14 +147,7 @@ __device__ void find_bin(const std::uint32_t* hist, std::uint32_t want, std::uin
     }
     before += c[j];
   }
-}
-
-// h[bin] += 1 for each calling lane, one shared atomic per distinct bin of the warp (the hot
-// bins of smooth data would otherwise serialise the lanes that share them).
-__device__ inline void warp_count(std::uint32_t* h, std::uint32_t bin) {
-  const unsigned peers = __match_any_sync(__activemask(), bin);
-  if ((threadIdx.x % 32) == static_cast<unsigned>(__ffs(peers) - 1))
-    atomicAdd(&h[bin], static_cast<std::uint32_t>(__popc(peers)));
+  __syncthreads();  // tmp may be reused, and *bin is read by every thread
 }
 
 // After a block's global writes: true in the block that finished last (counted in *done), whose
@@ -126,91 +172,118 @@ __device__ bool flush_and_check_last(const std::uint32_t* sh, std::uint32_t* glo
   return last_block(done);
 }
 
-// 1. The floor lo: the lower edge of the 12-bit bin where the sample's running count from the
-// top reaches `rank` (the host's k·s/n plus a margin, 1 <= rank <= samples).
+// 1. Thread blocks of 1024 over the sample (an element each): zero the state the collection
+// counts into, and sum the sample's 12-bit histogram; the last block to finish picks the floor lo
+// (the lower edge of the bin where the count from the top reaches the expected rank of the cut,
+// e = k·s/n, plus 10%, 6 standard deviations and 16; 0 when that is more than the sample) and
+// hist0's base (64 bins below e's bin, not below the floor's). Requires: sample_done and
+// sample_hist zero.
 template <int = 0>  // a template: no duplicate symbols when many .cu files include this
-__global__ void __launch_bounds__(topk_threads)
-    topk_sample_kernel(const float* __restrict__ x, std::size_t n, bool vec, std::uint32_t rank,
+__global__ void __launch_bounds__(topk_sample_threads)
+    topk_sample_kernel(const float* __restrict__ x, std::size_t n, std::uint32_t k,
                        topk_state* st) {
   namespace f = paco::compress::formula;
   __shared__ std::uint32_t h[4096];
-  __shared__ std::uint32_t bin, rest;
+  __shared__ std::uint32_t bins[2], rests[2];
+  const std::size_t s = topk_sample_count(n);
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(topk_sample_threads) + threadIdx.x;
+  const float v = i < s ? __ldg(x + topk_sample_position(n, i)) : 0.0f;
+  if (blockIdx.x == 0) {
+    auto* w = reinterpret_cast<std::uint32_t*>(&st->lo);
+    constexpr std::size_t words = (offsetof(topk_state, hist) - offsetof(topk_state, lo)) / 4;
+    for (std::size_t j = threadIdx.x; j < words; j += blockDim.x) w[j] = 0;
+  }
   for (int b = threadIdx.x; b < 4096; b += blockDim.x) h[b] = 0;
   __syncthreads();
-  // thread g looks at 4 elements: quad g % 16 of the first 64 elements of tile g / 16
-  const std::size_t tiles = topk_tiles(n);
-  for (std::size_t g = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-       g < tiles * (topk_sample_run / 4); g += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    const std::size_t i0 = g / (topk_sample_run / 4) * topk_tile + 4 * (g % (topk_sample_run / 4));
-    if (vec && i0 + 4 <= n) {
-      const float4 v = *reinterpret_cast<const float4*>(x + i0);
-      warp_count(h, f::magnitude_key(v.x) >> 19);
-      warp_count(h, f::magnitude_key(v.y) >> 19);
-      warp_count(h, f::magnitude_key(v.z) >> 19);
-      warp_count(h, f::magnitude_key(v.w) >> 19);
-    } else {
-      for (std::size_t i = i0; i < i0 + 4 && i < n; ++i)
-        warp_count(h, f::magnitude_key(x[i]) >> 19);
-    }
-  }
-  if (!flush_and_check_last<4096>(h, st->sample_hist, &st->done[0])) return;
-  find_bin<4096>(st->sample_hist, rank, &bin, &rest);
-  __syncthreads();
-  if (threadIdx.x == 0) st->lo = bin << 19;
+  if (i < s) atomicAdd(&h[f::magnitude_key(v) >> 19], 1u);
+  if (!flush_and_check_last<4096>(h, st->sample_hist, &st->sample_done)) return;
+  const double e = static_cast<double>(k) * static_cast<double>(s) / static_cast<double>(n);
+  const double floor_rank = ceil(1.1 * e + 6.0 * sqrt(e) + 16.0);
+  const auto rank = [&](double r) {
+    return static_cast<std::uint32_t>(fmin(fmax(r, 1.0), static_cast<double>(s)));
+  };
+  find_bin<4096, topk_sample_threads, true>(st->sample_hist, rank(floor_rank), &bins[0], &rests[0]);
+  find_bin<4096, topk_sample_threads, true>(st->sample_hist, rank(e), &bins[1], &rests[1]);
+  if (threadIdx.x != 0) return;
+  const std::uint32_t lo_bin = floor_rank > static_cast<double>(s) ? 0u : bins[0];
+  st->lo = lo_bin << 19;
+  st->hist_base = bins[1] >= lo_bin + 64 ? bins[1] - 64 : lo_bin;
 }
 
-// Elements the sample kernel looks at (the host sizes `rank` with it).
-inline std::size_t topk_samples(std::size_t n) {
-  const std::size_t full = n / topk_tile, rest = n % topk_tile;
-  return full * topk_sample_run + (rest < topk_sample_run ? rest : topk_sample_run);
-}
+// Where collect_tile counts entries: h0 (shared, hist0's bins from `base`).
+struct topk_counting {
+  std::uint32_t* h0;
+  std::uint32_t base;
+};
+constexpr int topk_rounds = static_cast<int>(topk_tile / (4 * topk_threads));
+static_assert(topk_rounds == 4, "one 16-bit field per round in the packed scan");
 
-// The elements of one tile with key >= lo, in index order, appended to the entries.
-__device__ inline void collect_tile(const float* __restrict__ x, std::size_t n, bool vec,
-                                    std::uint32_t lo, std::size_t tile, bool fallback,
-                                    topk_state* st, std::uint32_t* __restrict__ count,
-                                    std::uint32_t* __restrict__ offset,
-                                    uint2* __restrict__ entries) {
-  namespace f = paco::compress::formula;
-  using scan = cub::BlockScan<std::uint32_t, topk_threads>;
-  __shared__ typename scan::TempStorage tmp;
-  constexpr int rounds = static_cast<int>(topk_tile / (4 * topk_threads));
-  const std::size_t tile0 = tile * topk_tile;
-  // all loads first (a round covers 1024 consecutive elements, 4 per thread), then one scan
-  // per round in element order
-  float v[rounds][4];
+// This thread's 16 elements of a tile (a round covers 1024 consecutive elements, 4 per thread);
+// zeros past n or for tiles past the end.
+__device__ inline void load_tile(const float* __restrict__ x, std::size_t n, bool vec,
+                                 std::size_t tile, float (&v)[topk_rounds][4]) {
 #pragma unroll
-  for (int r = 0; r < rounds; ++r) {
-    const std::size_t i0 = tile0 + static_cast<std::size_t>(r) * 4 * topk_threads + 4 * threadIdx.x;
+  for (int r = 0; r < topk_rounds; ++r) {
+    const std::size_t i0 =
+        tile * topk_tile + static_cast<std::size_t>(r) * 4 * topk_threads + 4 * threadIdx.x;
     if (vec && i0 + 4 <= n) {
-      const float4 q = *reinterpret_cast<const float4*>(x + i0);
+      const float4 q = __ldcs(reinterpret_cast<const float4*>(x + i0));  // read once: streaming
       v[r][0] = q.x, v[r][1] = q.y, v[r][2] = q.z, v[r][3] = q.w;
     } else {
 #pragma unroll
       for (int e = 0; e < 4; ++e) v[r][e] = i0 + e < n ? x[i0 + e] : 0.0f;
     }
   }
-  bool keep[rounds][4];
-  std::uint32_t pos[rounds], round_base[rounds], base = 0;
+}
+
+// Of a tile loaded by load_tile: the elements with key >= lo, in index order, appended to the
+// entries at an offset taken from *counter; with Count, also counted into h0 (shared, hist0's
+// bins from `base`).
+template <bool Count>
+__device__ inline void collect_tile(const float (&v)[topk_rounds][4], std::size_t n,
+                                    std::uint32_t lo, std::size_t tile, std::uint32_t* counter,
+                                    std::uint32_t* __restrict__ count,
+                                    std::uint32_t* __restrict__ offset, uint2* __restrict__ entries,
+                                    const topk_counting& cnt) {
+  namespace f = paco::compress::formula;
+  using scan = cub::BlockScan<unsigned long long, topk_threads>;
+  __shared__ typename scan::TempStorage tmp;
+  __shared__ std::uint32_t at;
+  constexpr int rounds = topk_rounds;
+  const std::size_t tile0 = tile * topk_tile;
+  // one scan of the four rounds' counts packed in 16-bit fields (each total <= 1024)
+  unsigned keep = 0;  // bit 4r + e
+  unsigned long long packed = 0;
 #pragma unroll
   for (int r = 0; r < rounds; ++r) {
     const std::size_t i0 = tile0 + static_cast<std::size_t>(r) * 4 * topk_threads + 4 * threadIdx.x;
-    std::uint32_t c = 0;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      keep[r][e] = i0 + e < n && f::magnitude_key(v[r][e]) >= lo;
-      c += keep[r][e];
+      const std::uint32_t key = f::magnitude_key(v[r][e]);
+      if (i0 + e < n && key >= lo) {
+        keep |= 1u << (4 * r + e);
+        packed += 1ull << (16 * r);
+        if constexpr (Count) {
+          const std::uint32_t bin = key >> 19;
+          if (bin >= cnt.base) {
+            const std::uint32_t b = bin - cnt.base;
+            atomicAdd(&cnt.h0[b < topk_hist0_bins ? b : topk_hist0_bins - 1], 1u);
+          }
+        }
+      }
     }
-    std::uint32_t total = 0;
-    scan(tmp).ExclusiveSum(c, pos[r], total);
-    round_base[r] = base;
-    base += total;
-    __syncthreads();  // tmp is reused
   }
-  __shared__ std::uint32_t at;
+  unsigned long long before = 0, total = 0;
+  scan(tmp).ExclusiveSum(packed, before, total);
+  std::uint32_t base[rounds], sum = 0;
+#pragma unroll
+  for (int r = 0; r < rounds; ++r) {
+    base[r] = sum + static_cast<std::uint32_t>(before >> (16 * r) & 0xffffu);
+    sum += static_cast<std::uint32_t>(total >> (16 * r) & 0xffffu);
+  }
   if (threadIdx.x == 0) {
-    at = base ? atomicAdd(fallback ? &st->entries_all : &st->entries, base) : 0u;
-    count[tile] = base;
+    at = sum ? atomicAdd(counter, sum) : 0u;
+    count[tile] = sum;
     offset[tile] = at;
   }
   __syncthreads();
@@ -218,160 +291,257 @@ __device__ inline void collect_tile(const float* __restrict__ x, std::size_t n, 
 #pragma unroll
   for (int r = 0; r < rounds; ++r) {
     const std::size_t i0 = tile0 + static_cast<std::size_t>(r) * 4 * topk_threads + 4 * threadIdx.x;
-    std::uint32_t p = round_base[r] + pos[r];
+    std::uint32_t p = base[r];
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      if (keep[r][e])
+      if (keep >> (4 * r + e) & 1u)
         out[p++] = make_uint2(__float_as_uint(v[r][e]), static_cast<std::uint32_t>(i0 + e));
   }
-  __syncthreads();  // `at` is reused by the block's next tile
+  __syncthreads();  // `at` and tmp are reused by the block's next tile
 }
 
 // 2. Thread blocks over tiles: each tile's elements with key >= lo, in index order, to the
-// tile's entries. `fallback`: runs only when the first launch collected fewer than k, and then
-// collects every element.
+// entries, counted into hist0; zeroes what finish and emit count into. The last block reads the
+// cut's top 12 bits off hist0 (resolved = 12; 0 when fewer than k entries were collected or the
+// cut is outside hist0's bins).
 template <int = 0>  // a template: no duplicate symbols when many .cu files include this
 __global__ void __launch_bounds__(topk_threads)
     topk_collect_kernel(const float* __restrict__ x, std::size_t n, bool vec, std::uint32_t k,
-                        bool fallback, topk_state* st, std::uint32_t* __restrict__ count,
-                        std::uint32_t* __restrict__ offset, uint2* __restrict__ entries) {
-  if (fallback && __ldcg(&st->entries) >= k) return;
-  const std::uint32_t lo = fallback ? 0u : st->lo;
+                        topk_state* st, unsigned long long* __restrict__ status,
+                        std::uint32_t* __restrict__ count, std::uint32_t* __restrict__ offset,
+                        uint2* __restrict__ entries) {
+  static_assert(topk_hist0_bins == topk_threads, "a bin per thread");
+  __shared__ std::uint32_t h0[topk_hist0_bins];
+  __shared__ std::uint32_t bin, rest;
+  h0[threadIdx.x] = 0;
+  if (threadIdx.x == 0) bin = ~0u;
+  __syncthreads();
+  const topk_counting cnt{h0, st->hist_base};
+  const std::uint32_t lo = st->lo;
   const std::size_t tiles = topk_tiles(n);
-  for (std::size_t tile = blockIdx.x; tile < tiles; tile += gridDim.x)
-    collect_tile(x, n, vec, lo, tile, fallback, st, count, offset, entries);
+  float v[topk_rounds][4], next[topk_rounds][4];
+  std::size_t tile = blockIdx.x;
+  if (tile < tiles) load_tile(x, n, vec, tile, next);
+  for (; tile < tiles; tile += gridDim.x) {  // the next tile's loads in flight during this one
+#pragma unroll
+    for (int r = 0; r < topk_rounds; ++r)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[r][e] = next[r][e];
+    if (tile + gridDim.x < tiles) load_tile(x, n, vec, tile + gridDim.x, next);
+    collect_tile<true>(v, n, lo, tile, &st->entries, count, offset, entries, cnt);
+  }
+  {  // zero finish's histograms and the emit's look-back
+    const std::size_t groups = topk_groups(tiles),
+                      stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+    constexpr std::size_t words = (sizeof(topk_state) - offsetof(topk_state, hist)) / 16;
+    auto* w = reinterpret_cast<uint4*>(&st->hist[0][0]);
+    for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < words;
+         i += stride)
+      w[i] = make_uint4(0u, 0u, 0u, 0u);
+    for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+         i < groups; i += stride)
+      status[i] = 0;
+  }
+  if (!flush_and_check_last<topk_hist0_bins>(h0, st->hist0, &st->done[0])) return;
+  if (__ldcg(&st->entries) < k) return;  // resolved = 0: finish collects every element
+  find_bin<topk_hist0_bins, topk_threads, true>(st->hist0, k, &bin, &rest);
+  if (bin == ~0u || bin == topk_hist0_bins - 1) return;  // outside hist0's bins: resolved = 0
+  if (threadIdx.x == 0) st->prefix = cnt.base + bin, st->want = rest, st->resolved = 12;
 }
 
-// Calls f(entry) for every entry (a grid-stride loop over the dense entries).
+// Calls f(entry) for every entry (a grid-stride loop over the dense entries, 8 loads in flight
+// per thread: the entries sit in L2, so latency, not bandwidth, bounds the loop).
 template <class F>
 __device__ void for_each_entry(const uint2* entries, std::uint32_t m, F&& f) {
-  for (std::uint32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < m; j += gridDim.x * blockDim.x)
-    f(entries[j]);
+  constexpr std::uint32_t unroll = 8;
+  const std::uint32_t stride = gridDim.x * blockDim.x;
+  std::uint32_t j = blockIdx.x * blockDim.x + threadIdx.x;
+  for (; j + (unroll - 1) * stride < m; j += unroll * stride) {
+    uint2 e[unroll];
+#pragma unroll
+    for (std::uint32_t u = 0; u < unroll; ++u) e[u] = __ldcg(entries + j + u * stride);
+#pragma unroll
+    for (std::uint32_t u = 0; u < unroll; ++u) f(e[u]);
+  }
+  for (; j < m; j += stride) f(__ldcg(entries + j));
 }
 
-// 3a. Key digit `round` (0: bits 30..19, 1: 18..7, 2: 6..0) among the entries under the prefix
-// fixed so far; the last block fixes the digit, and after round 2 the cut.
-template <int = 0>  // a template: no duplicate symbols when many .cu files include this
-__global__ void __launch_bounds__(topk_threads)
-    topk_digit_kernel(const uint2* __restrict__ entries, std::uint32_t k, topk_state* st,
-                      int round) {
+// Key bits 30..19 of the cut among the entries (round 0 of finish when the collection left
+// them open); the grid's last block to finish fixes them.
+__device__ inline void topk_top_digit(const uint2* __restrict__ entries, std::uint32_t m,
+                                      std::uint32_t k, topk_state* st) {
   __shared__ std::uint32_t h[4096];
   __shared__ std::uint32_t bin, rest;
   for (int b = threadIdx.x; b < 4096; b += blockDim.x) h[b] = 0;
   __syncthreads();
-  const std::uint32_t prefix = __ldcg(&st->prefix);
-  const int shift = round == 0 ? 19 : round == 1 ? 7 : 0;
-  const int above = round == 0 ? 31 : round == 1 ? 19 : 7;  // prefix = key >> above
-  const std::uint32_t mask = round == 2 ? 127u : 4095u;
-  for_each_entry(entries, entry_count(st, k), [&](uint2 e) {
-    const std::uint32_t key = e.x & 0x7fffffffu;
-    if (round > 0 && key >> above != prefix) return;
-    warp_count(h, key >> shift & mask);
-  });
-  if (!flush_and_check_last<4096>(h, st->hist[round], &st->done[1 + round])) return;
-  find_bin<4096>(st->hist[round], round == 0 ? k : __ldcg(&st->want), &bin, &rest);
+  for_each_entry(entries, m, [&](uint2 e) { atomicAdd(&h[(e.x & 0x7fffffffu) >> 19], 1u); });
+  if (!flush_and_check_last<4096>(h, st->hist[0], &st->done[1])) return;
+  find_bin<4096, topk_threads, true>(st->hist[0], k, &bin, &rest);
+  if (threadIdx.x == 0) st->prefix = bin, st->want = rest;
+}
+
+// Key bits 18..0 of the cut among the entries under its top 12 bits: bits 18..13 in shared
+// histograms summed into hist[1], all 19 into `low` (global); the grid's last block reads bits
+// 18..13 off hist[1], then bits 12..0 off the 8192 bins of `low` under them.
+__device__ inline void topk_low_digits(const uint2* __restrict__ entries, std::uint32_t m,
+                                       topk_state* st) {
+  __shared__ std::uint32_t h[64];
+  __shared__ std::uint32_t bin, rest;
+  if (threadIdx.x < 64) h[threadIdx.x] = 0;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    const std::uint32_t p = prefix << (above - shift) | bin;
-    st->prefix = p;
-    st->want = rest;
-    if (round == 2) st->cut_key = p;
-  }
+  const std::uint32_t top = __ldcg(&st->prefix);
+  for_each_entry(entries, m, [&](uint2 e) {
+    const std::uint32_t key = e.x & 0x7fffffffu;
+    if (key >> 19 != top) return;
+    atomicAdd(&h[key >> 13 & 63u], 1u);
+    atomicAdd(&st->low[key & 0x7ffffu], 1u);
+  });
+  if (!flush_and_check_last<64>(h, st->hist[1], &st->done[2])) return;
+  find_bin<64, topk_threads, true>(st->hist[1], __ldcg(&st->want), &bin, &rest);
+  const std::uint32_t mid = bin;
+  find_bin<8192, topk_threads, true>(st->low + (mid << 13), rest, &bin, &rest);
+  if (threadIdx.x == 0) st->cut_key = top << 19 | mid << 13 | bin, st->want = rest;
 }
 
-// 4a. Per tile, the entries above the cut and those at it; the last block scans both over the
-// tiles into each tile's first output slot (all entries above the cut before it, plus those at
-// the cut, up to the number taken) and the cut-key entries before it.
+// 3. Cooperative: the cut's bits the collection left open (normally its low 19 bits); first,
+// when it collected fewer than k entries, every element.
 template <int = 0>  // a template: no duplicate symbols when many .cu files include this
 __global__ void __launch_bounds__(topk_threads)
-    topk_slot_kernel(const uint2* __restrict__ entries, const std::uint32_t* __restrict__ count,
-                     const std::uint32_t* __restrict__ offset, std::size_t tiles, topk_state* st,
-                     std::uint32_t* __restrict__ slot, std::uint32_t* __restrict__ equal) {
-  const std::uint32_t cut = __ldcg(&st->cut_key);
-  const std::size_t warps = static_cast<std::size_t>(gridDim.x) * topk_warps;
-  for (std::size_t t = blockIdx.x * static_cast<std::size_t>(topk_warps) + threadIdx.x / 32;
-       t < tiles; t += warps) {  // a warp per tile
-    const std::uint32_t m = count[t];
-    const uint2* e = entries + offset[t];
-    std::uint32_t above = 0, at = 0;
-    for (std::uint32_t j = threadIdx.x % 32; j < m; j += 32) {
-      const std::uint32_t key = e[j].x & 0x7fffffffu;
-      above += key > cut;
-      at += key == cut;
+    topk_finish_kernel(const float* __restrict__ x, std::size_t n, bool vec, std::uint32_t k,
+                       topk_state* st, std::uint32_t* __restrict__ count,
+                       std::uint32_t* __restrict__ offset, uint2* __restrict__ entries) {
+  auto grid = cooperative_groups::this_grid();
+  bool top_open = __ldcg(&st->resolved) == 0;
+  if (__ldcg(&st->entries) < k) {  // the sample misled: collect every element
+    const std::size_t tiles = topk_tiles(n);
+    for (std::size_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      float v[topk_rounds][4];
+      load_tile(x, n, vec, tile, v);
+      collect_tile<false>(v, n, 0u, tile, &st->entries_all, count, offset, entries, {});
     }
-    above = __reduce_add_sync(0xffffffffu, above);
-    at = __reduce_add_sync(0xffffffffu, at);
-    if (threadIdx.x % 32 == 0) {
-      slot[t] = above;
-      equal[t] = at;
-    }
+    grid.sync();
+    top_open = true;
   }
-  if (!last_block(&st->done[7])) return;
-  const std::uint32_t take_equal = __ldcg(&st->want);
-  using scan = cub::BlockScan<uint2, topk_threads>;
-  __shared__ typename scan::TempStorage tmp;
-  const auto plus = [](uint2 a, uint2 b) { return make_uint2(a.x + b.x, a.y + b.y); };
-  constexpr int per = 16;  // tiles per thread per sweep: one sweep up to 2^26 elements
-  uint2 running = make_uint2(0u, 0u);
-  for (std::size_t t0 = 0; t0 < tiles; t0 += per * topk_threads) {  // in place: counts → slots
-    const std::size_t first = t0 + static_cast<std::size_t>(threadIdx.x) * per;
-    uint2 c[per], sum = make_uint2(0u, 0u);
-#pragma unroll
-    for (int j = 0; j < per; ++j) {
-      c[j] = first + j < tiles ? make_uint2(__ldcg(&slot[first + j]), __ldcg(&equal[first + j]))
-                               : make_uint2(0u, 0u);
-      sum = plus(sum, c[j]);
-    }
-    uint2 before, total;
-    scan(tmp).ExclusiveScan(sum, before, make_uint2(0u, 0u), plus, total);
-    before = plus(before, running);
-#pragma unroll
-    for (int j = 0; j < per; ++j) {
-      if (first + j < tiles) {
-        slot[first + j] = before.x + (before.y < take_equal ? before.y : take_equal);
-        equal[first + j] = before.y;
-      }
-      before = plus(before, c[j]);
-    }
-    running = plus(running, total);
-    __syncthreads();
+  const std::uint32_t m = entry_count(st, k);
+  if (top_open) {
+    topk_top_digit(entries, m, k, st);
+    grid.sync();
   }
+  topk_low_digits(entries, m, st);
 }
 
-// 4b. One warp per tile writes its kept entries, in order, from the tile's slot: those above
-// the cut, and those at it while their rank among all cut-key entries is below the number taken.
+// 4. Blocks take groups of 32 tiles in order from a ticket; a warp per tile counts its entries
+// above the cut and at it; warp 0 scans the group, publishes its counts, sums the groups before
+// it (looking back until one that has published its inclusive counts) and publishes its own
+// inclusive counts; then each warp writes its tile's kept entries from its slot: those above the
+// cut, and those at it while their rank among all cut-key entries is below the number taken.
 template <int = 0>  // a template: no duplicate symbols when many .cu files include this
-__global__ void __launch_bounds__(topk_threads)
+__global__ void __launch_bounds__(topk_emit_threads)
     topk_emit_kernel(const uint2* __restrict__ entries, const std::uint32_t* __restrict__ count,
-                     const std::uint32_t* __restrict__ offset, std::size_t tiles,
-                     const topk_state* __restrict__ st, const std::uint32_t* __restrict__ slot,
-                     const std::uint32_t* __restrict__ equal, std::uint32_t* __restrict__ out_idx,
+                     const std::uint32_t* __restrict__ offset, std::size_t tiles, topk_state* st,
+                     unsigned long long* status, std::uint32_t* __restrict__ out_idx,
                      float* __restrict__ out_val) {
-  const std::uint32_t cut = st->cut_key, take_equal = st->want;
-  const unsigned lane = threadIdx.x % 32, below = (1u << lane) - 1u;
-  const std::size_t warps = static_cast<std::size_t>(gridDim.x) * topk_warps;
-  for (std::size_t t = blockIdx.x * static_cast<std::size_t>(topk_warps) + threadIdx.x / 32;
-       t < tiles; t += warps) {
-    const std::uint32_t m = count[t];
-    const uint2* e = entries + offset[t];
-    std::uint32_t at = slot[t], rank = equal[t];
-    for (std::uint32_t j0 = 0; j0 < m; j0 += 32) {  // warp-uniform trip count
-      const std::uint32_t j = j0 + lane;
-      const uint2 v = j < m ? e[j] : make_uint2(0u, 0u);
-      const std::uint32_t key = v.x & 0x7fffffffu;
-      const bool is_equal = j < m && key == cut;
-      const unsigned eq = __ballot_sync(0xffffffffu, is_equal);
-      const bool keep =
-          j < m && (key > cut || (is_equal && rank + __popc(eq & below) < take_equal));
-      const unsigned kept = __ballot_sync(0xffffffffu, keep);
-      if (keep) {
-        const std::uint32_t p = at + __popc(kept & below);
-        out_idx[p] = v.y;
-        out_val[p] = __uint_as_float(v.x);
+  using ref = ::cuda::atomic_ref<unsigned long long, ::cuda::thread_scope_device>;
+  constexpr unsigned full = 0xffffffffu;
+  constexpr int warps = topk_emit_threads / 32;
+  __shared__ std::uint32_t group_ticket, above_of[warps], at_of[warps];
+  const std::uint32_t cut = __ldcg(&st->cut_key), take_equal = __ldcg(&st->want);
+  const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32, below = (1u << lane) - 1u;
+  const std::size_t groups = (tiles + warps - 1) / warps;
+  for (;;) {
+    if (threadIdx.x == 0) group_ticket = atomicAdd(&st->ticket, 1u);
+    __syncthreads();
+    const std::size_t g = group_ticket;
+    if (g >= groups) return;
+    const std::size_t t = g * warps + warp;
+    const std::uint32_t m = t < tiles ? count[t] : 0u;
+    const uint2* e = entries + (t < tiles ? offset[t] : 0u);
+    constexpr std::uint32_t unroll = 8;  // loads in flight per lane (the entries sit in L2)
+    std::uint32_t above = 0, at = 0;
+    for (std::uint32_t j0 = 0; j0 < m; j0 += 32 * unroll) {
+      std::uint32_t key[unroll];
+#pragma unroll
+      for (std::uint32_t u = 0; u < unroll; ++u) {
+        const std::uint32_t j = j0 + 32 * u + lane;
+        key[u] = j < m ? __ldcg(&e[j].x) & 0x7fffffffu : 0u;
       }
-      at += __popc(kept);
-      rank += __popc(eq);
+#pragma unroll
+      for (std::uint32_t u = 0; u < unroll; ++u)
+        if (j0 + 32 * u + lane < m) above += key[u] > cut, at += key[u] == cut;
     }
+    above = __reduce_add_sync(full, above);
+    at = __reduce_add_sync(full, at);
+    if (lane == 0) above_of[warp] = above, at_of[warp] = at;
+    __syncthreads();
+    if (warp == 0) {
+      // the group's tiles: exclusive counts within the group, and its totals
+      std::uint32_t a = above_of[lane], q = at_of[lane];
+      std::uint32_t a_in = a, q_in = q;  // inclusive scan over lanes
+      for (int d = 1; d < 32; d <<= 1) {
+        const std::uint32_t a_up = __shfl_up_sync(full, a_in, d),
+                            q_up = __shfl_up_sync(full, q_in, d);
+        if (lane >= static_cast<unsigned>(d)) a_in += a_up, q_in += q_up;
+      }
+      const std::uint32_t a_total = __shfl_sync(full, a_in, 31),
+                          q_total = __shfl_sync(full, q_in, 31);
+      std::uint32_t a_prev = 0, q_prev = 0;  // the groups before this one
+      if (g > 0) {
+        if (lane == 0)
+          ref(status[g]).store(
+              topk_flag_aggregate | static_cast<unsigned long long>(a_total) << 31 | q_total,
+              ::cuda::memory_order_relaxed);
+        for (long long j = static_cast<long long>(g) - 1;; j -= 32) {  // 32 groups back at a time
+          const long long p = j - lane;
+          unsigned long long s = topk_flag_prefix;  // before group 0: nothing
+          if (p >= 0) s = ref(status[p]).load(::cuda::memory_order_relaxed);
+          while (__any_sync(full, (s >> 62) == 0))
+            if ((s >> 62) == 0) s = ref(status[p]).load(::cuda::memory_order_relaxed);
+          const unsigned prefixes = __ballot_sync(full, (s >> 62) == 2);
+          const unsigned stop = prefixes ? __ffs(prefixes) - 1 : 31u;  // the nearest prefix
+          const bool mine = lane <= stop;
+          a_prev += __reduce_add_sync(
+              full, mine ? static_cast<std::uint32_t>(s >> 31) & 0x7fffffffu : 0u);
+          q_prev +=
+              __reduce_add_sync(full, mine ? static_cast<std::uint32_t>(s) & 0x7fffffffu : 0u);
+          if (prefixes) break;
+        }
+      }
+      if (lane == 0)
+        ref(status[g]).store(topk_flag_prefix |
+                                 static_cast<unsigned long long>(a_prev + a_total) << 31 |
+                                 (q_prev + q_total),
+                             ::cuda::memory_order_relaxed);
+      above_of[lane] = a_prev + a_in - a;  // exclusive, from the start of the payload
+      at_of[lane] = q_prev + q_in - q;
+    }
+    __syncthreads();
+    const std::uint32_t a0 = above_of[warp], q0 = at_of[warp];
+    std::uint32_t slot = a0 + (q0 < take_equal ? q0 : take_equal), rank = q0;
+    for (std::uint32_t j0 = 0; j0 < m; j0 += 32 * unroll) {  // warp-uniform trip count
+      uint2 v[unroll];
+#pragma unroll
+      for (std::uint32_t u = 0; u < unroll; ++u) {
+        const std::uint32_t j = j0 + 32 * u + lane;
+        v[u] = j < m ? __ldcg(e + j) : make_uint2(0u, 0u);
+      }
+#pragma unroll
+      for (std::uint32_t u = 0; u < unroll; ++u) {
+        const bool in = j0 + 32 * u + lane < m;
+        const std::uint32_t key = v[u].x & 0x7fffffffu;
+        const bool is_equal = in && key == cut;
+        const unsigned eq = __ballot_sync(full, is_equal);
+        const bool keep = in && (key > cut || (is_equal && rank + __popc(eq & below) < take_equal));
+        const unsigned kept = __ballot_sync(full, keep);
+        if (keep) {
+          const std::uint32_t p = slot + __popc(kept & below);
+          out_idx[p] = v[u].y;
+          out_val[p] = __uint_as_float(v[u].x);
+        }
+        slot += __popc(kept);
+        rank += __popc(eq);
+      }
+    }
+    __syncthreads();  // the shared counts and the ticket are reused
   }
 }
 
@@ -390,30 +560,42 @@ __global__ void topk_scatter_kernel(const std::uint32_t* __restrict__ idx,
   }
 }
 
-// Thread blocks for `work` threads' worth of work, at most `per_sm` on each of `sms`
-// multiprocessors.
-inline unsigned topk_grid(std::size_t work, int per_sm, int sms) {
-  const std::size_t want = (work + topk_threads - 1) / topk_threads;
-  const std::size_t cap = static_cast<std::size_t>(sms > 0 ? sms : 1) * per_sm;
-  return static_cast<unsigned>(want == 0 ? 1 : (want < cap ? want : cap));
+// Thread blocks of `Kernel` at `threads` that fit one multiprocessor of device `dev`, asked of
+// the runtime once per device (0 on error).
+template <auto Kernel>
+inline int blocks_per_sm(int threads, int dev) {
+  constexpr int devices = 64;  // devices beyond are asked each time
+  static std::atomic<int> cache[devices] = {};
+  const bool cached = dev >= 0 && dev < devices;
+  if (cached)
+    if (const int c = cache[dev].load(std::memory_order_relaxed); c > 0) return c;
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, threads, 0) != cudaSuccess)
+    return 0;
+  if (cached) cache[dev].store(per_sm, std::memory_order_relaxed);
+  return per_sm;
 }
 
 }  // namespace detail
 
-// Scratch bytes topk_select needs for n elements and k kept: the selection state, four counters
-// per tile of 4096 elements, and room for n entries (1.3·k to 2.3·k are used for Gaussian data).
+// Scratch bytes topk_select needs for n elements and k kept: the selection state (≈ 2.1 MiB),
+// 8 bytes per tile of 4096 elements and per group of 32 tiles, and room for n entries (1.2·k
+// to 2.6·k are used for Gaussian data; all n when the sample misleads).
 inline std::size_t topk_workspace_bytes(std::size_t n, std::size_t /*k*/) {
+  const std::size_t tiles = detail::topk_tiles(n);
   return scratch_arena::footprint(
-      {sizeof(detail::topk_state) + 4 * detail::topk_tiles(n) * sizeof(std::uint32_t),
-       n * sizeof(uint2)});
+      {sizeof(detail::topk_state), 8 * detail::topk_groups(tiles), 8 * tiles, n * sizeof(uint2)});
 }
 
 // Top-k of x (device, n floats) at `density` into `out` (device, 8k bytes), the same bytes as
 // compress::topk::encode on the host (ties at the cut: lowest indices).
 // Requires: x finite; n < 2^31; out_bytes == compress::topk{}.wire_bytes(n, density); scratch
-// holds topk_workspace_bytes(n, k). Ensures: enqueued on `stream`; no allocation, no host sync.
-// Cost: one pass over x (plus a 1/64 sample), small passes over the entries (≈ 1.5·k); when the
-// sample misleads (fewer than k elements reach its floor), a second pass collects all of x.
+// holds topk_workspace_bytes(n, k); a device that supports cooperative launches (all since
+// sm_60). Ensures: enqueued on `stream` (a memset and four launches); no allocation, no host
+// sync.
+// Cost: one pass over x plus a 32768-element sample, and small passes over the entries (≈ 1.5·k);
+// when the sample misleads (fewer than k elements reach its floor), a second pass collects all of
+// x, and when the cut is outside the bins the collection counted, one more pass over the entries.
 template <ScratchAllocator S>
 status topk_select(const float* x, std::size_t n, double density, std::byte* out,
                    std::size_t out_bytes, S& scratch, cudaStream_t stream) {
@@ -426,50 +608,53 @@ status topk_select(const float* x, std::size_t n, double density, std::byte* out
     return {errc::invalid_argument, "topk_select: output is not wire_bytes(n, density)"};
   if (n == 0) return {};
   const std::size_t tiles = detail::topk_tiles(n);
-  const std::size_t state_bytes = sizeof(detail::topk_state) + 4 * tiles * sizeof(std::uint32_t);
-  auto* st = static_cast<detail::topk_state*>(scratch.take(state_bytes));
+  auto* st = static_cast<detail::topk_state*>(scratch.take(sizeof(detail::topk_state)));
+  const std::size_t groups = detail::topk_groups(tiles);
+  auto* status_words = static_cast<unsigned long long*>(scratch.take(8 * groups));
+  auto* count = static_cast<std::uint32_t*>(scratch.take(8 * tiles));
   auto* entries = static_cast<uint2*>(scratch.take(n * sizeof(uint2)));
-  if (!st || !entries)
+  if (!st || !status_words || !count || !entries)
     return {errc::too_large, "topk_select: scratch smaller than topk_workspace_bytes(n, k)"};
-  auto* count = reinterpret_cast<std::uint32_t*>(st + 1);
-  auto* offset = count + tiles;
-  auto* slot = offset + tiles;
-  auto* equal = slot + tiles;
-  if (auto s = cuda_status(cudaMemsetAsync(st, 0, state_bytes, stream), "memset"); !s) return s;
-  const bool vec = reinterpret_cast<std::uintptr_t>(x) % 16 == 0;
+  std::uint32_t* offset = count + tiles;
+  bool vec = reinterpret_cast<std::uintptr_t>(x) % 16 == 0;
   int dev = 0, sms = 0;
   if (auto s = cuda_status(cudaGetDevice(&dev), "cudaGetDevice"); !s) return s;
   if (auto s = cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
                            "multiprocessor count");
       !s)
     return s;
-  const auto kk = static_cast<std::uint32_t>(k);
+  constexpr auto finish = &detail::topk_finish_kernel<0>;
+  const int per_sm = detail::blocks_per_sm<finish>(detail::topk_threads, dev);
+  const int collect_per_sm =
+      detail::blocks_per_sm<&detail::topk_collect_kernel<0>>(detail::topk_threads, dev);
+  if (per_sm < 1 || collect_per_sm < 1)
+    return {errc::unsupported, "topk_select: the top-k kernels do not fit a multiprocessor"};
+  auto kk = static_cast<std::uint32_t>(k);
   constexpr int threads = detail::topk_threads;
-  // the sample's rank of the floor: its expected rank of the cut, plus 10% and 6 binomial
-  // standard deviations (the sample is runs of 64 neighbours, less random than single draws;
-  // more entries cost little, a floor too high costs a second pass); lo stays 0 (collect
-  // everything) when that exceeds the sample
-  const std::size_t samples = detail::topk_samples(n);
-  const double expect =
-      static_cast<double>(k) * static_cast<double>(samples) / static_cast<double>(n);
-  const double rank = std::ceil(1.1 * expect + 6.0 * std::sqrt(expect) + 16.0);
-  if (rank <= static_cast<double>(samples))
-    detail::topk_sample_kernel<<<detail::topk_grid(samples / 4, 4, sms), threads, 0, stream>>>(
-        x, n, vec, static_cast<std::uint32_t>(rank), st);
-  const unsigned few = detail::topk_grid(tiles * threads, 1, sms);  // the fallback: a block per SM
-  detail::topk_collect_kernel<<<static_cast<unsigned>(tiles), threads, 0, stream>>>(
-      x, n, vec, kk, false, st, count, offset, entries);
-  detail::topk_collect_kernel<<<few, threads, 0, stream>>>(x, n, vec, kk, true, st, count, offset,
-                                                           entries);
-  // the entries: about 1.5·k for Gaussian data, up to n; grids sized for k, striding over the rest
-  const unsigned over_entries = detail::topk_grid(k, 4, sms);
-  for (int r = 0; r < 3; ++r)
-    detail::topk_digit_kernel<<<over_entries, threads, 0, stream>>>(entries, kk, st, r);
-  const unsigned per_tile = detail::topk_grid(tiles * 32, 8, sms);  // a warp per tile
-  detail::topk_slot_kernel<<<per_tile, threads, 0, stream>>>(entries, count, offset, tiles, st,
-                                                             slot, equal);
-  detail::topk_emit_kernel<<<per_tile, threads, 0, stream>>>(
-      entries, count, offset, tiles, st, slot, equal, reinterpret_cast<std::uint32_t*>(out),
+  if (auto s = cuda_status(cudaMemsetAsync(st, 0, offsetof(detail::topk_state, lo), stream),
+                           "topk_select memset");
+      !s)
+    return s;
+  const auto samples = static_cast<unsigned>(detail::topk_sample_count(n));
+  detail::topk_sample_kernel<<<(samples + detail::topk_sample_threads - 1) /
+                                   detail::topk_sample_threads,
+                               detail::topk_sample_threads, 0, stream>>>(x, n, kk, st);
+  const auto grid = [&](std::size_t want, int blocks_per_sm) {
+    const std::size_t cap = static_cast<std::size_t>(sms) * blocks_per_sm;
+    return static_cast<unsigned>(want < cap ? want : cap);
+  };
+  detail::topk_collect_kernel<<<grid(tiles, collect_per_sm), threads, 0, stream>>>(
+      x, n, vec, kk, st, status_words, count, offset, entries);
+  void* args[] = {&x, &n, &vec, &kk, &st, &count, &offset, &entries};
+  if (auto s = cuda_status(
+          cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(finish),
+                                      dim3(static_cast<unsigned>(sms * (per_sm < 2 ? per_sm : 2))),
+                                      dim3(threads), args, 0, stream),
+          "topk_select cooperative launch");
+      !s)
+    return s;
+  detail::topk_emit_kernel<<<grid(groups, 2), detail::topk_emit_threads, 0, stream>>>(
+      entries, count, offset, tiles, st, status_words, reinterpret_cast<std::uint32_t*>(out),
       reinterpret_cast<float*>(out + 4 * k));
   return cuda_status(cudaGetLastError(), "topk_select launch");
 }

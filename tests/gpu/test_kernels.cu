@@ -229,10 +229,11 @@ void test_elementwise(cudaStream_t st) {
 
 // kind 0: gaussian with a few equal maxima; 1: all zeros (every element ties at the cut);
 // 2: values on a grid of 1/4 (large tie groups at the cut); 3: gaussian, x not 16-byte aligned;
-// 4: large values exactly where the kernel samples (the first 64 elements of every 4096), so
-// its floor is too high and the collection falls back to every element.
+// 4: large values exactly where the kernel samples, so its floor is too high and the selection
+// falls back to collecting every element; 5: tiny values where it samples, so the cut lies far
+// above the bins the collection counts and the selection finds its top bits over the entries.
 void test_topk(cudaStream_t st, paco::buffer<std::byte, paco::cuda>& scratch_mem) {
-  for (int kind : {0, 1, 2, 3, 4})
+  for (int kind : {0, 1, 2, 3, 4, 5})
     for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{3} << 20})
       for (double dens : {0.001, 0.01, 0.5}) {
         auto x = gaussian(n, n + kind);
@@ -240,9 +241,9 @@ void test_topk(cudaStream_t st, paco::buffer<std::byte, paco::cuda>& scratch_mem
         if (kind == 1) std::fill(x.begin(), x.end(), 0.0f);
         if (kind == 2)
           for (auto& v : x) v = std::round(v * 4.0f) / 4.0f;
-        if (kind == 4)
-          for (std::size_t i = 0; i < n; ++i)
-            if (i % 4096 < 64) x[i] *= 100.0f;
+        if (kind == 4 || kind == 5)
+          for (std::size_t i = 0; i < pk::detail::topk_sample_count(n); ++i)
+            x[pk::detail::topk_sample_position(n, i)] *= kind == 4 ? 100.0f : 0x1p-20f;
         pc::topk host;
         std::vector<std::byte> hw(host.wire_bytes(n, dens));
         (void)host.encode({x.data(), n}, dens, {hw.data(), hw.size()});
