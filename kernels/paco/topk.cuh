@@ -8,13 +8,13 @@
 //      also zeroes the state;
 //   2. collect (the one full pass): each tile of 4096 elements appends its elements with
 //      key >= lo, in index order, to one dense array of "entries", and counts them by their top
-//      12 key bits; the last thread block to finish reads off the cut's top 12 bits;
-//   3. finish (a cooperative launch): over the entries that share those 12 bits, a histogram of
-//      the next 6 (in shared memory, then summed) and one of all 19 remaining bits (in global
+//      14 key bits; the last thread block to finish reads off the cut's top 14 bits;
+//   3. finish (a cooperative launch): over the entries that share those 14 bits, a histogram of
+//      the next 6 (in shared memory, then summed) and one of all 17 remaining bits (in global
 //      memory); the last block reads the rest of the cut off both, and how many entries with the
 //      cut key are taken (the lowest indices). Where the sample misled (fewer than k entries, or
 //      a cut outside the bins the collection counted), the same launch first collects every
-//      element and/or finds the top 12 bits, with grid-wide syncs in between;
+//      element and/or finds the top 12 bits over the entries, with grid-wide syncs in between;
 //   4. emit: blocks take groups of 32 tiles in order from a ticket; a warp per tile counts its
 //      entries above the cut and at it; the group takes its place in the payload from the groups
 //      before it (a decoupled look-back) and each warp writes its tile's kept entries.
@@ -42,11 +42,12 @@ namespace detail {
 
 constexpr int topk_threads = 256;
 constexpr int topk_sample_threads = 1024;
-constexpr std::size_t topk_tile = 4096;         // elements per tile
-constexpr std::size_t topk_sample_max = 32768;  // elements the sample reads (all when n is less)
-constexpr std::size_t topk_sample_run = 16;     // in runs of 16 neighbours
-constexpr std::uint32_t topk_hist0_bins = 256;  // 12-bit bins the collection counts
-constexpr int topk_emit_threads = 1024;         // a warp per tile, 32 tiles per group
+constexpr std::size_t topk_tile = 4096;          // elements per tile
+constexpr std::size_t topk_sample_max = 32768;   // elements the sample reads (all when n is less)
+constexpr std::size_t topk_sample_run = 16;      // in runs of 16 neighbours
+constexpr std::uint32_t topk_hist0_bins = 1024;  // 14-bit bins (1/64 octave) the collection
+                                                 // counts: 16 octaves
+constexpr int topk_emit_threads = 1024;          // a warp per tile, 32 tiles per group
 
 __host__ __device__ inline std::size_t topk_tiles(std::size_t n) {
   return (n + topk_tile - 1) / topk_tile;
@@ -77,19 +78,21 @@ struct topk_state {
   alignas(16) std::uint32_t sample_hist[4096];  // top 12 key bits of the sampled elements
   // zeroed by the sample
   std::uint32_t lo;           // entries are the elements with key >= lo
-  std::uint32_t hist_base;    // hist0[b]: entries in 12-bit bin hist_base + b; hist0[255]: above
+  std::uint32_t hist_base;    // hist0[b]: entries in 14-bit bin hist_base + b; the last: above
   std::uint32_t entries;      // entries collected by the collection
   std::uint32_t entries_all;  // entries collected by finish's fallback (every element)
-  std::uint32_t resolved;     // cut key bits known after the collection: 0 or 12
+  std::uint32_t resolved;     // cut key bits known after the collection: 0 or 14
   std::uint32_t prefix;       // cut key bits fixed so far
   std::uint32_t want;         // entries still to take under the key bits fixed so far; after the
                               // last digit: how many with key == cut_key (lowest indices first)
   std::uint32_t cut_key;      // the k-th largest key
   std::uint32_t ticket;       // tile groups handed out by the emit
   std::uint32_t done[3];      // finished thread blocks: the collection, finish's two rounds
-  std::uint32_t hist0[topk_hist0_bins];
-  // finish (zeroed by the collection): key bits 30..19 and 18..13 among the entries, and bits
-  // 18..0 among those under the cut's top 12 bits
+  alignas(16) std::uint32_t hist0[topk_hist0_bins];
+  // finish: key bits 30..19 among the entries (only when the collection left them open), the
+  // top 6 of the bits below the cut's known top ones, and all of those low bits (17, or 19 when
+  // finish found the top 12 itself) among the entries under the known top bits. The collection
+  // zeroes hist and low[0, 2^17); finish the rest of low when it needs it.
   alignas(16) std::uint32_t hist[2][4096];
   std::uint32_t low[1u << 19];
 };
@@ -176,7 +179,7 @@ __device__ bool flush_and_check_last(const std::uint32_t* sh, std::uint32_t* glo
 // counts into, and sum the sample's 12-bit histogram; the last block to finish picks the floor lo
 // (the lower edge of the bin where the count from the top reaches the expected rank of the cut,
 // e = k·s/n, plus 10%, 6 standard deviations and 16; 0 when that is more than the sample) and
-// hist0's base (64 bins below e's bin, not below the floor's). Requires: sample_done and
+// hist0's base (2 octaves below e's bin, not below the floor). Requires: sample_done and
 // sample_hist zero.
 template <int = 0>  // a template: no duplicate symbols when many .cu files include this
 __global__ void __launch_bounds__(topk_sample_threads)
@@ -207,7 +210,8 @@ __global__ void __launch_bounds__(topk_sample_threads)
   if (threadIdx.x != 0) return;
   const std::uint32_t lo_bin = floor_rank > static_cast<double>(s) ? 0u : bins[0];
   st->lo = lo_bin << 19;
-  st->hist_base = bins[1] >= lo_bin + 64 ? bins[1] - 64 : lo_bin;
+  const std::uint32_t guess = bins[1] << 2, floor14 = lo_bin << 2;  // in 14-bit bins
+  st->hist_base = guess >= floor14 + 128 ? guess - 128 : floor14;   // 2 octaves below the guess
 }
 
 // Where collect_tile counts entries: h0 (shared, hist0's bins from `base`).
@@ -264,7 +268,7 @@ __device__ inline void collect_tile(const float (&v)[topk_rounds][4], std::size_
         keep |= 1u << (4 * r + e);
         packed += 1ull << (16 * r);
         if constexpr (Count) {
-          const std::uint32_t bin = key >> 19;
+          const std::uint32_t bin = key >> 17;
           if (bin >= cnt.base) {
             const std::uint32_t b = bin - cnt.base;
             atomicAdd(&cnt.h0[b < topk_hist0_bins ? b : topk_hist0_bins - 1], 1u);
@@ -302,7 +306,7 @@ __device__ inline void collect_tile(const float (&v)[topk_rounds][4], std::size_
 
 // 2. Thread blocks over tiles: each tile's elements with key >= lo, in index order, to the
 // entries, counted into hist0; zeroes what finish and emit count into. The last block reads the
-// cut's top 12 bits off hist0 (resolved = 12; 0 when fewer than k entries were collected or the
+// cut's top 14 bits off hist0 (resolved = 14; 0 when fewer than k entries were collected or the
 // cut is outside hist0's bins).
 template <int = 0>  // a template: no duplicate symbols when many .cu files include this
 __global__ void __launch_bounds__(topk_threads)
@@ -310,10 +314,9 @@ __global__ void __launch_bounds__(topk_threads)
                         topk_state* st, unsigned long long* __restrict__ status,
                         std::uint32_t* __restrict__ count, std::uint32_t* __restrict__ offset,
                         uint2* __restrict__ entries) {
-  static_assert(topk_hist0_bins == topk_threads, "a bin per thread");
   __shared__ std::uint32_t h0[topk_hist0_bins];
   __shared__ std::uint32_t bin, rest;
-  h0[threadIdx.x] = 0;
+  for (std::uint32_t b = threadIdx.x; b < topk_hist0_bins; b += blockDim.x) h0[b] = 0;
   if (threadIdx.x == 0) bin = ~0u;
   __syncthreads();
   const topk_counting cnt{h0, st->hist_base};
@@ -333,7 +336,8 @@ __global__ void __launch_bounds__(topk_threads)
   {  // zero finish's histograms and the emit's look-back
     const std::size_t groups = topk_groups(tiles),
                       stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-    constexpr std::size_t words = (sizeof(topk_state) - offsetof(topk_state, hist)) / 16;
+    constexpr std::size_t words =
+        (offsetof(topk_state, low) - offsetof(topk_state, hist) + 4 * (std::size_t{1} << 17)) / 16;
     auto* w = reinterpret_cast<uint4*>(&st->hist[0][0]);
     for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < words;
          i += stride)
@@ -346,7 +350,7 @@ __global__ void __launch_bounds__(topk_threads)
   if (__ldcg(&st->entries) < k) return;  // resolved = 0: finish collects every element
   find_bin<topk_hist0_bins, topk_threads, true>(st->hist0, k, &bin, &rest);
   if (bin == ~0u || bin == topk_hist0_bins - 1) return;  // outside hist0's bins: resolved = 0
-  if (threadIdx.x == 0) st->prefix = cnt.base + bin, st->want = rest, st->resolved = 12;
+  if (threadIdx.x == 0) st->prefix = cnt.base + bin, st->want = rest, st->resolved = 14;
 }
 
 // Calls f(entry) for every entry (a grid-stride loop over the dense entries, 8 loads in flight
@@ -380,11 +384,14 @@ __device__ inline void topk_top_digit(const uint2* __restrict__ entries, std::ui
   if (threadIdx.x == 0) st->prefix = bin, st->want = rest;
 }
 
-// Key bits 18..0 of the cut among the entries under its top 12 bits: bits 18..13 in shared
-// histograms summed into hist[1], all 19 into `low` (global); the grid's last block reads bits
-// 18..13 off hist[1], then bits 12..0 off the 8192 bins of `low` under them.
-__device__ inline void topk_low_digits(const uint2* __restrict__ entries, std::uint32_t m,
-                                       topk_state* st) {
+// The cut's key bits below its known top `Top` bits (L = 31 - Top of them) among the entries
+// under those: the top 6 of the L in shared histograms summed into hist[1], all L into `low`
+// (global, zero); the grid's last block reads the 6 off hist[1], then the remaining L - 6 off the
+// bins of `low` under them.
+template <int Top>
+__device__ void topk_low_digits(const uint2* __restrict__ entries, std::uint32_t m,
+                                topk_state* st) {
+  constexpr int L = 31 - Top;
   __shared__ std::uint32_t h[64];
   __shared__ std::uint32_t bin, rest;
   if (threadIdx.x < 64) h[threadIdx.x] = 0;
@@ -392,18 +399,18 @@ __device__ inline void topk_low_digits(const uint2* __restrict__ entries, std::u
   const std::uint32_t top = __ldcg(&st->prefix);
   for_each_entry(entries, m, [&](uint2 e) {
     const std::uint32_t key = e.x & 0x7fffffffu;
-    if (key >> 19 != top) return;
-    atomicAdd(&h[key >> 13 & 63u], 1u);
-    atomicAdd(&st->low[key & 0x7ffffu], 1u);
+    if (key >> L != top) return;
+    atomicAdd(&h[key >> (L - 6) & 63u], 1u);
+    atomicAdd(&st->low[key & ((1u << L) - 1)], 1u);
   });
   if (!flush_and_check_last<64>(h, st->hist[1], &st->done[2])) return;
   find_bin<64, topk_threads, true>(st->hist[1], __ldcg(&st->want), &bin, &rest);
   const std::uint32_t mid = bin;
-  find_bin<8192, topk_threads, true>(st->low + (mid << 13), rest, &bin, &rest);
-  if (threadIdx.x == 0) st->cut_key = top << 19 | mid << 13 | bin, st->want = rest;
+  find_bin<(1 << (L - 6)), topk_threads, true>(st->low + (mid << (L - 6)), rest, &bin, &rest);
+  if (threadIdx.x == 0) st->cut_key = top << L | mid << (L - 6) | bin, st->want = rest;
 }
 
-// 3. Cooperative: the cut's bits the collection left open (normally its low 19 bits); first,
+// 3. Cooperative: the cut's bits the collection left open (normally its low 17 bits); first,
 // when it collected fewer than k entries, every element.
 template <int = 0>  // a template: no duplicate symbols when many .cu files include this
 __global__ void __launch_bounds__(topk_threads)
@@ -423,11 +430,17 @@ __global__ void __launch_bounds__(topk_threads)
     top_open = true;
   }
   const std::uint32_t m = entry_count(st, k);
-  if (top_open) {
-    topk_top_digit(entries, m, k, st);
-    grid.sync();
+  if (!top_open) return topk_low_digits<14>(entries, m, st);
+  {  // low[2^17, 2^19) is not zeroed by the collection
+    const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+    for (std::size_t i = (std::size_t{1} << 17) +
+                         blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+         i < (std::size_t{1} << 19); i += stride)
+      st->low[i] = 0;
   }
-  topk_low_digits(entries, m, st);
+  topk_top_digit(entries, m, k, st);
+  grid.sync();
+  topk_low_digits<12>(entries, m, st);
 }
 
 // 4. Blocks take groups of 32 tiles in order from a ticket; a warp per tile counts its entries
@@ -463,7 +476,7 @@ __global__ void __launch_bounds__(topk_emit_threads)
 #pragma unroll
       for (std::uint32_t u = 0; u < unroll; ++u) {
         const std::uint32_t j = j0 + 32 * u + lane;
-        key[u] = j < m ? __ldcg(&e[j].x) & 0x7fffffffu : 0u;
+        key[u] = j < m ? e[j].x & 0x7fffffffu : 0u;  // cached in L1 for the write pass
       }
 #pragma unroll
       for (std::uint32_t u = 0; u < unroll; ++u)
@@ -522,7 +535,7 @@ __global__ void __launch_bounds__(topk_emit_threads)
 #pragma unroll
       for (std::uint32_t u = 0; u < unroll; ++u) {
         const std::uint32_t j = j0 + 32 * u + lane;
-        v[u] = j < m ? __ldcg(e + j) : make_uint2(0u, 0u);
+        v[u] = j < m ? e[j] : make_uint2(0u, 0u);
       }
 #pragma unroll
       for (std::uint32_t u = 0; u < unroll; ++u) {
@@ -617,6 +630,17 @@ status topk_select(const float* x, std::size_t n, double density, std::byte* out
     return {errc::too_large, "topk_select: scratch smaller than topk_workspace_bytes(n, k)"};
   std::uint32_t* offset = count + tiles;
   bool vec = reinterpret_cast<std::uintptr_t>(x) % 16 == 0;
+  auto kk = static_cast<std::uint32_t>(k);
+  // the sample first: the device starts on it while the rest is sized here (a later failure
+  // leaves only scratch written)
+  if (auto s = cuda_status(cudaMemsetAsync(st, 0, offsetof(detail::topk_state, lo), stream),
+                           "topk_select memset");
+      !s)
+    return s;
+  const auto samples = static_cast<unsigned>(detail::topk_sample_count(n));
+  detail::topk_sample_kernel<<<(samples + detail::topk_sample_threads - 1) /
+                                   detail::topk_sample_threads,
+                               detail::topk_sample_threads, 0, stream>>>(x, n, kk, st);
   int dev = 0, sms = 0;
   if (auto s = cuda_status(cudaGetDevice(&dev), "cudaGetDevice"); !s) return s;
   if (auto s = cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
@@ -629,16 +653,7 @@ status topk_select(const float* x, std::size_t n, double density, std::byte* out
       detail::blocks_per_sm<&detail::topk_collect_kernel<0>>(detail::topk_threads, dev);
   if (per_sm < 1 || collect_per_sm < 1)
     return {errc::unsupported, "topk_select: the top-k kernels do not fit a multiprocessor"};
-  auto kk = static_cast<std::uint32_t>(k);
   constexpr int threads = detail::topk_threads;
-  if (auto s = cuda_status(cudaMemsetAsync(st, 0, offsetof(detail::topk_state, lo), stream),
-                           "topk_select memset");
-      !s)
-    return s;
-  const auto samples = static_cast<unsigned>(detail::topk_sample_count(n));
-  detail::topk_sample_kernel<<<(samples + detail::topk_sample_threads - 1) /
-                                   detail::topk_sample_threads,
-                               detail::topk_sample_threads, 0, stream>>>(x, n, kk, st);
   const auto grid = [&](std::size_t want, int blocks_per_sm) {
     const std::size_t cap = static_cast<std::size_t>(sms) * blocks_per_sm;
     return static_cast<unsigned>(want < cap ? want : cap);
