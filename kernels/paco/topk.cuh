@@ -222,14 +222,18 @@ struct topk_counting {
 constexpr int topk_rounds = static_cast<int>(topk_tile / (4 * topk_threads));
 static_assert(topk_rounds == 4, "one 16-bit field per round in the packed scan");
 
-// This thread's 16 elements of a tile (a round covers 1024 consecutive elements, 4 per thread);
-// zeros past n or for tiles past the end.
+// Index of this thread's first element of round r in a tile (a round covers 1024 consecutive
+// elements, 4 per thread).
+__device__ inline std::size_t tile_element(std::size_t tile, int r) {
+  return tile * topk_tile + static_cast<std::size_t>(r) * 4 * topk_threads + 4 * threadIdx.x;
+}
+
+// This thread's 16 elements of a tile (tile_element's 4 per round); zeros past n.
 __device__ inline void load_tile(const float* __restrict__ x, std::size_t n, bool vec,
                                  std::size_t tile, float (&v)[topk_rounds][4]) {
 #pragma unroll
   for (int r = 0; r < topk_rounds; ++r) {
-    const std::size_t i0 =
-        tile * topk_tile + static_cast<std::size_t>(r) * 4 * topk_threads + 4 * threadIdx.x;
+    const std::size_t i0 = tile_element(tile, r);
     if (vec && i0 + 4 <= n) {
       const float4 q = __ldcs(reinterpret_cast<const float4*>(x + i0));  // read once: streaming
       v[r][0] = q.x, v[r][1] = q.y, v[r][2] = q.z, v[r][3] = q.w;
@@ -254,13 +258,12 @@ __device__ inline void collect_tile(const float (&v)[topk_rounds][4], std::size_
   __shared__ typename scan::TempStorage tmp;
   __shared__ std::uint32_t at;
   constexpr int rounds = topk_rounds;
-  const std::size_t tile0 = tile * topk_tile;
   // one scan of the four rounds' counts packed in 16-bit fields (each total <= 1024)
   unsigned keep = 0;  // bit 4r + e
   unsigned long long packed = 0;
 #pragma unroll
   for (int r = 0; r < rounds; ++r) {
-    const std::size_t i0 = tile0 + static_cast<std::size_t>(r) * 4 * topk_threads + 4 * threadIdx.x;
+    const std::size_t i0 = tile_element(tile, r);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const std::uint32_t key = f::magnitude_key(v[r][e]);
@@ -294,7 +297,7 @@ __device__ inline void collect_tile(const float (&v)[topk_rounds][4], std::size_
   uint2* out = entries + at;
 #pragma unroll
   for (int r = 0; r < rounds; ++r) {
-    const std::size_t i0 = tile0 + static_cast<std::size_t>(r) * 4 * topk_threads + 4 * threadIdx.x;
+    const std::size_t i0 = tile_element(tile, r);
     std::uint32_t p = base[r];
 #pragma unroll
     for (int e = 0; e < 4; ++e)
