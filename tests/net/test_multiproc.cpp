@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -17,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "paco/sync/collectives.hpp"
 #include "tcp_world.hpp"
 #if PACO_WITH_TLS
 #include "tls_pki.hpp"
@@ -247,4 +249,76 @@ TEST_CASE("asio_tcp send_with_crc: a verified CRC forwards unchanged bytes; a wr
   REQUIRE(crc2 == want);
   REQUIRE(!e_bad_send);  // the sender vouched for the CRC; the receiver catches it
   REQUIRE(e_bad == make_error_code(errc::corrupt));
+}
+
+TEST_CASE("asio_tcp recv_unverified: the caller checks the frame's CRC; the ring catches a bad one",
+          "[net][crc]") {
+  using namespace paco;
+  std::vector<std::byte> msg(300000);
+  for (std::size_t i = 0; i < msg.size(); ++i) msg[i] = std::byte(i * 131 % 251);
+  const std::uint32_t want = net::crc32c(0, msg);
+  // Rank 0 sends msg plainly, then with a wrong CRC, then plays a faulty ring neighbour: its
+  // reduce-scatter chunk carries a wrong CRC. Rank 1 receives both unverified, then all-reduces.
+  std::optional<std::uint32_t> exp1, exp2, verified1;
+  std::error_code e1, e2;
+  bool same = false, bad_bytes_same = false;
+  std::string ring_error;
+  bool ring_failed = false, ring_ok_without_crc = false;
+  auto no_crc = [](int r, int p, int port) {
+    auto o = paco::testing::loopback_options(r, p, port);
+    o.payload_crc = false;
+    return o;
+  };
+  constexpr std::size_t n = 1000;  // p = 2: each rank's block is 500 floats, one chunk
+  paco::testing::run_tcp_ranks(
+      "crc_caller", 2, paco::testing::loopback_options, [&](net::asio_tcp& t) {
+        auto d = net::after(std::chrono::seconds(10));
+        std::vector<std::byte> got(msg.size());
+        if (t.rank() == 0) {
+          t.recv(1, 8, {}, d).wait();  // rank 1's recvs are posted: frames are read into them
+          t.send(1, 5, msg, d).wait();
+          t.send_with_crc(1, 6, msg, want ^ 1u, d).wait();
+          std::vector<float> block(n / 2, 1.0f);
+          t.send_with_crc(1, 0x70000000u, std::as_bytes(std::span(block)), 12345u, d).wait();
+          t.recv(1, 9, {}, d).wait();  // until rank 1 is done
+        } else {
+          std::vector<std::byte> got2(msg.size());
+          auto r = t.recv_unverified(0, 5, got, d);
+          auto r2 = t.recv_unverified(0, 6, got2, d);
+          t.send(0, 8, {}, d).wait();
+          e1 = r.wait();
+          exp1 = r.expected_crc();
+          verified1 = r.payload_crc();
+          same = std::memcmp(got.data(), msg.data(), msg.size()) == 0;
+          e2 = r2.wait();  // delivered: the CRC is the caller's to check
+          exp2 = r2.expected_crc();
+          bad_bytes_same = std::memcmp(got2.data(), msg.data(), msg.size()) == 0;
+          std::vector<float> x(n, 2.0f);
+          auto st = sync::allreduce_ring(t, std::span<float>(x), {.until = d});
+          ring_failed = !st.ok();
+          if (!st.ok()) ring_error = st.error().what();
+          t.send(0, 9, {}, d).wait();
+        }
+      });
+  REQUIRE(!e1);
+  REQUIRE(same);
+  REQUIRE(exp1 == want);
+  REQUIRE(!verified1);  // payload_crc() vouches only for CRCs the transport checked
+  REQUIRE(!e2);
+  REQUIRE(bad_bytes_same);
+  REQUIRE(exp2 == (want ^ 1u));
+  INFO(ring_error);
+  REQUIRE(ring_failed);
+  REQUIRE(ring_error.find("recv from rank 0") != std::string::npos);
+  REQUIRE(ring_error.find(make_error_code(errc::corrupt).message()) != std::string::npos);
+  // Frames without a CRC (payload_crc off): the ring reduces without checking, exactly.
+  paco::testing::run_tcp_ranks("crc_off", 3, no_crc, [&](net::asio_tcp& t) {
+    std::vector<float> x(n + 7);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(t.rank() + 1) * float(i % 13);
+    auto st = sync::allreduce_ring(t, std::span<float>(x), {.chunk_bytes = 256});
+    bool exact = st.ok();
+    for (std::size_t i = 0; i < x.size() && exact; ++i) exact = x[i] == 6.0f * float(i % 13);
+    if (t.rank() == 0) ring_ok_without_crc = exact;
+  });
+  REQUIRE(ring_ok_without_crc);
 }

@@ -251,3 +251,36 @@ TEST_CASE("a dead or silent peer: every survivor errors within 2x the deadline",
       }
     }
 }
+
+TEST_CASE("reduce_into_crc: the reduction of reduce_into and the CRC-32Cs of crc32c, any n",
+          "[sync]") {
+  // float + sum takes the fused AVX-512 loop where the CPU has it; the others the blocked one.
+  auto check = [](auto zero, auto op) {
+    using V = decltype(zero);
+    for (std::size_t n : {0, 1, 63, 64, 65, 127, 128, 1000, 4099, 70001}) {
+      std::vector<V> a(n), b(n), want(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        a[i] = V(0.37) * V(i % 1013) - V(50);
+        b[i] = V(1.0) / V(i + 3);
+      }
+      want = a;
+      sync::detail::reduce_into(want.data(), b.data(), n, op);
+      for (std::uint32_t seed : {0u, 0xdeadbeefu}) {
+        auto got = a;
+        std::uint32_t cs = seed, cd = seed ^ 1u, cs_only = seed;
+        sync::detail::reduce_into_crc(got.data(), b.data(), n, op, &cs, &cd);
+        auto dst_only = a;
+        sync::detail::reduce_into_crc(dst_only.data(), b.data(), n, op, &cs_only, nullptr);
+        INFO("n = " << n << ", bytes of V = " << sizeof(V));
+        REQUIRE(std::memcmp(got.data(), want.data(), n * sizeof(V)) == 0);
+        REQUIRE(std::memcmp(dst_only.data(), want.data(), n * sizeof(V)) == 0);
+        REQUIRE(cs == net::crc32c_reference(seed, std::as_bytes(std::span(b))));
+        REQUIRE(cs_only == cs);
+        REQUIRE(cd == net::crc32c_reference(seed ^ 1u, std::as_bytes(std::span(want))));
+      }
+    }
+  };
+  check(0.0f, sync::sum{});
+  check(0.0, sync::sum{});
+  check(0.0f, sync::maximum{});
+}

@@ -111,8 +111,11 @@ struct tcp_op {
   std::error_code ec;
   std::error_code override_ec;  // set when a caller abandoned the op mid-frame
   clock::time_point ready_at{};
-  int waiters = 0;        // threads in wait_done on this op (complete() wakes only for them)
-  bool has_crc = false;   // recv: the frame carried a payload CRC and it matched
+  int waiters = 0;  // threads in wait_done on this op (complete() wakes only for them)
+  bool caller_checks =
+      false;  // recv_unverified: the I/O thread leaves the payload CRC to the caller
+  bool has_crc =
+      false;  // recv: the frame carried a payload CRC (and, unless caller_checks, it matched)
   std::uint32_t crc = 0;  // recv: that CRC-32C
 };
 using op_ptr = std::shared_ptr<tcp_op>;
@@ -569,9 +572,11 @@ struct tcp_core {
     L.rcvlowat = v;
   }
 
-  // k payload bytes arrived at L.rptr + L.rdone: checksum them while they are in cache.
+  // k payload bytes arrived at L.rptr + L.rdone: checksum them while they are in cache (unless
+  // the recv they land in checks them itself).
   void payload_bytes(tcp_link& L, std::size_t k) {
-    if (L.rh.flags & wire::flag_payload_crc) L.rcrc = crc32c(L.rcrc, {L.rptr + L.rdone, k});
+    if ((L.rh.flags & wire::flag_payload_crc) && !(L.rop && L.rop->caller_checks))
+      L.rcrc = crc32c(L.rcrc, {L.rptr + L.rdone, k});
     L.rdone += k;
     L.last_rx = clock::now();
   }
@@ -588,10 +593,11 @@ struct tcp_core {
       std::unique_lock lk(mu);
       std::error_code ec;
       const bool checked = (L.rh.flags & wire::flag_payload_crc) != 0;
-      if (checked && L.rcrc != L.rh.payload_crc) ec = errc::corrupt;
+      const bool by_caller = L.rop && L.rop->caller_checks;
+      if (checked && !by_caller && L.rcrc != L.rh.payload_crc) ec = errc::corrupt;
       if (L.rop) {  // the common case: read straight into a posted recv
         L.rop->has_crc = checked && !ec;
-        L.rop->crc = L.rcrc;
+        L.rop->crc = by_caller ? L.rh.payload_crc : L.rcrc;
         const bool wake = L.rop->waiters > 0;
         complete(*L.rop, ec, false);
         L.rop = nullptr;
@@ -759,11 +765,16 @@ class asio_tcp {
     // send_with_crc: forwarding the bytes unchanged needs no second pass). Requires: wait()
     // returned {}. Ensures: nullopt for sends, frames without a CRC and failed recvs.
     std::optional<std::uint32_t> payload_crc() const {
-      if (!op_ || op_->is_send) return std::nullopt;
-      std::lock_guard lk(core_->mu);
-      if (op_->state != detail::tcp_op::state_t::done || op_->ec || !op_->has_crc)
-        return std::nullopt;
-      return op_->crc;
+      if (!op_ || op_->is_send || op_->caller_checks) return std::nullopt;
+      return completed_crc();
+    }
+    // A completed recv_unverified's expected payload CRC-32C: the one its frame carried, which
+    // the caller must compare with the bytes' before trusting them. Requires: wait() returned
+    // {}. Ensures: nullopt when the frame carried no CRC (payload_crc off at the sender), for
+    // other requests and for failed recvs.
+    std::optional<std::uint32_t> expected_crc() const {
+      if (!op_ || !op_->caller_checks) return std::nullopt;
+      return completed_crc();
     }
     void cancel() {
       if (!op_ || !core_) return;
@@ -773,6 +784,12 @@ class asio_tcp {
 
    private:
     friend class asio_tcp;
+    std::optional<std::uint32_t> completed_crc() const {
+      std::lock_guard lk(core_->mu);
+      if (op_->state != detail::tcp_op::state_t::done || op_->ec || !op_->has_crc)
+        return std::nullopt;
+      return op_->crc;
+    }
     request(std::shared_ptr<detail::tcp_core> c, detail::op_ptr op, deadline d)
         : core_(std::move(c)), op_(std::move(op)), d_(d) {}
     std::shared_ptr<detail::tcp_core> core_;
@@ -808,13 +825,21 @@ class asio_tcp {
 #endif
   }
 
-  ~asio_tcp() { close(); }
+  ~asio_tcp() {
+    close();
+  }
   asio_tcp(const asio_tcp&) = delete;
   asio_tcp& operator=(const asio_tcp&) = delete;
 
-  int rank() const { return core_->o.rank; }
-  int size() const { return core_->o.size; }
-  const tcp_options& options() const { return core_->o; }
+  int rank() const {
+    return core_->o.rank;
+  }
+  int size() const {
+    return core_->o.size;
+  }
+  const tcp_options& options() const {
+    return core_->o;
+  }
 
   // Queues `bytes` for peer. Requires: bytes alive until the request completes.
   // Cost: one CRC-32C pass on the calling thread (payload_crc), no copy.
@@ -832,7 +857,22 @@ class asio_tcp {
 
   // Posts a recv of the next message from peer with tag into bytes.
   request recv(int peer, tag_t tag, std::span<std::byte> bytes, deadline d) {
+    return post_recv(peer, tag, bytes, d, false);
+  }
+  // recv() whose payload CRC-32C the caller checks, in a pass it makes over the bytes anyway
+  // (the reduce-scatter half of a ring reduces them): the I/O thread makes no pass over them.
+  // Requires: the caller compares crc32c(0, bytes) with the request's expected_crc() before
+  //   trusting the bytes, and treats a difference as errc::corrupt.
+  // Cost: a copy from the socket, no checksum pass.
+  request recv_unverified(int peer, tag_t tag, std::span<std::byte> bytes, deadline d) {
+    return post_recv(peer, tag, bytes, d, true);
+  }
+
+ private:
+  request post_recv(int peer, tag_t tag, std::span<std::byte> bytes, deadline d,
+                    bool caller_checks) {
     auto op = std::make_shared<detail::tcp_op>();
+    op->caller_checks = caller_checks;
     op->peer = peer;
     op->tag = tag;
     op->buf = bytes.data();
@@ -871,7 +911,6 @@ class asio_tcp {
     return request(core_, std::move(op), d);
   }
 
- private:
   request queue_send(int peer, tag_t tag, std::span<const std::byte> bytes, deadline d,
                      std::optional<std::uint32_t> crc) {
     auto op = std::make_shared<detail::tcp_op>();
@@ -963,7 +1002,9 @@ class asio_tcp {
   }
 
   // Closes every link at once, as a crash would (for tests). Ensures: peers see peer_lost.
-  void abort() { shutdown(); }
+  void abort() {
+    shutdown();
+  }
 
  private:
   explicit asio_tcp(std::shared_ptr<detail::tcp_core> c)

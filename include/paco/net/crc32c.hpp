@@ -152,6 +152,7 @@ constexpr std::uint64_t crc32c_fold_k(unsigned t, bool lo) noexcept {
 
 inline constexpr std::size_t crc32c_fold_min = 256;  // bytes; shorter inputs use crc32
 
+// The instruction sets of the fold (also used by code fusing it with other work).
 #define PACO_CRC32C_FOLD_TARGET __attribute__((target("avx512f,avx512vl,vpclmulqdq,pclmul,sse4.2")))
 
 // a folded forward (per 128-bit lane, by the distance of k), xor d.
@@ -165,37 +166,46 @@ PACO_CRC32C_FOLD_TARGET inline __m512i crc32c_k512(std::uint64_t l, std::uint64_
   return _mm512_set_epi64(hh, ll, hh, ll, hh, ll, hh, ll);
 }
 
-// The raw state s advanced over n >= crc32c_fold_min bytes.
-// Requires: AVX-512F/VL, VPCLMULQDQ, SSE4.2 (crc32c_has_fold()).
-PACO_CRC32C_FOLD_TARGET inline std::uint32_t crc32c_raw_fold(std::uint32_t s,
+// The fold's running state: four accumulators of 64 bytes over the last 256 bytes folded in
+// (for code that checksums bytes it holds in registers anyway, e.g. a fused reduction).
+struct crc32c_fold_state {
+  __m512i a0, a1, a2, a3;
+};
+
+// Starts a fold from raw state s with the first 256 bytes, d0..d3 (64 bytes each, in order).
+PACO_CRC32C_FOLD_TARGET inline crc32c_fold_state crc32c_fold_begin(std::uint32_t s, __m512i d0,
+                                                                   __m512i d1, __m512i d2,
+                                                                   __m512i d3) noexcept {
+  d0 = _mm512_xor_si512(
+      d0, _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, static_cast<int>(s)));
+  return {d0, d1, d2, d3};
+}
+
+// Folds the next 256 bytes, d0..d3, into f.
+PACO_CRC32C_FOLD_TARGET inline void crc32c_fold_step(crc32c_fold_state& f, __m512i d0, __m512i d1,
+                                                     __m512i d2, __m512i d3) noexcept {
+  static constexpr std::uint64_t k2048l = crc32c_fold_k(2048, true),
+                                 k2048h = crc32c_fold_k(2048, false);
+  const __m512i k2048 = crc32c_k512(k2048l, k2048h);
+  f.a0 = crc32c_fold512(f.a0, k2048, d0);
+  f.a1 = crc32c_fold512(f.a1, k2048, d1);
+  f.a2 = crc32c_fold512(f.a2, k2048, d2);
+  f.a3 = crc32c_fold512(f.a3, k2048, d3);
+}
+
+// The raw state after f and then the n < 256 bytes at p.
+PACO_CRC32C_FOLD_TARGET inline std::uint32_t crc32c_fold_end(const crc32c_fold_state& f,
                                                              const unsigned char* p,
                                                              std::size_t n) noexcept {
   using u64 = std::uint64_t;
-  static constexpr u64 k2048l = crc32c_fold_k(2048, true), k2048h = crc32c_fold_k(2048, false);
   static constexpr u64 k512l = crc32c_fold_k(512, true), k512h = crc32c_fold_k(512, false);
   static constexpr u64 k384l = crc32c_fold_k(384, true), k384h = crc32c_fold_k(384, false);
   static constexpr u64 k256l = crc32c_fold_k(256, true), k256h = crc32c_fold_k(256, false);
   static constexpr u64 k128l = crc32c_fold_k(128, true), k128h = crc32c_fold_k(128, false);
-  // Four accumulators of 64 bytes: 256 consecutive bytes, the state xored into the first 4.
-  __m512i a0 = _mm512_loadu_si512(p), a1 = _mm512_loadu_si512(p + 64);
-  __m512i a2 = _mm512_loadu_si512(p + 128), a3 = _mm512_loadu_si512(p + 192);
-  a0 = _mm512_xor_si512(
-      a0, _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, static_cast<int>(s)));
-  p += 256;
-  n -= 256;
-  const __m512i k2048 = crc32c_k512(k2048l, k2048h);
-  while (n >= 256) {
-    a0 = crc32c_fold512(a0, k2048, _mm512_loadu_si512(p));
-    a1 = crc32c_fold512(a1, k2048, _mm512_loadu_si512(p + 64));
-    a2 = crc32c_fold512(a2, k2048, _mm512_loadu_si512(p + 128));
-    a3 = crc32c_fold512(a3, k2048, _mm512_loadu_si512(p + 192));
-    p += 256;
-    n -= 256;
-  }
   const __m512i k512 = crc32c_k512(k512l, k512h);
-  a1 = crc32c_fold512(a0, k512, a1);
-  a2 = crc32c_fold512(a1, k512, a2);
-  a3 = crc32c_fold512(a2, k512, a3);
+  __m512i a1 = crc32c_fold512(f.a0, k512, f.a1);
+  __m512i a2 = crc32c_fold512(a1, k512, f.a2);
+  __m512i a3 = crc32c_fold512(a2, k512, f.a3);
   // Lanes 0, 1, 2 of a3 folded by 384, 256, 128 bits onto lane 3.
   const __m512i kl =
       _mm512_set_epi64(0, 0, static_cast<long long>(k128h), static_cast<long long>(k128l),
@@ -226,12 +236,27 @@ PACO_CRC32C_FOLD_TARGET inline std::uint32_t crc32c_raw_fold(std::uint32_t s,
   return r;
 }
 
+// The raw state s advanced over n >= crc32c_fold_min bytes.
+// Requires: AVX-512F/VL, VPCLMULQDQ, SSE4.2 (crc32c_has_fold()).
+PACO_CRC32C_FOLD_TARGET inline std::uint32_t crc32c_raw_fold(std::uint32_t s,
+                                                             const unsigned char* p,
+                                                             std::size_t n) noexcept {
+  // (No lambdas here: they would not inherit the target.)
+  auto f = crc32c_fold_begin(s, _mm512_loadu_si512(p), _mm512_loadu_si512(p + 64),
+                             _mm512_loadu_si512(p + 128), _mm512_loadu_si512(p + 192));
+  p += 256;
+  n -= 256;
+  for (; n >= 256; p += 256, n -= 256)
+    crc32c_fold_step(f, _mm512_loadu_si512(p), _mm512_loadu_si512(p + 64),
+                     _mm512_loadu_si512(p + 128), _mm512_loadu_si512(p + 192));
+  return crc32c_fold_end(f, p, n);
+}
+
 inline bool crc32c_has_fold() noexcept {
   static const bool h = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
                         __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("sse4.2");
   return h;
 }
-#undef PACO_CRC32C_FOLD_TARGET
 
 inline bool crc32c_has_hw() noexcept {
   static const bool h = __builtin_cpu_supports("sse4.2");

@@ -6,17 +6,23 @@
 // the reduction of segment i+1 = its own block. At step s position i sends segment i-s and
 // receives segment i-s-1: reduce-scatter reduces it into place, all-gather (steps p-1..2p-3)
 // receives it straight into the caller's buffer. A chunk received at step s is forwarded at
-// step s+1 as soon as it is reduced, so the steps overlap. On a transport with
-// send_with_crc (asio_tcp), all-gather forwards a chunk with the CRC its recv verified.
+// step s+1 as soon as it is reduced, so the steps overlap.
+//
+// On a transport that checksums payloads (asio_tcp: recv_unverified, send_with_crc), no byte
+// is checksummed in a pass of its own where a pass over it is made anyway: reduce-scatter
+// verifies a received chunk's CRC-32C and computes the reduced chunk's while it reduces (in
+// L1-sized blocks), and all-gather forwards a chunk with the CRC its recv verified.
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "paco/core/error.hpp"
 #include "paco/core/slice.hpp"
 #include "paco/net/concepts.hpp"
+#include "paco/sync/detail/reduce_crc.hpp"
 #include "paco/sync/options.hpp"
 
 namespace paco::sync::detail {
@@ -54,12 +60,6 @@ inline paco::error op_error(const char* coll, const char* what, int peer, std::s
                   std::to_string(step + 1) + " of " + std::to_string(steps) + ": " + ec.message()};
 }
 
-// dst[i] = op(dst[i], src[i]). Cost: one vectorisable pass.
-template <class V, class Op>
-inline void reduce_into(V* __restrict dst, const V* __restrict src, std::size_t n, Op op) noexcept {
-  for (std::size_t i = 0; i < n; ++i) dst[i] = op(dst[i], src[i]);
-}
-
 template <class V>
 inline std::span<const std::byte> cbytes(const V* p, std::size_t n) noexcept {
   return {reinterpret_cast<const std::byte*>(p), n * sizeof(V)};
@@ -94,6 +94,12 @@ template <net::Transport T, class V, class Op>
 status ring_steps(const char* name, T& t, slice<V> data, const collective_options& o, Op op, int s0,
                   int s1) {
   using req_t = typename T::request;
+  constexpr bool fused_crc = requires(req_t r, std::span<std::byte> b) {
+    t.recv_unverified(0, o.tag, b, o.until);
+    r.expected_crc();
+    r.payload_crc();
+    t.send_with_crc(0, o.tag, cbytes(data.data(), 1), 0u, o.until);
+  };
   const int p = t.size();
   const std::size_t n = data.size();
   if (p == 1 || n == 0 || s0 >= s1) return {};
@@ -137,8 +143,15 @@ status ring_steps(const char* name, T& t, slice<V> data, const collective_option
       sends[static_cast<std::size_t>(mod(j, p))].clear();
       dst = data.data() + off;
     }
-    for (std::size_t c = 0; c < cnt; c += chunk)
-      out.push_back(t.recv(left, o.tag, wbytes(dst + c, std::min(chunk, cnt - c)), o.until));
+    for (std::size_t c = 0; c < cnt; c += chunk) {
+      auto bytes = wbytes(dst + c, std::min(chunk, cnt - c));
+      if constexpr (fused_crc)
+        if (s < rs_end) {  // verified while it is reduced
+          out.push_back(t.recv_unverified(left, o.tag, bytes, o.until));
+          continue;
+        }
+      out.push_back(t.recv(left, o.tag, bytes, o.until));
+    }
     return {};
   };
 
@@ -162,23 +175,33 @@ status ring_steps(const char* name, T& t, slice<V> data, const collective_option
       std::size_t m = std::min(chunk, cnt - c);
       if (auto ec = cur[k].wait())
         return op_error(name, "recv from", left, static_cast<std::size_t>(s - s0), steps_total, ec);
-      if (s < rs_end) reduce_into(data.data() + off + c, src + c, m, op);
-      if (s + 1 < s1) {
-        // All-gather forwards the chunk unchanged: a transport that verified the frame's
-        // CRC-32C sends it on without a second pass over the bytes.
-        if constexpr (requires {
-                        cur[k].payload_crc();
-                        t.send_with_crc(right, o.tag, cbytes(data.data(), 1), 0u, o.until);
-                      }) {
-          if (s >= rs_end)
-            if (auto crc = cur[k].payload_crc()) {
-              sends[static_cast<std::size_t>(mod(j, p))].push_back(
-                  t.send_with_crc(right, o.tag, cbytes(data.data() + off + c, m), *crc, o.until));
-              continue;
-            }
+      V* out = data.data() + off + c;
+      const bool forward = s + 1 < s1;
+      if constexpr (fused_crc) {
+        std::optional<std::uint32_t> crc;  // of out's bytes, when known
+        if (s < rs_end) {
+          if (auto want = cur[k].expected_crc()) {
+            std::uint32_t got = 0, out_crc = 0;
+            reduce_into_crc(out, src + c, m, op, &got, forward ? &out_crc : nullptr);
+            if (got != *want)
+              return op_error(name, "recv from", left, static_cast<std::size_t>(s - s0),
+                              steps_total, make_error_code(errc::corrupt));
+            crc = out_crc;
+          } else {  // the frame carried no CRC
+            reduce_into(out, src + c, m, op);
+          }
+        } else {
+          crc = cur[k].payload_crc();  // all-gather forwards the bytes its recv verified
         }
-        send_chunk(j, off + c, m);
+        if (forward && crc) {
+          sends[static_cast<std::size_t>(mod(j, p))].push_back(
+              t.send_with_crc(right, o.tag, cbytes(out, m), *crc, o.until));
+          continue;
+        }
+      } else if (s < rs_end) {
+        reduce_into(out, src + c, m, op);
       }
+      if (forward) send_chunk(j, off + c, m);
     }
     std::swap(cur, next);
   }
