@@ -209,11 +209,17 @@ TEST_CASE("asio_tcp shaper: a per-link rate within 10%, added latency", "[net][s
   REQUIRE(lat[0] >= 0.060);
 }
 
+// 300 000 bytes of a pattern that is not periodic in any power of two.
+static std::vector<std::byte> crc_test_message() {
+  std::vector<std::byte> msg(300000);
+  for (std::size_t i = 0; i < msg.size(); ++i) msg[i] = std::byte(i * 131 % 251);
+  return msg;
+}
+
 TEST_CASE("asio_tcp send_with_crc: a verified CRC forwards unchanged bytes; a wrong one is caught",
           "[net][crc]") {
   using namespace paco;
-  std::vector<std::byte> msg(300000);
-  for (std::size_t i = 0; i < msg.size(); ++i) msg[i] = std::byte(i * 131 % 251);
+  const auto msg = crc_test_message();
   const std::uint32_t want = net::crc32c(0, msg);
   // Rank 0 sends; rank 1 forwards with the CRC its recv verified, then with a wrong one; rank 2
   // receives both. Results are checked on this thread (Catch assertions are not thread-safe).
@@ -254,8 +260,7 @@ TEST_CASE("asio_tcp send_with_crc: a verified CRC forwards unchanged bytes; a wr
 TEST_CASE("asio_tcp recv_unverified: the caller checks the frame's CRC; the ring catches a bad one",
           "[net][crc]") {
   using namespace paco;
-  std::vector<std::byte> msg(300000);
-  for (std::size_t i = 0; i < msg.size(); ++i) msg[i] = std::byte(i * 131 % 251);
+  const auto msg = crc_test_message();
   const std::uint32_t want = net::crc32c(0, msg);
   // Rank 0 sends msg plainly, then with a wrong CRC, then plays a faulty ring neighbour: its
   // reduce-scatter chunk carries a wrong CRC. Rank 1 receives both unverified, then all-reduces.

@@ -26,8 +26,11 @@ inline status write_file_atomic(
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::error_code ec;
   fs::create_directories(dir, ec);
-  const std::string tmp =
-      (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  std::string name = ".";  // appended, not operator+: g++ 12 warns falsely on "." + string&&
+  name += target.filename().string();
+  name += ".tmp.";
+  name += std::to_string(::getpid());
+  const std::string tmp = (dir / name).string();
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return {errc::io, "cannot create '" + tmp + "': " + std::strerror(errno)};
   auto append = [fd](const void* p, std::size_t n) {
