@@ -57,6 +57,7 @@ struct options {
   std::string path_rescale = "none";    // DiPaCo's outer-gradient rescale (outer/delta.hpp)
   float outer_lr = 0.7f, outer_momentum = 0.9f;  // outer Nesterov of every multi-worker row
   int reroutes = 1;  // DiPaCo: discriminative re-routings over the rounds after the k-means third
+  bool early_stop = false;  // DiPaCo: each path keeps its best round on held-out training text
   std::uint64_t seed = 1;
   bool wants(std::string_view r) const {
     std::string_view s = rows;
@@ -167,6 +168,10 @@ int main(int argc, char** argv) {
                  "DiPaCo: discriminative re-routings, evenly spaced over the rounds after the "
                  "first third (k-means shards)")
       ->check(CLI::Range(1, 100));
+  app.add_flag("--early-stop", o.early_stop,
+               "DiPaCo: each path ends with the parameters of the re-routing point where its "
+               "loss on the held-out tails of its training documents was lowest (the paper's "
+               "per-path early stopping)");
   app.add_option("--outer-lr", o.outer_lr, "outer Nesterov lr of the multi-worker rows");
   app.add_option("--outer-momentum", o.outer_momentum,
                  "outer Nesterov momentum of the multi-worker rows");
@@ -442,18 +447,50 @@ int main(int argc, char** argv) {
     std::optional<route::logistic_router> lr;
     std::vector<int> val2(val.size()), routed_before = train_route;
     auto ws1 = model.make_workspace({1, o.ctx});
+    // Per-path early stopping (--early-stop): a path's held-out loss is its nats per token on
+    // the router tails of the documents it was trained on last (held out from training); the
+    // parameters of its best point are kept. Scored where the re-routing scores every tail anyway.
+    std::vector<std::vector<float>> best_theta(K);
+    std::vector<double> best_loss(K, INFINITY);
+    std::vector<int> best_at(K, -1);
+    auto keep_best = [&](const std::vector<std::vector<float>>& th,
+                         const std::vector<std::vector<double>>& tail_nats,
+                         const std::vector<std::vector<std::size_t>>& tail_tokens, int round) {
+      for (int p = 0; p < K; ++p) {
+        double nats = 0, toks = 0;
+        for (std::size_t i = 0; i < train.size(); ++i)
+          if (routed_before[i] == p) nats += tail_nats[i][p], toks += double(tail_tokens[i][p]);
+        if (toks > 0 && nats / toks < best_loss[p])
+          best_loss[p] = nats / toks, best_theta[p] = th[p], best_at[p] = round;
+      }
+    };
+    auto score_tails = [&](const std::vector<std::vector<float>>& th,
+                           std::vector<std::vector<double>>& tail_nats,
+                           std::vector<std::vector<std::size_t>>& tail_tokens) {
+      tail_nats.assign(train.size(), std::vector<double>(K, INFINITY));
+      tail_tokens.assign(train.size(), std::vector<std::size_t>(K, 0));
+      for (std::size_t i = 0; i < train.size(); ++i) {
+        const auto& r = train[i].router;
+        if (r.size() < 2) continue;
+        for (int p = 0; p < K; ++p) {
+          auto n = route::sequence_nll(model, th[p].data(), r, 1, r.size(), ws1);
+          tail_nats[i][p] = n.nats;
+          tail_tokens[i][p] = n.tokens;
+        }
+      }
+    };
     for (int q = 0, from = phase1; q < o.reroutes; ++q) {
       const int to = phase1 + (rounds - phase1) * (q + 1) / o.reroutes;
       auto th = path_thetas(grid, store, levels, module_level);
+      std::vector<std::vector<double>> tail_nats;
+      std::vector<std::vector<std::size_t>> tail_tokens;
+      score_tails(th, tail_nats, tail_tokens);
+      if (o.early_stop) keep_best(th, tail_nats, tail_tokens, from);
       std::vector<int> labels(train.size());
       for (std::size_t i = 0; i < train.size(); ++i) {
         double best = INFINITY;
-        for (int p = 0; p < K; ++p) {
-          const auto& r = train[i].router;
-          if (r.size() < 2) continue;
-          double n = route::sequence_nll(model, th[p].data(), r, 1, r.size(), ws1).nats;
-          if (n < best) best = n, labels[i] = p;
-        }
+        for (int p = 0; p < K; ++p)
+          if (tail_nats[i][p] < best) best = tail_nats[i][p], labels[i] = p;
       }
       auto fit = route::logistic_router::fit(ftrain, int(train.size()), D, labels, {.k = K});
       if (!fit) {
@@ -482,6 +519,16 @@ int main(int argc, char** argv) {
     }
     for (std::size_t i = 0; i < val.size(); ++i) val2[i] = lr->route(&fval[i * D]);
     auto thf = path_thetas(grid, store, levels, module_level);
+    if (o.early_stop) {
+      std::vector<std::vector<double>> tail_nats;
+      std::vector<std::vector<std::size_t>> tail_tokens;
+      score_tails(thf, tail_nats, tail_tokens);
+      keep_best(thf, tail_nats, tail_tokens, rounds);
+      std::printf("early stopping: each path's best point (round; held-out nats/token):");
+      for (int p = 0; p < K; ++p) std::printf(" %d (%d; %.4f)", p, best_at[p], best_loss[p]);
+      std::printf("\n");
+      thf = best_theta;
+    }
     row r{"dipaco_2x2", routed_bpb(model, thf, val, val2, o), bytes, dp_bytes(K), secs(t0), 2 * P};
     rows.push_back(r);
     std::printf("%-22s val %.4f bpb  (%.0f s)\n", r.name.c_str(), r.val_bpb, r.wall_s);
@@ -596,7 +643,8 @@ int main(int argc, char** argv) {
                                         {"path_rescale", o.path_rescale},
                                         {"outer_lr", o.outer_lr},
                                         {"outer_momentum", o.outer_momentum},
-                                        {"reroutes", o.reroutes}}}})
+                                        {"reroutes", o.reroutes},
+                                        {"early_stop", o.early_stop}}}})
                           .dump()
                           .c_str());
   return 0;
