@@ -455,27 +455,27 @@ int main(int argc, char** argv) {
     std::vector<int> best_at(K, -1);
     auto keep_best = [&](const std::vector<std::vector<float>>& th,
                          const std::vector<std::vector<double>>& tail_nats,
-                         const std::vector<std::vector<std::size_t>>& tail_tokens, int round) {
+                         const std::vector<std::size_t>& tail_tokens, int round) {
       for (int p = 0; p < K; ++p) {
         double nats = 0, toks = 0;
         for (std::size_t i = 0; i < train.size(); ++i)
-          if (routed_before[i] == p) nats += tail_nats[i][p], toks += double(tail_tokens[i][p]);
+          if (routed_before[i] == p) nats += tail_nats[i][p], toks += double(tail_tokens[i]);
         if (toks > 0 && nats / toks < best_loss[p])
           best_loss[p] = nats / toks, best_theta[p] = th[p], best_at[p] = round;
       }
     };
     auto score_tails = [&](const std::vector<std::vector<float>>& th,
                            std::vector<std::vector<double>>& tail_nats,
-                           std::vector<std::vector<std::size_t>>& tail_tokens) {
+                           std::vector<std::size_t>& tail_tokens) {
       tail_nats.assign(train.size(), std::vector<double>(K, INFINITY));
-      tail_tokens.assign(train.size(), std::vector<std::size_t>(K, 0));
+      tail_tokens.assign(train.size(), 0);  // the same for every path
       for (std::size_t i = 0; i < train.size(); ++i) {
         const auto& r = train[i].router;
         if (r.size() < 2) continue;
         for (int p = 0; p < K; ++p) {
           auto n = route::sequence_nll(model, th[p].data(), r, 1, r.size(), ws1);
           tail_nats[i][p] = n.nats;
-          tail_tokens[i][p] = n.tokens;
+          tail_tokens[i] = n.tokens;
         }
       }
     };
@@ -483,7 +483,7 @@ int main(int argc, char** argv) {
       const int to = phase1 + (rounds - phase1) * (q + 1) / o.reroutes;
       auto th = path_thetas(grid, store, levels, module_level);
       std::vector<std::vector<double>> tail_nats;
-      std::vector<std::vector<std::size_t>> tail_tokens;
+      std::vector<std::size_t> tail_tokens;
       score_tails(th, tail_nats, tail_tokens);
       if (o.early_stop) keep_best(th, tail_nats, tail_tokens, from);
       std::vector<int> labels(train.size());
@@ -521,7 +521,7 @@ int main(int argc, char** argv) {
     auto thf = path_thetas(grid, store, levels, module_level);
     if (o.early_stop) {
       std::vector<std::vector<double>> tail_nats;
-      std::vector<std::vector<std::size_t>> tail_tokens;
+      std::vector<std::size_t> tail_tokens;
       score_tails(thf, tail_nats, tail_tokens);
       keep_best(thf, tail_nats, tail_tokens, rounds);
       std::printf("early stopping: each path's best point (round; held-out nats/token):");

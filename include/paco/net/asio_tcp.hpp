@@ -112,11 +112,11 @@ struct tcp_op {
   std::error_code override_ec;  // set when a caller abandoned the op mid-frame
   clock::time_point ready_at{};
   int waiters = 0;  // threads in wait_done on this op (complete() wakes only for them)
-  bool caller_checks =
-      false;  // recv_unverified: the I/O thread leaves the payload CRC to the caller
-  bool has_crc =
-      false;  // recv: the frame carried a payload CRC (and, unless caller_checks, it matched)
-  std::uint32_t crc = 0;  // recv: that CRC-32C
+  // recv_unverified: the I/O thread leaves the payload CRC to the caller.
+  bool caller_checks = false;
+  // recv: the frame carried a payload CRC (and, unless caller_checks, it matched); crc is it.
+  bool has_crc = false;
+  std::uint32_t crc = 0;
 };
 using op_ptr = std::shared_ptr<tcp_op>;
 
@@ -825,21 +825,13 @@ class asio_tcp {
 #endif
   }
 
-  ~asio_tcp() {
-    close();
-  }
+  ~asio_tcp() { close(); }
   asio_tcp(const asio_tcp&) = delete;
   asio_tcp& operator=(const asio_tcp&) = delete;
 
-  int rank() const {
-    return core_->o.rank;
-  }
-  int size() const {
-    return core_->o.size;
-  }
-  const tcp_options& options() const {
-    return core_->o;
-  }
+  int rank() const { return core_->o.rank; }
+  int size() const { return core_->o.size; }
+  const tcp_options& options() const { return core_->o; }
 
   // Queues `bytes` for peer. Requires: bytes alive until the request completes.
   // Cost: one CRC-32C pass on the calling thread (payload_crc), no copy.
@@ -1002,9 +994,7 @@ class asio_tcp {
   }
 
   // Closes every link at once, as a crash would (for tests). Ensures: peers see peer_lost.
-  void abort() {
-    shutdown();
-  }
+  void abort() { shutdown(); }
 
  private:
   explicit asio_tcp(std::shared_ptr<detail::tcp_core> c)

@@ -55,7 +55,7 @@ PACO_CRC32C_FOLD_TARGET inline void reduce_sum_f32_crc(float* __restrict dst,
     nd::crc32c_fold_step(fs, s[0], s[1], s[2], s[3]);
     if constexpr (WithDst) nd::crc32c_fold_step(fd, r[0], r[1], r[2], r[3]);
   }
-  for (std::size_t j = i; j < n; ++j) dst[j] += src[j];
+  reduce_into(dst + i, src + i, n - i, sum{});
   const std::size_t tail = (n - i) * sizeof(float);
   *crc_src = ~nd::crc32c_fold_end(fs, reinterpret_cast<const unsigned char*>(src + i), tail);
   if constexpr (WithDst)

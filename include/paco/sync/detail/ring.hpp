@@ -10,8 +10,8 @@
 //
 // On a transport that checksums payloads (asio_tcp: recv_unverified, send_with_crc), no byte
 // is checksummed in a pass of its own where a pass over it is made anyway: reduce-scatter
-// verifies a received chunk's CRC-32C and computes the reduced chunk's while it reduces (in
-// L1-sized blocks), and all-gather forwards a chunk with the CRC its recv verified.
+// verifies a received chunk's CRC-32C and computes the reduced chunk's while it reduces
+// (reduce_crc.hpp), and all-gather forwards a chunk with the CRC its recv verified.
 
 #include <cstring>
 #include <memory>
