@@ -10,6 +10,8 @@
 //   moe_p4      flat MoE: 4 independent paths on k-means shards, S steps each
 //   dipaco_2x2  DiPaCo, 2 levels × 2 experts, k-means shards, then discriminative re-routing
 //               (--reroutes times, default once)
+//   dipaco_2x2_prefix_lik  the same model, each document routed once to the path that best
+//                         predicts its prefix (instead of the logistic router)
 //   dipaco_2x2_reroute64  the same model, re-routed every 64 tokens at evaluation by the
 //                         logistic router on the previous chunk's features
 //   dipaco_2x2_rerouteW_lik  re-routed every W tokens (--reroute-lik, default 64) to the path
@@ -533,9 +535,34 @@ int main(int argc, char** argv) {
     rows.push_back(r);
     std::printf("%-22s val %.4f bpb  (%.0f s)\n", r.name.c_str(), r.val_bpb, r.wall_s);
 
+    // Routed once by the prefix, by likelihood instead of the logistic router: the path that
+    // best predicts the document's first `prefix` bytes scores the rest (K forward passes over
+    // the prefix, the evidence frequent re-routing uses for chunk 0).
+    auto wsr = model.make_workspace({1, o.ctx});
+    {
+      const auto t1 = clk::now();
+      std::vector<int> val_lik(val.size(), 0);
+      for (std::size_t i = 0; i < val.size(); ++i) {
+        const auto& s = val[i].all;
+        if (s.size() <= std::size_t(o.prefix) + 1) continue;
+        double best = INFINITY;
+        for (int p = 0; p < K; ++p) {
+          auto n = route::sequence_nll(model, thf[p].data(), s, 1, std::size_t(o.prefix), wsr);
+          if (n.nats < best) best = n.nats, val_lik[i] = p;
+        }
+      }
+      row rp{"dipaco_2x2_prefix_lik",
+             routed_bpb(model, thf, val, val_lik, o),
+             bytes,
+             dp_bytes(K),
+             r.wall_s + secs(t1),
+             2 * P};
+      rows.push_back(rp);
+      std::printf("%-22s val %.4f bpb\n", rp.name.c_str(), rp.val_bpb);
+    }
+
     // Re-routing every 64 tokens at evaluation, with the same logistic router on chunk features.
     const auto t1 = clk::now();
-    auto wsr = model.make_workspace({1, o.ctx});
     auto wsf = model.make_workspace({1, std::min(64, o.ctx)});
     route::nll tot;
     for (std::size_t i = 0; i < val.size(); ++i) {
