@@ -9,7 +9,7 @@
 //   diloco_p4   DiLoCo, 4 workers on k-means shards, S steps each (H per round)
 //   moe_p4      flat MoE: 4 independent paths on k-means shards, S steps each
 //   dipaco_2x2  DiPaCo, 2 levels × 2 experts, k-means shards, then discriminative re-routing
-//               (--reroutes times, default once)
+//               (--reroutes times, default 8)
 //   dipaco_2x2_prefix_lik  the same model, each document routed once to the path that best
 //                         predicts its prefix (instead of the logistic router)
 //   dipaco_2x2_reroute64  the same model, re-routed every 64 tokens at evaluation by the
@@ -43,8 +43,8 @@ using clk = std::chrono::steady_clock;
 namespace {
 
 struct options {
-  int d = 128, ctx = 128, layers = 4, heads = 4, batch = 16;
-  int steps = 1200;     // S: inner steps per worker
+  int d = 64, ctx = 128, layers = 2, heads = 4, batch = 16;
+  int steps = 6000;     // S: inner steps per worker
   int inner = 100;      // H: inner steps per round
   int pretrain = 3000;  // base model steps (shared by every row)
   int threads = 2;
@@ -58,7 +58,7 @@ struct options {
   std::vector<int> reroute_lik = {64};  // W of the dipaco_2x2_rerouteW_lik rows
   std::string path_rescale = "none";    // DiPaCo's outer-gradient rescale (outer/delta.hpp)
   float outer_lr = 0.7f, outer_momentum = 0.9f;  // outer Nesterov of every multi-worker row
-  int reroutes = 1;  // DiPaCo: discriminative re-routings over the rounds after the k-means third
+  int reroutes = 8;  // DiPaCo: discriminative re-routings over the rounds after the k-means third
   bool early_stop = false;  // DiPaCo: each path keeps its best round on held-out training text
   std::uint64_t seed = 1;
   bool wants(std::string_view r) const {
