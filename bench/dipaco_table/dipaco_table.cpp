@@ -539,26 +539,28 @@ int main(int argc, char** argv) {
     // best predicts the document's first `prefix` bytes scores the rest (K forward passes over
     // the prefix, the evidence frequent re-routing uses for chunk 0).
     auto wsr = model.make_workspace({1, o.ctx});
+    // The path whose final θ best predicts seq[b … e) (first of the fewest nats), and its nats.
+    auto best_path = [&](std::span<const std::int32_t> seq, std::size_t b, std::size_t e) {
+      std::pair<int, route::nll> best{0, {}};
+      best.second.nats = INFINITY;
+      for (int p = 0; p < K; ++p)
+        if (auto n = route::sequence_nll(model, thf[p].data(), seq, b, e, wsr);
+            n.nats < best.second.nats)
+          best = {p, n};
+      return best;
+    };
+    // A row of the same trained model under another evaluation, begun at t.
+    auto add_eval_row = [&](std::string name, double bpb, clk::time_point t) {
+      rows.push_back({std::move(name), bpb, bytes, dp_bytes(K), r.wall_s + secs(t), 2 * P});
+      std::printf("%-22s val %.4f bpb\n", rows.back().name.c_str(), bpb);
+    };
     {
       const auto t1 = clk::now();
       std::vector<int> val_lik(val.size(), 0);
-      for (std::size_t i = 0; i < val.size(); ++i) {
-        const auto& s = val[i].all;
-        if (s.size() <= std::size_t(o.prefix) + 1) continue;
-        double best = INFINITY;
-        for (int p = 0; p < K; ++p) {
-          auto n = route::sequence_nll(model, thf[p].data(), s, 1, std::size_t(o.prefix), wsr);
-          if (n.nats < best) best = n.nats, val_lik[i] = p;
-        }
-      }
-      row rp{"dipaco_2x2_prefix_lik",
-             routed_bpb(model, thf, val, val_lik, o),
-             bytes,
-             dp_bytes(K),
-             r.wall_s + secs(t1),
-             2 * P};
-      rows.push_back(rp);
-      std::printf("%-22s val %.4f bpb\n", rp.name.c_str(), rp.val_bpb);
+      for (std::size_t i = 0; i < val.size(); ++i)
+        if (const auto& s = val[i].all; s.size() > std::size_t(o.prefix) + 1)
+          val_lik[i] = best_path(s, 1, std::size_t(o.prefix)).first;
+      add_eval_row("dipaco_2x2_prefix_lik", routed_bpb(model, thf, val, val_lik, o), t1);
     }
 
     // Re-routing every 64 tokens at evaluation, with the same logistic router on chunk features.
@@ -579,14 +581,7 @@ int main(int argc, char** argv) {
             return route::chunk_nll(model, thf[p].data(), s, b, e, wsr);
           });
     }
-    row rr{"dipaco_2x2_reroute64",
-           tot.bits_per_token(),
-           bytes,
-           dp_bytes(K),
-           r.wall_s + secs(t1),
-           2 * P};
-    rows.push_back(rr);
-    std::printf("%-22s val %.4f bpb\n", rr.name.c_str(), rr.val_bpb);
+    add_eval_row("dipaco_2x2_reroute64", tot.bits_per_token(), t1);
 
     // Re-routing every W tokens by likelihood (route::likelihood_rerouted_nll): every path
     // scores chunk i and the best of them predicts chunk i+1; the prefix picks the path of
@@ -602,14 +597,7 @@ int main(int argc, char** argv) {
         tot2 +=
             route::likelihood_rerouted_nll(model, thp, s, o.prefix, s.size(), std::size_t(W), wsr);
       }
-      row rl{"dipaco_2x2_reroute" + std::to_string(W) + "_lik",
-             tot2.bits_per_token(),
-             bytes,
-             dp_bytes(K),
-             r.wall_s + secs(t2),
-             2 * P};
-      rows.push_back(rl);
-      std::printf("%-22s val %.4f bpb\n", rl.name.c_str(), rl.val_bpb);
+      add_eval_row("dipaco_2x2_reroute" + std::to_string(W) + "_lik", tot2.bits_per_token(), t2);
     }
 
     // Diagnostics, not results: how well the prefix router picks each validation document's
@@ -619,13 +607,9 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < val.size(); ++i) {
       const auto& s = val[i].all;
       if (s.size() <= std::size_t(o.prefix) + 1) continue;
-      route::nll b;
-      b.nats = INFINITY;
-      for (int p = 0; p < K; ++p) {
-        auto n = route::sequence_nll(model, thf[p].data(), s, std::size_t(o.prefix), s.size(), wsr);
-        if (n.nats < b.nats) b = n, best[i] = p;
-      }
-      oracle += b;
+      const auto [p, n] = best_path(s, std::size_t(o.prefix), s.size());
+      best[i] = p;
+      oracle += n;
     }
     int agree = 0;
     for (std::size_t i = 0; i < val.size(); ++i) agree += best[i] == val2[i];
