@@ -177,11 +177,15 @@ int main(int argc, char** argv) {
   const std::vector<float> theta0(base.get(plane::param).begin(), base.get(plane::param).end());
 
   auto ws = model.make_workspace({o.batch, o.ctx});
+  const auto rule = route::sliding_window::make(o.ctx).value_or_throw();  // the one scorer
+  std::printf("scorer %s\n", rule.name().c_str());
   auto val_bpb = [&](const std::vector<float>& theta) {
     std::vector<route::scored_span> spans;
     for (auto& v : val)
       if (v.size() > 1) spans.push_back({v, 1, v.size()});
-    return route::batched_nll(model, theta.data(), spans, ws).bits_per_token();
+    const std::vector<const float*> one{theta.data()};
+    return route::routed_nll(model, one, spans, std::vector<int>(spans.size(), 0), rule, ws)
+        .bits_per_token();
   };
   std::printf("base model: val %.4f bpb\n", val_bpb(theta0));
 
@@ -456,6 +460,7 @@ int main(int argc, char** argv) {
   std::printf("total wall time %.0f s\n", secs(t_all));
   std::printf("%s\n", nlohmann::json({{"bench", "compress_quality"},
                                       {"rows", jr},
+                                      {"scorer", rule.name()},
                                       {"targets", targets},
                                       {"lgreco_budget_sweep", sweep},
                                       {"config",

@@ -1,29 +1,35 @@
-// bench/run dipaco_table: the DiPaCo paper's Table 1 at our scale, on the Brown corpus.
+// bench/run dipaco_table (Brown) and bench/run dipaco_mix (the multi-domain corpus): the DiPaCo
+// paper's Table 1 at our scale.
 //
-// Every row starts from the same briefly pretrained base model (also the router's frozen
-// feature extractor), uses the same per-path model and the same inner steps per worker, and is
-// scored on the held-out validation documents: each document is routed by its first 32 bytes and
-// the chosen path scores the rest (bits per byte). Rows:
-//   dense       one worker, S steps on all training documents
-//   dense_4x    one worker, 4·S steps
-//   diloco_p4   DiLoCo, 4 workers on k-means shards, S steps each (H per round)
-//   moe_p4      flat MoE: 4 independent paths on k-means shards, S steps each
-//   dipaco_2x2  DiPaCo, 2 levels × 2 experts, k-means shards, then discriminative re-routing
-//               (--reroutes times, default 8)
-//   dipaco_2x2_prefix_lik  the same model, each document routed once to the path that best
-//                         predicts its prefix (instead of the logistic router)
-//   dipaco_2x2_reroute64  the same model, re-routed every 64 tokens at evaluation by the
-//                         logistic router on the previous chunk's features
-//   dipaco_2x2_rerouteW_lik  re-routed every W tokens (--reroute-lik, default 64) to the path
-//                         that best predicted the previous chunk
+// Every row starts from the same briefly pretrained base model (also the router's frozen feature
+// extractor), uses the same per-path model, the same inner loop and steps per worker, and is
+// scored by the one scorer (route/evaluate.hpp: sliding windows of ctx with stride S, the same
+// context for every token of every row) on the held-out TEST documents (--split validation for
+// the validation documents; nothing is chosen on either): each document is routed by its first
+// `prefix` bytes and the chosen path scores the rest. Every multi-worker row is evaluated with the
+// store's parameters after its final outer step. Rows:
+//   dense          one worker, S steps on all training documents
+//   dense_4x       one worker, 4·S steps
+//   diloco_p4      DiLoCo, 4 workers on k-means shards, S steps each (H per round)
+//   moe_p4         flat MoE: 4 independent paths on k-means shards, routed by k-means
+//   moe_p4_routed  flat MoE with DiPaCo's routing: top-n overlapping shards, then --reroutes
+//                  discriminative re-routings; routed by the logistic router
+//   dipaco_2x2     DiPaCo, 2 levels × 2 experts, the same routing as moe_p4_routed
+// and for each routed model (moe_p4_routed, dipaco_2x2) three more evaluations of the same
+// parameters: _prefix_lik (routed by which path best predicts the prefix), _reroute64 (re-routed
+// every 64 bytes by the logistic router on the previous chunk), _reroute64_lik (… by which path
+// predicted the previous chunk best).
+// Diagnostics (JSON "diagnostics"): tokens per path, the path × domain routing matrix and each
+// path's bits/byte on each domain's documents (do paths specialise?), the oracle best-path bound,
+// and each row's learning curve (mean inner training loss every 10 rounds).
 // bytes_sent: bytes each worker pushed; dp_bytes: what a ring all-reduce data-parallel run with
 // the same workers and steps would have sent per worker.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <numeric>
-#include <optional>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -39,27 +45,30 @@
 
 using namespace paco;
 using clk = std::chrono::steady_clock;
+using json = nlohmann::json;
 
 namespace {
 
 struct options {
+  std::string bench = "dipaco_table";
+  std::string corpus = "brown", data;  // data: the corpus directory (default: Brown's)
+  std::string split = "test";          // the documents every row is reported on
   int d = 64, ctx = 128, layers = 2, heads = 4, batch = 16;
   int steps = 6000;     // S: inner steps per worker
   int inner = 100;      // H: inner steps per round
   int pretrain = 3000;  // base model steps (shared by every row)
   int threads = 2;
+  int stride = 0;           // the scorer's stride S (0: ctx / 2)
   int prefix = 32;          // routing prefix (bytes)
-  int overlap = 2;          // DiPaCo trains each path on the documents that rank it in their top n
+  int overlap = 2;          // routed rows train each path on the documents ranking it in their top n
   int router_bytes = 1024;  // tail of each training document held out as router data
   float lr = 2e-3f, min_lr = 2e-4f;      // base model schedule
-  float row_lr = 1e-3f, row_min_lr = 0;  // every row's schedule after the base (0: lr, 0.1·peak)
-  std::string rows = "dense,dense_4x,diloco_p4,moe_p4,dipaco_2x2";  // which rows to run
+  float row_lr = 1e-3f, row_min_lr = 0;  // every row's schedule after the base (0: 0.1·peak)
+  std::string rows = "dense,dense_4x,diloco_p4,moe_p4,moe_p4_routed,dipaco_2x2";
   std::string base_file;                // cache of the base model (loaded if it matches)
-  std::vector<int> reroute_lik = {64};  // W of the dipaco_2x2_rerouteW_lik rows
-  std::string path_rescale = "none";    // DiPaCo's outer-gradient rescale (outer/delta.hpp)
+  std::string path_rescale = "none";    // routed rows' outer-gradient rescale (outer/delta.hpp)
   float outer_lr = 0.7f, outer_momentum = 0.9f;  // outer Nesterov of every multi-worker row
-  int reroutes = 8;  // DiPaCo: discriminative re-routings over the rounds after the k-means third
-  bool early_stop = false;  // DiPaCo: each path keeps its best round on held-out training text
+  int reroutes = 8;  // discriminative re-routings over the rounds after the k-means third
   std::uint64_t seed = 1;
   bool wants(std::string_view r) const {
     std::string_view s = rows;
@@ -72,11 +81,10 @@ struct options {
   }
 };
 
-double secs(clk::time_point t0) {
-  return std::chrono::duration<double>(clk::now() - t0).count();
-}
+double secs(clk::time_point t0) { return std::chrono::duration<double>(clk::now() - t0).count(); }
 
 struct doc {
+  std::string domain;
   std::vector<std::int32_t> train;   // the part used for training shards
   std::vector<std::int32_t> router;  // held-out tail (router data)
   std::vector<std::int32_t> all;
@@ -91,9 +99,10 @@ io::token_stream stream_of(const std::vector<const std::vector<std::int32_t>*>& 
   return s;
 }
 
-// Dense training: n AdamW steps from θ (in place) on the stream.
-void train_dense(const nn::gpt& m, arena<host>& a, const io::token_stream& s, int n,
-                 const options& o, float lr, float min_lr, std::uint64_t seed, const char* label) {
+// Dense training: n AdamW steps from θ (in place) on the stream; the loss every 1000 steps.
+std::vector<double> train_dense(const nn::gpt& m, arena<host>& a, const io::token_stream& s,
+                                int n, const options& o, float lr, float min_lr,
+                                std::uint64_t seed, const char* label) {
   nn::replica<nn::gpt> rep(m, o.batch, o.ctx, o.threads);
   optim::adamw opt{.lr = lr};
   optim::warmup_cosine sch{.lr = lr, .min_lr = min_lr, .warmup = 50, .total = n};
@@ -102,7 +111,8 @@ void train_dense(const nn::gpt& m, arena<host>& a, const io::token_stream& s, in
   a.zero(plane::moment1);
   a.zero(plane::moment2);
   io::progress bar(label, n);
-  double ema = NAN;
+  std::vector<double> curve;
+  double ema = NAN, window = 0;
   for (int t = 1; t <= n; ++t) {
     smp.next(x.data(), y.data());
     double l = rep.forward_backward(a, x.data(), y.data());
@@ -110,39 +120,36 @@ void train_dense(const nn::gpt& m, arena<host>& a, const io::token_stream& s, in
     optim::clip_grad_norm(g.data(), g.size(), 1.0);
     opt.step(a, t, sch.lr_at(t));
     ema = std::isnan(ema) ? l : 0.98 * ema + 0.02 * l;
+    window += l;
+    if (t % 1000 == 0) curve.push_back(window / 1000), window = 0;
     char txt[64];
     std::snprintf(txt, sizeof txt, "loss %.3f", ema);
     bar.update(t, txt);
   }
-}
-
-// Validation bits/byte: doc i (routed to path route[i]) scored on bytes [prefix, end) by θ_p.
-double routed_bpb(const nn::gpt& m, const std::vector<std::vector<float>>& thetas,
-                  const std::vector<doc>& docs, const std::vector<int>& route, const options& o) {
-  auto ws = m.make_workspace({o.batch, o.ctx});
-  route::nll total;
-  for (std::size_t p = 0; p < thetas.size(); ++p) {
-    std::vector<route::scored_span> spans;
-    for (std::size_t i = 0; i < docs.size(); ++i)
-      if (route[i] == int(p) && docs[i].all.size() > std::size_t(o.prefix) + 1)
-        spans.push_back({docs[i].all, std::size_t(o.prefix), docs[i].all.size()});
-    total += route::batched_nll(m, thetas[p].data(), spans, ws);
-  }
-  return total.bits_per_token();
+  return curve;
 }
 
 struct row {
   std::string name;
-  double val_bpb = 0, bytes_sent = 0, dp_bytes = 0, wall_s = 0;
+  double bpb = 0, bytes_sent = 0, dp_bytes = 0, wall_s = 0;
   std::size_t params_total = 0;
+  std::vector<double> curve;  // mean training loss (nats/byte) every 1000 inner steps per worker
 };
+
+double round4(double x) { return std::round(x * 1e4) / 1e4; }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   options o;
-  CLI::App app{"DiPaCo Table 1 at our scale on Brown"};
+  CLI::App app{"DiPaCo Table 1 at our scale"};
+  app.add_option("--bench", o.bench, "name in the JSON line (dipaco_table, dipaco_mix)");
+  app.add_option("--corpus", o.corpus, "brown, or files (a directory of text files: --data)")
+      ->check(CLI::IsMember({"brown", "files"}));
+  app.add_option("--data", o.data, "the corpus directory (default: the Brown cache)");
+  app.add_option("--split", o.split, "documents every row is reported on")
+      ->check(CLI::IsMember({"test", "validation"}));
   app.add_option("--steps", o.steps, "inner steps per worker (S)");
   app.add_option("--inner", o.inner, "inner steps per round (H)");
   app.add_option("--pretrain", o.pretrain, "steps of the shared base model");
@@ -151,6 +158,7 @@ int main(int argc, char** argv) {
   app.add_option("--layers", o.layers);
   app.add_option("--batch", o.batch);
   app.add_option("--threads", o.threads);
+  app.add_option("--stride", o.stride, "the scorer's stride S in [1, ctx] (0: ctx/2)");
   app.add_option("--lr", o.lr, "peak AdamW lr of the base model");
   app.add_option("--row-lr", o.row_lr, "peak AdamW lr of every row after the base");
   app.add_option("--row-min-lr", o.row_min_lr, "final lr of every row (default 0.1 x its peak)");
@@ -160,58 +168,53 @@ int main(int argc, char** argv) {
                  "configuration, else written after pretraining");
   app.add_option("--prefix", o.prefix, "routing prefix in bytes (scoring starts after it)");
   app.add_option("--overlap", o.overlap,
-                 "DiPaCo: each training document goes to the shards of its top-n paths");
+                 "routed rows: each training document goes to the shards of its top-n paths");
   app.add_option("--seed", o.seed);
   app.add_option("--path-rescale", o.path_rescale,
-                 "DiPaCo rows: outer gradient of a module × √P (sqrt_paths, the paper's §2.7), "
+                 "routed rows: outer gradient of a module × √P (sqrt_paths, the paper's §2.7), "
                  "1/√P (inv_sqrt_paths) or 1 (none), P = paths through the module")
       ->check(CLI::IsMember({"none", "sqrt_paths", "inv_sqrt_paths"}));
   app.add_option("--reroutes", o.reroutes,
-                 "DiPaCo: discriminative re-routings, evenly spaced over the rounds after the "
-                 "first third (k-means shards)")
+                 "routed rows: discriminative re-routings, evenly spaced over the rounds after "
+                 "the first third (k-means shards)")
       ->check(CLI::Range(1, 100));
-  app.add_flag("--early-stop", o.early_stop,
-               "DiPaCo: each path ends with the parameters of the re-routing point where its "
-               "loss on the held-out tails of its training documents was lowest (the paper's "
-               "per-path early stopping)");
   app.add_option("--outer-lr", o.outer_lr, "outer Nesterov lr of the multi-worker rows");
   app.add_option("--outer-momentum", o.outer_momentum,
                  "outer Nesterov momentum of the multi-worker rows");
-  app.add_option("--reroute-lik", o.reroute_lik,
-                 "chunk sizes W of the rows dipaco_2x2_rerouteW_lik (re-routed by likelihood "
-                 "every W bytes); each in [1, ctx]")
-      ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
   if (o.row_lr <= 0) o.row_lr = o.lr;
   if (o.row_min_lr <= 0) o.row_min_lr = 0.1f * o.row_lr;
   if (o.steps % o.inner != 0 || o.steps < 3 * o.inner) {
-    std::fprintf(stderr, "dipaco_table: --steps must be a multiple of --inner and ≥ 3 rounds\n");
+    std::fprintf(stderr, "%s: --steps must be a multiple of --inner and ≥ 3 rounds\n",
+                 o.bench.c_str());
     return 2;
   }
   if (const int r = o.steps / o.inner; o.reroutes > r - r / 3) {
-    std::fprintf(stderr,
-                 "dipaco_table: --reroutes %d: at most %d (the rounds after the first third)\n",
-                 o.reroutes, r - r / 3);
+    std::fprintf(stderr, "%s: --reroutes %d: at most %d (the rounds after the first third)\n",
+                 o.bench.c_str(), o.reroutes, r - r / 3);
     return 2;
   }
-  for (int W : o.reroute_lik)
-    if (W < 1 || W > o.ctx) {
-      std::fprintf(stderr, "dipaco_table: --reroute-lik %d: each W must be in [1, --ctx = %d]\n", W,
-                   o.ctx);
-      return 2;
-    }
+  auto rule_or = route::sliding_window::make(o.ctx, o.stride);
+  if (!rule_or) {
+    std::fprintf(stderr, "%s: --stride: %s\n", o.bench.c_str(), rule_or.error().what().c_str());
+    return 2;
+  }
+  const route::sliding_window rule = *rule_or;
   const auto t_all = clk::now();
 
-  // ---- data: Brown, documents split train / validation; router data = training doc tails ----
-  auto corpus = io::load_brown(io::default_brown_dir());
+  // ---- data: documents split train / validation / test; router data = training doc tails ----
+  auto corpus = io::load_corpus(o.corpus, o.data);
+  if (corpus)
+    if (auto s = io::check_splits(*corpus); !s) corpus = s.error();
   if (!corpus) {
-    std::fprintf(stderr, "dipaco_table: %s\n", corpus.error().what().c_str());
+    std::fprintf(stderr, "%s: %s\n", o.bench.c_str(), corpus.error().what().c_str());
     return 2;
   }
   io::byte_tokenizer tok;
-  std::vector<doc> train, val;
+  std::vector<doc> train, eval;
   for (auto& d : corpus->subset(io::split::train).docs) {
     doc x;
+    x.domain = d.domain;
     x.all = tok.encode(d.text);
     const std::size_t cut = x.all.size() > std::size_t(2 * o.router_bytes)
                                 ? x.all.size() - std::size_t(o.router_bytes)
@@ -220,34 +223,37 @@ int main(int argc, char** argv) {
     x.router.assign(x.all.begin() + std::ptrdiff_t(cut), x.all.end());
     train.push_back(std::move(x));
   }
-  for (auto& d : corpus->subset(io::split::validation).docs)
-    val.push_back({{}, {}, tok.encode(d.text)});
+  const auto eval_split = o.split == "test" ? io::split::test : io::split::validation;
+  for (auto& d : corpus->subset(eval_split).docs) eval.push_back({d.domain, {}, {}, tok.encode(d.text)});
   std::vector<const std::vector<std::int32_t>*> all_train;
   for (auto& d : train) all_train.push_back(&d.train);
   auto full = stream_of(all_train);
-  std::printf(
-      "Brown: %zu training documents (%.2f MB for training, %.2f MB held out for the "
-      "router), %zu validation documents\n",
-      train.size(), full.ids.size() / 1e6,
-      std::accumulate(train.begin(), train.end(), 0.0,
-                      [](double a, const doc& d) { return a + d.router.size(); }) /
-          1e6,
-      val.size());
+  std::printf("%s: %zu training documents (%.2f MB for training, %.2f MB held out for the "
+              "router), %zu %s documents\n",
+              o.corpus.c_str(), train.size(), full.ids.size() / 1e6,
+              std::accumulate(train.begin(), train.end(), 0.0,
+                              [](double a, const doc& d) { return a + d.router.size(); }) / 1e6,
+              eval.size(), o.split.c_str());
+  std::vector<std::string> domains;  // sorted, for the matrices
+  for (auto& d : eval)
+    if (std::find(domains.begin(), domains.end(), d.domain) == domains.end())
+      domains.push_back(d.domain);
+  std::sort(domains.begin(), domains.end());
 
   nn::gpt model({.vocab = 256, .ctx = o.ctx, .d = o.d, .layers = o.layers, .heads = o.heads});
   const std::size_t P = model.param_count();
-  std::printf(
-      "per-path model: GPT d=%d layers=%d ctx=%d, %.2fM parameters; S=%d inner steps per "
-      "worker, H=%d, batch %d; GEMM %s\n",
-      o.d, o.layers, o.ctx, P / 1e6, o.steps, o.inner, o.batch, nn::gemm_backend());
+  std::printf("per-path model: GPT d=%d layers=%d ctx=%d, %.2fM parameters; S=%d inner steps per "
+              "worker, H=%d, batch %d; GEMM %s; scorer %s\n",
+              o.d, o.layers, o.ctx, P / 1e6, o.steps, o.inner, o.batch, nn::gemm_backend(),
+              rule.name().c_str());
 
   // ---- the shared base model (pretraining, also the router's frozen feature extractor) ----
   arena<host> base(model.layout());
   model.init(base, o.seed);
-  const std::string base_key = std::to_string(o.d) + "/" + std::to_string(o.layers) + "/" +
-                               std::to_string(o.ctx) + "/" + std::to_string(o.batch) + "/" +
-                               std::to_string(o.pretrain) + "/" + std::to_string(o.lr) + "/" +
-                               std::to_string(o.seed);
+  const std::string base_key = o.corpus + ":" + o.data + "/" + std::to_string(o.d) + "/" +
+                               std::to_string(o.layers) + "/" + std::to_string(o.ctx) + "/" +
+                               std::to_string(o.batch) + "/" + std::to_string(o.pretrain) + "/" +
+                               std::to_string(o.lr) + "/" + std::to_string(o.seed);
   bool loaded = false;
   if (!o.base_file.empty() && std::filesystem::exists(o.base_file)) {
     auto info = io::load_checkpoint(o.base_file, model.tensors(), base);
@@ -268,72 +274,84 @@ int main(int argc, char** argv) {
       if (auto s = io::save_checkpoint(o.base_file, model.tensors(), base, o.pretrain,
                                        {{"base_key", base_key}});
           !s)
-        std::fprintf(stderr, "dipaco_table: %s\n", s.error().what().c_str());
+        std::fprintf(stderr, "%s: %s\n", o.bench.c_str(), s.error().what().c_str());
     }
   }
   const std::vector<float> theta0(base.get(plane::param).begin(), base.get(plane::param).end());
 
+  // ---- the evaluation documents (scored after the prefix) and the one scorer ----
+  std::vector<route::scored_span> spans;
+  std::vector<std::size_t> span_doc;  // eval document of each span
+  for (std::size_t i = 0; i < eval.size(); ++i)
+    if (eval[i].all.size() > std::size_t(o.prefix) + 1) {
+      spans.push_back({eval[i].all, std::size_t(o.prefix), eval[i].all.size()});
+      span_doc.push_back(i);
+    }
+  auto ws_eval = model.make_workspace({o.batch, o.ctx});
+  auto pointers = [](const std::vector<std::vector<float>>& th) {
+    std::vector<const float*> p;
+    for (auto& t : th) p.push_back(t.data());
+    return p;
+  };
+
   // ---- router features and k-means shards ----
-  std::vector<std::span<const std::int32_t>> tf, vf;
+  std::vector<std::span<const std::int32_t>> tf, ef;
   for (auto& d : train) tf.push_back(d.all);
-  for (auto& d : val) vf.push_back(d.all);
+  for (auto i : span_doc) ef.push_back(eval[i].all);
   auto ftrain = route::prefix_features(model, theta0.data(), tf, o.prefix);
-  auto fval = route::prefix_features(model, theta0.data(), vf, o.prefix);
+  auto feval = route::prefix_features(model, theta0.data(), ef, o.prefix);
   const int D = o.d, K = 4;
   auto km = route::kmeans_router::fit(ftrain, int(train.size()), D, {.k = K, .seed = o.seed});
   if (!km) {
-    std::fprintf(stderr, "dipaco_table: %s\n", km.error().what().c_str());
+    std::fprintf(stderr, "%s: %s\n", o.bench.c_str(), km.error().what().c_str());
     return 2;
   }
-  std::vector<int> train_route(train.size()), val_route(val.size());
-  for (std::size_t i = 0; i < train.size(); ++i) train_route[i] = km->route(&ftrain[i * D]);
-  for (std::size_t i = 0; i < val.size(); ++i) val_route[i] = km->route(&fval[i * D]);
-  // Shards from each document's paths (one per document, or its top-n for overlapping shards).
+  std::vector<int> km_train(train.size()), km_eval(spans.size());
+  for (std::size_t i = 0; i < train.size(); ++i) km_train[i] = km->route(&ftrain[i * D]);
+  for (std::size_t j = 0; j < spans.size(); ++j) km_eval[j] = km->route(&feval[j * D]);
+  // Shards from each document's set of paths (one path, or its top n: overlapping shards).
   auto shards_of_sets = [&](const std::vector<std::vector<int>>& r) {
     std::vector<io::token_stream> s(K);
     for (int k = 0; k < K; ++k) {
       std::vector<const std::vector<std::int32_t>*> parts;
       for (std::size_t i = 0; i < train.size(); ++i)
         if (std::find(r[i].begin(), r[i].end(), k) != r[i].end()) parts.push_back(&train[i].train);
-      s[k] = stream_of(parts);
+      s[std::size_t(k)] = stream_of(parts);
     }
     return s;
   };
-  auto shards_of = [&](const std::vector<int>& r) {
-    std::vector<std::vector<int>> sets(r.size());
-    for (std::size_t i = 0; i < r.size(); ++i) sets[i] = {r[i]};
-    return shards_of_sets(sets);
-  };
-  auto shards = shards_of(train_route);
+  std::vector<std::vector<int>> km_sets(train.size());
+  for (std::size_t i = 0; i < train.size(); ++i) km_sets[i] = {km_train[i]};
+  auto km_shards = shards_of_sets(km_sets);
   std::printf("k-means shards (documents / MB):");
   for (int k = 0; k < K; ++k)
-    std::printf(" %d: %zu / %.2f", k, std::count(train_route.begin(), train_route.end(), k),
-                shards[k].ids.size() / 1e6);
+    std::printf(" %d: %zu / %.2f", k, std::count(km_train.begin(), km_train.end(), k),
+                km_shards[std::size_t(k)].ids.size() / 1e6);
   std::printf("\n");
 
   std::vector<row> rows;
-  const std::vector<int> one_route_val(val.size(), 0);
+  json diagnostics = json::object();
   auto dp_bytes = [&](int workers) {  // ring all-reduce of fp32 gradients every step, per worker
     return double(o.steps) * 2.0 * (workers - 1) / workers * double(P) * 4.0;
+  };
+  auto add_row = [&](row r) {
+    std::printf("%-26s %s %.4f bpb  (%.0f s)\n", r.name.c_str(), o.split.c_str(), r.bpb, r.wall_s);
+    rows.push_back(std::move(r));
   };
 
   // ---- dense and dense_4x ----
   for (int mult : {1, 4}) {
-    if (!o.wants(mult == 1 ? "dense" : "dense_4x")) continue;
+    const char* name = mult == 1 ? "dense" : "dense_4x";
+    if (!o.wants(name)) continue;
     const auto t0 = clk::now();
     arena<host> a(model.layout());
     std::copy(theta0.begin(), theta0.end(), a.get(plane::param).begin());
-    train_dense(model, a, full, mult * o.steps, o, o.row_lr, o.row_min_lr, o.seed + 10 + mult,
-                mult == 1 ? "dense" : "dense_4x");
-    std::vector<std::vector<float>> th{{a.get(plane::param).begin(), a.get(plane::param).end()}};
-    row r{mult == 1 ? "dense" : "dense_4x",
-          routed_bpb(model, th, val, one_route_val, o),
-          0,
-          0,
-          secs(t0),
-          P};
-    rows.push_back(r);
-    std::printf("%-22s val %.4f bpb  (%.0f s)\n", r.name.c_str(), r.val_bpb, r.wall_s);
+    auto curve = train_dense(model, a, full, mult * o.steps, o, o.row_lr, o.row_min_lr,
+                             o.seed + 10 + std::uint64_t(mult), name);
+    const std::vector<const float*> th{a.get(plane::param).data()};
+    const auto n = route::routed_nll(model, th, spans, std::vector<int>(spans.size(), 0), rule,
+                                     ws_eval);
+    add_row({name, n.bits_per_token(), 0, 0, secs(t0), P, std::move(curve)});
   }
 
   const int rounds = o.steps / o.inner;
@@ -347,315 +365,272 @@ int main(int argc, char** argv) {
   optim::adamw inner{.lr = o.row_lr};
   const outer::nesterov outer_opt{.lr = o.outer_lr, .momentum = o.outer_momentum};
   if (auto v = outer_opt.validate(); !v) {
-    std::fprintf(stderr, "dipaco_table: %s\n", v.error().what().c_str());
+    std::fprintf(stderr, "%s: %s\n", o.bench.c_str(), v.error().what().c_str());
     return 2;
   }
 
-  // Runs a grid: module_level per module id, one worker per path, returns the final θ per path.
-  auto run_grid = [&](const char* name, auto grid, const std::vector<path::level_span>& levels,
-                      std::vector<int> module_level, const std::vector<int>& worker_path,
-                      std::vector<io::token_stream>& worker_shards, int from_round, int to_round,
-                      sync::local_store<outer::nesterov>* store_in, double& bytes) {
+  // A multi-worker row: one worker per path of `grid` (worker w on path worker_path[w]) over a
+  // local store, trained for `rounds` rounds in phases (phases[i] = the round phase i ends at);
+  // before phase i > 0, reshard(i, θ of every path) gives the workers new shards (a re-routing;
+  // the workers keep their inner state). Returns every path's θ after the final outer step.
+  struct trained {
+    std::vector<std::vector<float>> theta;  // per path
+    double bytes = 0;                       // per worker
+    std::vector<double> curve;
+  };
+  auto run_grid = [&](const std::string& name, auto grid, const std::vector<int>& worker_path,
+                      std::vector<io::token_stream> shards, const std::vector<int>& phases,
+                      const std::function<std::vector<io::token_stream>(
+                          int, const std::vector<std::vector<float>>&)>& reshard,
+                      outer::delta_options dopt) {
+    const int L = int(decltype(grid)::levels);
+    auto levels = *path::split_gpt_levels(model.layout(), o.layers, L);
+    std::vector<int> module_level;
+    for (int id = 0; id < grid.module_count(); ++id) module_level.push_back(int(grid.module_at(id).first));
     std::vector<sync::worker_spec> ws;
     for (std::size_t w = 0; w < worker_path.size(); ++w)
-      ws.push_back({sync::path_modules(grid, worker_path[w]), &worker_shards[w], o.seed + 100 + w});
-    auto cfg = icfg;
-    cfg.start_step = long(from_round) * o.inner;
-    io::progress bar(name, to_round);
-    auto st = sync::run_local(*store_in, model, levels, module_level, ws, inner, cfg,
-                              to_round - from_round, [&](const sync::round_report& rr) {
-                                double l = 0;
-                                for (double x : rr.worker_loss) l += x / rr.worker_loss.size();
-                                char txt[64];
-                                std::snprintf(txt, sizeof txt, "inner loss %.3f", l);
-                                bar.update(rr.round + 1, txt);
-                              });
-    if (!st) throw error_exception(st.error());
+      ws.push_back({sync::path_modules(grid, worker_path[w]), &shards[w], o.seed + 100 + w});
+    sync::local_store<outer::nesterov> store(sync::grid_modules(grid, levels, ws), outer_opt, dopt);
+    sync::init_modules(store, levels, module_level, theta0.data());
+    auto run = sync::local_run<nn::gpt, optim::adamw, outer::nesterov>::make(
+        store, model, levels, module_level, ws, inner, icfg);
+    if (!run) throw error_exception(run.error());
+    auto thetas = [&] {
+      std::vector<std::vector<float>> th(std::size_t(grid.paths()), theta0);
+      for (int p = 0; p < grid.paths(); ++p)
+        sync::assemble_path(store, levels, module_level, sync::path_modules(grid, p),
+                            th[std::size_t(p)].data());
+      return th;
+    };
+    trained t;
+    io::progress bar(name.c_str(), rounds);
+    double window = 0;
+    int done = 0;
+    for (std::size_t i = 0; i < phases.size(); ++i) {
+      if (i > 0) {
+        auto next = reshard(int(i), thetas());
+        std::vector<const io::token_stream*> ptr;
+        for (std::size_t w = 0; w < worker_path.size(); ++w) ptr.push_back(&next[std::size_t(worker_path[w])]);
+        run->set_shards(ptr);
+        shards = std::move(next);  // the elements (and the workers' pointers) stay in place
+      }
+      auto st = run->run(phases[i] - done, [&](const sync::round_report& rr) {
+        double l = 0;
+        for (double x : rr.worker_loss) l += x / double(rr.worker_loss.size());
+        window += l;
+        if ((rr.round + 1) % 10 == 0) t.curve.push_back(window / 10), window = 0;
+        char txt[64];
+        std::snprintf(txt, sizeof txt, "inner loss %.3f", l);
+        bar.update(rr.round + 1, txt);
+      });
+      if (!st) throw error_exception(st.error());
+      done = phases[i];
+    }
     std::size_t per_round = 0;
-    for (int m : ws[0].modules) per_round += levels[module_level[m]].size;
-    bytes += double(to_round - from_round) * double(per_round) * 4.0;
+    for (int m : ws[0].modules) per_round += levels[std::size_t(module_level[std::size_t(m)])].size;
+    t.bytes = double(rounds) * double(per_round) * 4.0;
+    t.theta = thetas();
+    return t;
   };
-  auto path_thetas = [&](auto grid, sync::local_store<outer::nesterov>& store,
-                         const std::vector<path::level_span>& levels,
-                         const std::vector<int>& module_level) {
-    std::vector<std::vector<float>> th(grid.paths(), theta0);
-    for (int p = 0; p < grid.paths(); ++p)
-      sync::assemble_path(store, levels, module_level, sync::path_modules(grid, p), th[p].data());
-    return th;
+  const std::vector<int> one_phase{rounds}, four_paths{0, 1, 2, 3};
+  const auto no_reshard = [](int, const std::vector<std::vector<float>>&) {
+    return std::vector<io::token_stream>{};
   };
 
   // ---- DiLoCo P=4: one module, 4 workers on the k-means shards ----
   if (o.wants("diloco_p4")) {
     const auto t0 = clk::now();
-    auto levels = *path::split_gpt_levels(model.layout(), o.layers, 1);
-    auto grid = path::module_grid<1>::experts({1});
-    std::vector<sync::worker_spec> spec(K);
-    for (int w = 0; w < K; ++w) spec[w] = {{0}, &shards[w], 0};
-    sync::local_store<outer::nesterov> store(sync::grid_modules(grid, levels, spec), outer_opt);
-    sync::init_modules(store, levels, {0}, theta0.data());
-    double bytes = 0;
-    run_grid("diloco_p4", grid, levels, {0}, {0, 0, 0, 0}, shards, 0, rounds, &store, bytes);
-    auto th = path_thetas(grid, store, levels, {0});
-    row r{
-        "diloco_p4", routed_bpb(model, th, val, one_route_val, o), bytes, dp_bytes(K), secs(t0), P};
-    rows.push_back(r);
-    std::printf("%-22s val %.4f bpb  (%.0f s)\n", r.name.c_str(), r.val_bpb, r.wall_s);
+    auto t = run_grid("diloco_p4", path::module_grid<1>::experts({1}), {0, 0, 0, 0}, km_shards,
+                      one_phase, no_reshard, {});
+    const auto n = route::routed_nll(model, pointers(t.theta), spans,
+                                     std::vector<int>(spans.size(), 0), rule, ws_eval);
+    add_row({"diloco_p4", n.bits_per_token(), t.bytes, dp_bytes(K), secs(t0), P, t.curve});
   }
 
-  // ---- flat MoE P=4: one level of 4 experts, each path its own module ----
+  // ---- flat MoE P=4: one level of 4 experts on the k-means shards, routed by k-means ----
   if (o.wants("moe_p4")) {
     const auto t0 = clk::now();
-    auto levels = *path::split_gpt_levels(model.layout(), o.layers, 1);
-    auto grid = path::module_grid<1>::experts({K});
-    std::vector<sync::worker_spec> spec(K);
-    for (int w = 0; w < K; ++w) spec[w] = {sync::path_modules(grid, w), &shards[w], 0};
-    sync::local_store<outer::nesterov> store(sync::grid_modules(grid, levels, spec), outer_opt);
-    sync::init_modules(store, levels, {0, 0, 0, 0}, theta0.data());
-    double bytes = 0;
-    run_grid("moe_p4", grid, levels, {0, 0, 0, 0}, {0, 1, 2, 3}, shards, 0, rounds, &store, bytes);
-    auto th = path_thetas(grid, store, levels, {0, 0, 0, 0});
-    row r{"moe_p4", routed_bpb(model, th, val, val_route, o), bytes, 0, secs(t0), K * P};
-    rows.push_back(r);
-    std::printf("%-22s val %.4f bpb  (%.0f s)\n", r.name.c_str(), r.val_bpb, r.wall_s);
+    auto t = run_grid("moe_p4", path::module_grid<1>::experts({K}), four_paths, km_shards,
+                      one_phase, no_reshard, {});
+    const auto n = route::routed_nll(model, pointers(t.theta), spans, km_eval, rule, ws_eval);
+    add_row({"moe_p4", n.bits_per_token(), t.bytes, 0, secs(t0), K * P, t.curve});
   }
 
-  // ---- DiPaCo 2×2: k-means shards, then discriminative re-routing phases ----
-  if (o.wants("dipaco_2x2")) {
+  // ---- routed rows: top-n k-means shards, then discriminative re-routing phases ----
+  // Re-routing: label each training document by the path with the fewest nats on its held-out
+  // tail (the one scorer), fit the logistic router on prefix features, re-shard by its top n.
+  const int phase1 = rounds / 3;
+  std::vector<int> phases{phase1};
+  for (int q = 0; q < o.reroutes; ++q) phases.push_back(phase1 + (rounds - phase1) * (q + 1) / o.reroutes);
+  std::vector<std::vector<int>> km_top(train.size());
+  for (std::size_t i = 0; i < train.size(); ++i) km_top[i] = km->rank(&ftrain[i * D], o.overlap);
+  std::vector<route::scored_span> tails;
+  std::vector<std::size_t> tail_doc;
+  for (std::size_t i = 0; i < train.size(); ++i)
+    if (train[i].router.size() >= 2) {
+      tails.push_back({train[i].router, 1, train[i].router.size()});
+      tail_doc.push_back(i);
+    }
+  auto routed_rows = [&](const std::string& name, auto grid, std::size_t params_total) {
     const auto t0 = clk::now();
-    auto levels = *path::split_gpt_levels(model.layout(), o.layers, 2);
-    auto grid = path::module_grid<2>::experts({2, 2});
-    const std::vector<int> module_level = {0, 0, 1, 1};
-    std::vector<sync::worker_spec> spec(K);
-    for (int w = 0; w < K; ++w) spec[w] = {sync::path_modules(grid, w), &shards[w], 0};
-    sync::local_store<outer::nesterov> store(
-        sync::grid_modules(grid, levels, spec), outer_opt,
-        {.weight_by_shard = true, .rescale = *outer::parse_path_rescale(o.path_rescale)});
-    sync::init_modules(store, levels, module_level, theta0.data());
-    double bytes = 0;
-    const int phase1 = rounds / 3;
-    std::vector<std::vector<int>> top1(train.size());
-    for (std::size_t i = 0; i < train.size(); ++i) top1[i] = km->rank(&ftrain[i * D], o.overlap);
-    auto shards1 = shards_of_sets(top1);
-    if (o.overlap > 1) {
-      std::printf("dipaco_2x2: top-%d overlapping k-means shards (MB):", o.overlap);
-      for (int k = 0; k < K; ++k) std::printf(" %.2f", shards1[k].ids.size() / 1e6);
-      std::printf("\n");
-    }
-    run_grid("dipaco_2x2 (k-means)", grid, levels, module_level, {0, 1, 2, 3}, shards1, 0, phase1,
-             &store, bytes);
-    // Discriminative routing, --reroutes times over the remaining rounds: label each training
-    // document by the path with the best log-likelihood on its held-out tail, fit the logistic
-    // router, re-shard, train.
-    std::optional<route::logistic_router> lr;
-    std::vector<int> val2(val.size()), routed_before = train_route;
-    auto ws1 = model.make_workspace({1, o.ctx});
-    // Per-path early stopping (--early-stop): a path's held-out loss is its nats per token on
-    // the router tails of the documents it was trained on last (held out from training); the
-    // parameters of its best point are kept. Scored where the re-routing scores every tail anyway.
-    std::vector<std::vector<float>> best_theta(K);
-    std::vector<double> best_loss(K, INFINITY);
-    std::vector<int> best_at(K, -1);
-    auto keep_best = [&](const std::vector<std::vector<float>>& th,
-                         const std::vector<std::vector<double>>& tail_nats,
-                         const std::vector<std::size_t>& tail_tokens, int round) {
-      for (int p = 0; p < K; ++p) {
-        double nats = 0, toks = 0;
-        for (std::size_t i = 0; i < train.size(); ++i)
-          if (routed_before[i] == p) nats += tail_nats[i][p], toks += double(tail_tokens[i]);
-        if (toks > 0 && nats / toks < best_loss[p])
-          best_loss[p] = nats / toks, best_theta[p] = th[p], best_at[p] = round;
-      }
-    };
-    auto score_tails = [&](const std::vector<std::vector<float>>& th,
-                           std::vector<std::vector<double>>& tail_nats,
-                           std::vector<std::size_t>& tail_tokens) {
-      tail_nats.assign(train.size(), std::vector<double>(K, INFINITY));
-      tail_tokens.assign(train.size(), 0);  // the same for every path
-      for (std::size_t i = 0; i < train.size(); ++i) {
-        const auto& r = train[i].router;
-        if (r.size() < 2) continue;
-        for (int p = 0; p < K; ++p) {
-          auto n = route::sequence_nll(model, th[p].data(), r, 1, r.size(), ws1);
-          tail_nats[i][p] = n.nats;
-          tail_tokens[i] = n.tokens;
-        }
-      }
-    };
-    for (int q = 0, from = phase1; q < o.reroutes; ++q) {
-      const int to = phase1 + (rounds - phase1) * (q + 1) / o.reroutes;
-      auto th = path_thetas(grid, store, levels, module_level);
-      std::vector<std::vector<double>> tail_nats;
-      std::vector<std::size_t> tail_tokens;
-      score_tails(th, tail_nats, tail_tokens);
-      if (o.early_stop) keep_best(th, tail_nats, tail_tokens, from);
-      std::vector<int> labels(train.size());
-      for (std::size_t i = 0; i < train.size(); ++i) {
-        double best = INFINITY;
-        for (int p = 0; p < K; ++p)
-          if (tail_nats[i][p] < best) best = tail_nats[i][p], labels[i] = p;
-      }
+    route::logistic_router lr;
+    std::vector<int> routed_before = km_train;
+    std::vector<std::size_t> path_tokens(K, 0);
+    auto reshard = [&](int q, const std::vector<std::vector<float>>& th) {
+      auto per = route::per_path_nll(model, pointers(th), tails, rule, ws_eval);
+      auto best = route::best_paths(per);
+      std::vector<int> labels = routed_before;  // documents without a tail keep their path
+      for (std::size_t j = 0; j < tails.size(); ++j) labels[tail_doc[j]] = best[j];
       auto fit = route::logistic_router::fit(ftrain, int(train.size()), D, labels, {.k = K});
-      if (!fit) {
-        std::fprintf(stderr, "dipaco_table: %s\n", fit.error().what().c_str());
-        return 2;
-      }
-      lr = std::move(fit.value());
-      std::vector<int> train2(train.size());
-      for (std::size_t i = 0; i < train.size(); ++i) train2[i] = lr->route(&ftrain[i * D]);
-      std::vector<std::vector<int>> top2(train.size());
-      for (std::size_t i = 0; i < train.size(); ++i) top2[i] = lr->rank(&ftrain[i * D], o.overlap);
-      auto shards2 = shards_of_sets(top2);
+      if (!fit) throw error_exception(fit.error());
+      lr = std::move(*fit);
+      std::vector<std::vector<int>> top(train.size());
       int moved = 0;
-      for (std::size_t i = 0; i < train.size(); ++i) moved += train2[i] != routed_before[i];
-      routed_before = train2;
-      std::printf(
-          "discriminative re-routing %d at round %d: %d of %zu training documents changed "
-          "path; shards:",
-          q + 1, from, moved, train.size());
-      for (int k = 0; k < K; ++k)
-        std::printf(" %zu", std::size_t(std::count(train2.begin(), train2.end(), k)));
+      for (std::size_t i = 0; i < train.size(); ++i) {
+        top[i] = lr.rank(&ftrain[i * D], o.overlap);
+        moved += top[i][0] != routed_before[i];
+        routed_before[i] = top[i][0];
+      }
+      auto s = shards_of_sets(top);
+      std::printf("%s: re-routing %d at round %d: %d of %zu training documents changed path; "
+                  "shards (MB):", name.c_str(), q, phases[std::size_t(q) - 1], moved, train.size());
+      for (int k = 0; k < K; ++k) {
+        path_tokens[std::size_t(k)] = s[std::size_t(k)].ids.size();
+        std::printf(" %.2f", s[std::size_t(k)].ids.size() / 1e6);
+      }
       std::printf("\n");
-      run_grid("dipaco_2x2 (discriminative)", grid, levels, module_level, {0, 1, 2, 3}, shards2,
-               from, to, &store, bytes);
-      from = to;
-    }
-    for (std::size_t i = 0; i < val.size(); ++i) val2[i] = lr->route(&fval[i * D]);
-    auto thf = path_thetas(grid, store, levels, module_level);
-    if (o.early_stop) {
-      std::vector<std::vector<double>> tail_nats;
-      std::vector<std::size_t> tail_tokens;
-      score_tails(thf, tail_nats, tail_tokens);
-      keep_best(thf, tail_nats, tail_tokens, rounds);
-      std::printf("early stopping: each path's best point (round; held-out nats/token):");
-      for (int p = 0; p < K; ++p) std::printf(" %d (%d; %.4f)", p, best_at[p], best_loss[p]);
-      std::printf("\n");
-      thf = best_theta;
-    }
-    row r{"dipaco_2x2", routed_bpb(model, thf, val, val2, o), bytes, dp_bytes(K), secs(t0), 2 * P};
-    rows.push_back(r);
-    std::printf("%-22s val %.4f bpb  (%.0f s)\n", r.name.c_str(), r.val_bpb, r.wall_s);
-
-    // Routed once by the prefix, by likelihood instead of the logistic router: the path that
-    // best predicts the document's first `prefix` bytes scores the rest (K forward passes over
-    // the prefix, the evidence frequent re-routing uses for chunk 0).
-    auto wsr = model.make_workspace({1, o.ctx});
-    // The path whose final θ best predicts seq[b … e) (first of the fewest nats), and its nats.
-    auto best_path = [&](std::span<const std::int32_t> seq, std::size_t b, std::size_t e) {
-      std::pair<int, route::nll> best{0, {}};
-      best.second.nats = INFINITY;
-      for (int p = 0; p < K; ++p)
-        if (auto n = route::sequence_nll(model, thf[p].data(), seq, b, e, wsr);
-            n.nats < best.second.nats)
-          best = {p, n};
-      return best;
+      return s;
     };
-    // A row of the same trained model under another evaluation, begun at t.
-    auto add_eval_row = [&](std::string name, double bpb, clk::time_point t) {
-      rows.push_back({std::move(name), bpb, bytes, dp_bytes(K), r.wall_s + secs(t), 2 * P});
-      std::printf("%-22s val %.4f bpb\n", rows.back().name.c_str(), bpb);
+    auto t = run_grid(name, grid, four_paths, shards_of_sets(km_top), phases, reshard,
+                      {.weight_by_shard = true,
+                       .rescale = *outer::parse_path_rescale(o.path_rescale)});
+    const double train_s = secs(t0);
+    const auto th = pointers(t.theta);
+    std::vector<int> routed(spans.size());
+    for (std::size_t j = 0; j < spans.size(); ++j) routed[j] = lr.route(&feval[j * D]);
+    const auto n = route::routed_nll(model, th, spans, routed, rule, ws_eval);
+    add_row({name, n.bits_per_token(), t.bytes, dp_bytes(K), train_s, params_total, t.curve});
+    // The same parameters under other routings (same scorer, same tokens).
+    auto variant = [&](const std::string& suffix, const route::nll& v, clk::time_point t1) {
+      add_row({name + suffix, v.bits_per_token(), t.bytes, dp_bytes(K), train_s + secs(t1),
+               params_total, {}});
     };
     {
       const auto t1 = clk::now();
-      std::vector<int> val_lik(val.size(), 0);
-      for (std::size_t i = 0; i < val.size(); ++i)
-        if (const auto& s = val[i].all; s.size() > std::size_t(o.prefix) + 1)
-          val_lik[i] = best_path(s, 1, std::size_t(o.prefix)).first;
-      add_eval_row("dipaco_2x2_prefix_lik", routed_bpb(model, thf, val, val_lik, o), t1);
+      std::vector<route::scored_span> prefixes;
+      for (auto& sp : spans) prefixes.push_back({sp.seq, 1, sp.begin});
+      const auto by_prefix = route::best_paths(route::per_path_nll(model, th, prefixes, rule, ws_eval));
+      variant("_prefix_lik", route::routed_nll(model, th, spans, by_prefix, rule, ws_eval), t1);
     }
-
-    // Re-routing every 64 tokens at evaluation, with the same logistic router on chunk features.
-    const auto t1 = clk::now();
-    auto wsf = model.make_workspace({1, std::min(64, o.ctx)});
-    route::nll tot;
-    for (std::size_t i = 0; i < val.size(); ++i) {
-      const auto& s = val[i].all;
-      if (s.size() <= std::size_t(o.prefix) + 1) continue;
-      tot += route::rerouted_nll(
-          s, o.prefix, s.size(), 64,
-          [&](std::span<const std::int32_t> chunk) {
-            auto f =
-                route::prefix_features(model, theta0.data(), {chunk}, std::min(64, o.ctx), 1, &wsf);
-            return lr->route(f.data());
+    {
+      const auto t1 = clk::now();
+      auto wsf = model.make_workspace({1, std::min(64, o.ctx)});
+      const auto v = route::rerouted_nll(
+          model, th, spans, 64,
+          [&](std::size_t, std::span<const std::int32_t> chunk) {
+            auto f = route::prefix_features(model, theta0.data(), {chunk}, std::min(64, o.ctx), 1, &wsf);
+            return lr.route(f.data());
           },
-          [&](int p, std::size_t b, std::size_t e) {
-            return route::chunk_nll(model, thf[p].data(), s, b, e, wsr);
-          });
+          rule, ws_eval);
+      variant("_reroute64", v, t1);
     }
-    add_eval_row("dipaco_2x2_reroute64", tot.bits_per_token(), t1);
-
-    // Re-routing every W tokens by likelihood (route::likelihood_rerouted_nll): every path
-    // scores chunk i and the best of them predicts chunk i+1; the prefix picks the path of
-    // chunk 0 the same way. K forward passes per chunk.
-    for (int W : o.reroute_lik) {
-      const auto t2 = clk::now();
-      route::nll tot2;
-      std::vector<const float*> thp;
-      for (auto& t : thf) thp.push_back(t.data());
-      for (std::size_t i = 0; i < val.size(); ++i) {
-        const auto& s = val[i].all;
-        if (s.size() <= std::size_t(o.prefix) + 1) continue;
-        tot2 +=
-            route::likelihood_rerouted_nll(model, thp, s, o.prefix, s.size(), std::size_t(W), wsr);
-      }
-      add_eval_row("dipaco_2x2_reroute" + std::to_string(W) + "_lik", tot2.bits_per_token(), t2);
+    {
+      const auto t1 = clk::now();
+      variant("_reroute64_lik", route::likelihood_rerouted_nll(model, th, spans, 64, rule, ws_eval), t1);
     }
-
-    // Diagnostics, not results: how well the prefix router picks each validation document's
-    // best path (scored on the document itself), and the bits/byte such an oracle would get.
-    std::vector<int> best(val.size(), 0);
+    // Diagnostics: does each path specialise? Every path scores every document.
+    const auto per = route::per_path_nll(model, th, spans, rule, ws_eval);
+    const auto best = route::best_paths(per);
     route::nll oracle;
-    for (std::size_t i = 0; i < val.size(); ++i) {
-      const auto& s = val[i].all;
-      if (s.size() <= std::size_t(o.prefix) + 1) continue;
-      const auto [p, n] = best_path(s, std::size_t(o.prefix), s.size());
-      best[i] = p;
-      oracle += n;
-    }
     int agree = 0;
-    for (std::size_t i = 0; i < val.size(); ++i) agree += best[i] == val2[i];
-    std::printf(
-        "diagnostic: the router picks a validation document's best path for %d of %zu; "
-        "an oracle that knew it would score %.4f bpb\n",
-        agree, val.size(), oracle.bits_per_token());
-  }
+    std::map<std::string, std::vector<int>> routed_count, best_count;
+    std::map<std::string, std::vector<route::nll>> by_domain;
+    for (auto& dname : domains) {
+      routed_count[dname].assign(K, 0);
+      best_count[dname].assign(K, 0);
+      by_domain[dname].assign(K, {});
+    }
+    for (std::size_t j = 0; j < spans.size(); ++j) {
+      const auto& dname = eval[span_doc[j]].domain;
+      oracle += per[j][std::size_t(best[j])];
+      agree += best[j] == routed[j];
+      ++routed_count[dname][std::size_t(routed[j])];
+      ++best_count[dname][std::size_t(best[j])];
+      for (int p = 0; p < K; ++p) by_domain[dname][std::size_t(p)] += per[j][std::size_t(p)];
+    }
+    std::printf("%s: the router picks a document's best path for %d of %zu; the oracle best "
+                "path scores %.4f bpb\n", name.c_str(), agree, spans.size(), oracle.bits_per_token());
+    std::printf("%s: bits/byte of each path (columns) on each domain's %s documents, and how "
+                "many documents the router sends to each path:\n", name.c_str(), o.split.c_str());
+    json mat = json::object();
+    for (auto& dname : domains) {
+      std::printf("  %-28s", dname.substr(0, 28).c_str());
+      std::vector<double> b;
+      for (int p = 0; p < K; ++p) {
+        b.push_back(round4(by_domain[dname][std::size_t(p)].bits_per_token()));
+        std::printf(" %7.4f (%2d)", b.back(), routed_count[dname][std::size_t(p)]);
+      }
+      std::printf("\n");
+      mat[dname] = {{"bpb", b}, {"routed", routed_count[dname]}, {"best", best_count[dname]}};
+    }
+    diagnostics[name] = {{"oracle_bpb", round4(oracle.bits_per_token())},
+                         {"router_picks_best", agree},
+                         {"documents", spans.size()},
+                         {"path_tokens", path_tokens},
+                         {"domains", mat}};
+  };
+  if (o.wants("moe_p4_routed"))
+    routed_rows("moe_p4_routed", path::module_grid<1>::experts({K}), std::size_t(K) * P);
+  if (o.wants("dipaco_2x2"))
+    routed_rows("dipaco_2x2", path::module_grid<2>::experts({2, 2}), 2 * P);
 
   // ---- table ----
-  std::printf("\n| %-22s | %9s | %10s | %12s | %12s | %8s |\n", "row", "val bpb", "params",
-              "bytes sent", "DP would send", "wall s");
-  std::printf("|%s|%s|%s|%s|%s|%s|\n", std::string(24, '-').c_str(), std::string(11, '-').c_str(),
+  std::printf("\n| %-26s | %9s | %10s | %12s | %12s | %8s |\n", "row", (o.split + " bpb").c_str(),
+              "params", "bytes sent", "DP would send", "wall s");
+  std::printf("|%s|%s|%s|%s|%s|%s|\n", std::string(28, '-').c_str(), std::string(11, '-').c_str(),
               std::string(12, '-').c_str(), std::string(14, '-').c_str(),
               std::string(14, '-').c_str(), std::string(10, '-').c_str());
-  nlohmann::json jr = nlohmann::json::array();
+  json jr = json::array();
   for (auto& r : rows) {
-    std::printf("| %-22s | %9.4f | %9.2fM | %11.1f MB | %11.1f MB | %8.0f |\n", r.name.c_str(),
-                r.val_bpb, r.params_total / 1e6, r.bytes_sent / 1e6, r.dp_bytes / 1e6, r.wall_s);
+    std::printf("| %-26s | %9.4f | %9.2fM | %11.1f MB | %11.1f MB | %8.0f |\n", r.name.c_str(),
+                r.bpb, r.params_total / 1e6, r.bytes_sent / 1e6, r.dp_bytes / 1e6, r.wall_s);
+    std::vector<double> curve;
+    for (double c : r.curve) curve.push_back(round4(c / 0.6931471805599453));
     jr.push_back({{"name", r.name},
-                  {"val_bpb", std::round(r.val_bpb * 1e4) / 1e4},
+                  {"bpb", round4(r.bpb)},
+                  {"scorer", rule.name()},
                   {"bytes_sent", r.bytes_sent},
                   {"dp_bytes", r.dp_bytes},
                   {"wall_s", std::round(r.wall_s * 10) / 10},
-                  {"params_total", r.params_total}});
+                  {"params_total", r.params_total},
+                  {"train_bpb_curve", curve}});
   }
+  std::printf("evaluated: every row with its parameters after its final (outer) step; "
+              "scorer %s on %zu %s documents after a %d-byte prefix\n",
+              rule.name().c_str(), spans.size(), o.split.c_str(), o.prefix);
   std::printf("total wall time %.0f s\n", secs(t_all));
-  std::printf("%s\n", nlohmann::json({{"bench", "dipaco_table"},
-                                      {"rows", jr},
-                                      {"config",
-                                       {{"d", o.d},
-                                        {"layers", o.layers},
-                                        {"ctx", o.ctx},
-                                        {"batch", o.batch},
-                                        {"steps", o.steps},
-                                        {"inner", o.inner},
-                                        {"pretrain", o.pretrain},
-                                        {"prefix", o.prefix},
-                                        {"overlap", o.overlap},
-                                        {"lr", o.lr},
-                                        {"row_lr", o.row_lr},
-                                        {"path_rescale", o.path_rescale},
-                                        {"outer_lr", o.outer_lr},
-                                        {"outer_momentum", o.outer_momentum},
-                                        {"reroutes", o.reroutes},
-                                        {"early_stop", o.early_stop}}}})
+  std::printf("%s\n", json({{"bench", o.bench},
+                            {"split", o.split},
+                            {"rows", jr},
+                            {"corpus", o.corpus},
+                            {"diagnostics", diagnostics},
+                            {"config",
+                             {{"d", o.d},
+                              {"layers", o.layers},
+                              {"ctx", o.ctx},
+                              {"batch", o.batch},
+                              {"steps", o.steps},
+                              {"inner", o.inner},
+                              {"pretrain", o.pretrain},
+                              {"prefix", o.prefix},
+                              {"overlap", o.overlap},
+                              {"lr", o.lr},
+                              {"row_lr", o.row_lr},
+                              {"path_rescale", o.path_rescale},
+                              {"outer_lr", o.outer_lr},
+                              {"outer_momentum", o.outer_momentum},
+                              {"reroutes", o.reroutes},
+                              {"stride", rule.S}}}})
                           .dump()
                           .c_str());
   return 0;

@@ -255,24 +255,35 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   if (auto s = load_store(rd, store); !s)
     return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
   auto val_route = (*routing)["val_route"].get<std::vector<int>>();
+  // The one scorer (route/evaluate.hpp): every figure below gives every token the same context.
+  const auto rule = route::sliding_window::make(cfg.model.ctx).value_or_throw();
   auto ws = model.make_workspace({cfg.train.batch, cfg.model.ctx});
-  std::vector<route::nll> per(g.paths);
-  std::vector<int> docs(g.paths, 0);
-  route::nll total;
-  std::vector<arena<host>> thetas;  // every path's parameters
+  std::vector<arena<host>> thetas;  // every path's parameters after the final outer step
+  std::vector<const float*> th;
   for (int p = 0; p < g.paths; ++p) {
     auto& a = thetas.emplace_back(model.layout());
     for (int m : g.path_modules[p]) {
       const auto& sp = lv[g.module_level[m]];
       store.pull(m, std::span<float>(a.get(plane::param).data() + sp.offset, sp.size));
     }
-    std::vector<route::scored_span> spans;
-    for (std::size_t i = 0; i < data->val.size(); ++i)
-      if (val_route[i] == p && data->val[i].size() > std::size_t(cfg.dipaco.prefix) + 1) {
-        spans.push_back({data->val[i], std::size_t(cfg.dipaco.prefix), data->val[i].size()});
-        ++docs[p];
-      }
-    per[p] = route::batched_nll(model, a.get(plane::param).data(), spans, ws);
+  }
+  for (auto& a : thetas) th.push_back(a.get(plane::param).data());
+  std::vector<route::scored_span> spans;
+  std::vector<int> routed;
+  for (std::size_t i = 0; i < data->val.size(); ++i)
+    if (data->val[i].size() > std::size_t(cfg.dipaco.prefix) + 1) {
+      spans.push_back({data->val[i], std::size_t(cfg.dipaco.prefix), data->val[i].size()});
+      routed.push_back(val_route[i]);
+    }
+  std::vector<route::nll> per(g.paths);
+  std::vector<int> docs(g.paths, 0);
+  route::nll total;
+  for (int p = 0; p < g.paths; ++p) {
+    std::vector<route::scored_span> mine;
+    for (std::size_t j = 0; j < spans.size(); ++j)
+      if (routed[j] == p) mine.push_back(spans[j]), ++docs[p];
+    per[p] = route::routed_nll(model, std::span(th).subspan(std::size_t(p), 1), mine,
+                               std::vector<int>(mine.size(), 0), rule, ws);
     total += per[p];
   }
   // Frequent re-routing (DiPaCo Table 3): the same documents and bytes, each chunk of
@@ -282,13 +293,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   if (W > 0 && g.paths > 1) {
     std::printf("paco_train: re-routing every %zu bytes by likelihood (%d paths score each chunk)...\n",
                 W, g.paths);
-    std::vector<const float*> th;
-    for (auto& a : thetas) th.push_back(a.get(plane::param).data());
-    auto wsr = model.make_workspace({1, cfg.model.ctx});
-    for (auto& doc : data->val)
-      if (doc.size() > std::size_t(cfg.dipaco.prefix) + 1)
-        rerouted += route::likelihood_rerouted_nll(model, th, doc, std::size_t(cfg.dipaco.prefix),
-                                                   doc.size(), W, wsr);
+    rerouted = route::likelihood_rerouted_nll(model, th, spans, W, rule, ws);
   }
   auto rec = latest_records(rd, g.workers);
   double bytes = 0;
@@ -324,8 +329,8 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
     std::printf("| %-14s | %9zu | %14.4f | %*s |\n",
                 ("re-routed/" + std::to_string(W)).c_str(), data->val.size(),
                 rerouted.bits_per_token(), sw, "");
-  std::printf("(routed: each document by its first %d bytes, scored on the rest",
-              cfg.dipaco.prefix);
+  std::printf("(scorer %s; routed: each document by its first %d bytes, scored on the rest",
+              rule.name().c_str(), cfg.dipaco.prefix);
   if (rerouted.tokens)
     std::printf("; re-routed/%zu: the same bytes, each chunk of %zu scored by the path that best "
                 "predicted the previous one", W, W);

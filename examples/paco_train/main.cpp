@@ -17,6 +17,7 @@
 #include "paco/io/io.hpp"
 #include "paco/nn/nn.hpp"
 #include "paco/optim/optim.hpp"
+#include "paco/route/evaluate.hpp"
 
 namespace fs = std::filesystem;
 using namespace paco;
@@ -25,28 +26,22 @@ namespace {
 
 constexpr double ln2 = 0.6931471805599453;
 
-// Mean loss (nats/byte) over up to max_batches batches of consecutive, non-overlapping windows
-// of the stream (deterministic: the same windows every time).
-double evaluate(nn::replica<nn::gpt>& rep, const arena<host>& a, const io::token_stream& s, int B,
-                int T, long max_batches) {
-  const std::size_t windows = (s.ids.size() - 1) / std::size_t(T);
-  const std::size_t batches = std::min<std::size_t>(windows / B, std::size_t(max_batches));
-  std::vector<std::int32_t> x(std::size_t(B) * T), y(x.size());
-  double total = 0;
-  for (std::size_t b = 0; b < batches; ++b) {
-    for (int r = 0; r < B; ++r) {
-      // Spread the evaluated windows over the whole split.
-      const std::size_t w = (b * B + r) * (windows / (batches * B));
-      for (int t = 0; t < T; ++t) {
-        x[std::size_t(r) * T + t] = s.ids[w * T + t];
-        y[std::size_t(r) * T + t] = s.ids[w * T + t + 1];
-      }
-    }
-    total += rep.loss(a, x.data(), y.data());
-  }
-  return batches ? total / double(batches) : NAN;
+// Bits per byte of documents under θ, by the one scorer (route/evaluate.hpp). With a token
+// budget, every k-th document is scored so that about `budget` tokens are (the same documents
+// every time); budget 0 scores them all.
+double score_bpb(const nn::gpt& model, const float* theta,
+                 const std::vector<std::vector<std::int32_t>>& docs, std::size_t budget,
+                 const route::sliding_window& rule, nn::gpt::workspace& ws) {
+  std::size_t total = 0;
+  for (auto& d : docs) total += d.size();
+  const std::size_t every = budget ? std::max<std::size_t>(1, total / budget) : 1;
+  std::vector<route::scored_span> spans;
+  for (std::size_t i = 0; i < docs.size(); i += every)
+    if (docs[i].size() > 1) spans.push_back({docs[i], 1, docs[i].size()});
+  const std::vector<const float*> one{theta};
+  return route::routed_nll(model, one, spans, std::vector<int>(spans.size(), 0), rule, ws)
+      .bits_per_token();
 }
-
 
 }  // namespace
 
@@ -111,6 +106,13 @@ int main(int argc, char** argv) {
   auto test_docs = corpus->subset(io::split::test);
   auto train_s = io::token_stream::from(train_docs), val_s = io::token_stream::from(val_docs),
        test_s = io::token_stream::from(test_docs);
+  auto tokens_of = [](const io::corpus& c) {
+    io::byte_tokenizer tok;
+    std::vector<std::vector<std::int32_t>> d;
+    for (auto& doc : c.docs) d.push_back(tok.encode(doc.text));
+    return d;
+  };
+  const auto val_tokens = tokens_of(val_docs), test_tokens = tokens_of(test_docs);
   std::printf("paco_train: Brown corpus %zu documents: train %zu (%.2f MB), validation %zu "
               "(%.2f MB), test %zu (%.2f MB)\n",
               corpus->docs.size(), train_docs.docs.size(), train_s.ids.size() / 1e6,
@@ -125,6 +127,11 @@ int main(int argc, char** argv) {
   a.zero(plane::moment2);
   const int B = tc.batch, T = cfg.model.ctx;
   nn::replica<nn::gpt> rep(model, B, T, tc.threads);
+  const auto rule = route::sliding_window::make(T).value_or_throw();
+  auto eval_ws = model.make_workspace({B, T});
+  auto bpb = [&](const std::vector<std::vector<std::int32_t>>& docs, std::size_t budget) {
+    return score_bpb(model, a.get(plane::param).data(), docs, budget, rule, eval_ws);
+  };
   std::printf("paco_train: GPT d=%d layers=%d heads=%d ctx=%d, %.2fM parameters, batch %d, "
               "%d threads, GEMM %s\n",
               cfg.model.d, cfg.model.layers, cfg.model.heads, T, model.param_count() / 1e6, B,
@@ -189,7 +196,7 @@ int main(int argc, char** argv) {
     const double el = elapsed();
     const bool last = timed ? el >= tc.budget_s : step >= tc.steps;
     if (step % tc.eval_every == 0 || last)
-      val_bpb = evaluate(rep, a, val_s, B, T, tc.eval_batches) / ln2;
+      val_bpb = bpb(val_tokens, std::size_t(tc.eval_batches) * std::size_t(B) * std::size_t(T));
     if (step % tc.checkpoint_every == 0 || last) {
       std::ostringstream meta;
       meta << "{\"d\":" << cfg.model.d << ",\"layers\":" << cfg.model.layers
@@ -210,8 +217,8 @@ int main(int argc, char** argv) {
   const double train_s_elapsed = elapsed();
 
   std::printf("paco_train: final evaluation on the whole validation and test splits...\n");
-  const double val_final = evaluate(rep, a, val_s, B, T, 1 << 30) / ln2;
-  const double test_final = evaluate(rep, a, test_s, B, T, 1 << 30) / ln2;
+  const double val_final = bpb(val_tokens, 0);
+  const double test_final = bpb(test_tokens, 0);
   metrics->write({{"final", true}, {"val_bpb", val_final}, {"test_bpb", test_final},
                   {"steps", step}, {"train_s", train_s_elapsed}});
 
@@ -231,6 +238,7 @@ int main(int argc, char** argv) {
   row("final train loss (EMA)", num("%.3f bits/byte", loss_ema / ln2));
   row("validation (whole split)", num("%.3f bits/byte", val_final));
   row("test (whole split)", num("%.3f bits/byte", test_final));
+  row("scorer", rule.name());
   row("checkpoint", ckpt.string());
   row("metrics", (fs::path(cfg.output.dir) / "metrics.jsonl").string());
   return 0;

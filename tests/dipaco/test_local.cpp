@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <memory>
 #include <thread>
 
 #include "paco/nn/gpt.hpp"
@@ -215,4 +216,89 @@ TEST_CASE("DiLoCo over a ring all-reduce matches the store-based DiLoCo and keep
   // The ring sums in another order than the store: equal up to float rounding.
   const auto& sp = levels[0];
   REQUIRE(max_diff(got[0].data() + sp.offset, want.data() + sp.offset, sp.size) < 1e-5);
+}
+
+TEST_CASE("local_run: inner state survives a re-routing; a run cut into phases is the same run",
+          "[dipaco][local_run]") {
+  nn::gpt model(small());
+  arena<host> a0(model.layout());
+  model.init(a0, 8);
+  auto levels = *path::split_gpt_levels(model.layout(), 2, 2);
+  auto grid = path::module_grid<2>::experts({2, 2});
+  const std::vector<int> module_level = {0, 0, 1, 1};
+  std::vector<io::token_stream> shards{stream(31), stream(32), stream(33), stream(34)};
+  std::vector<io::token_stream> moved{stream(41), stream(42), stream(43), stream(44)};
+  sync::inner_config cfg{.batch = 2, .ctx = 16, .steps = 3, .grad_clip = 1.0f,
+                         .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 1, .total = 18}};
+  optim::adamw inner{.lr = 1e-2f};
+  std::vector<sync::worker_spec> ws;
+  for (int w = 0; w < 4; ++w) ws.push_back({sync::path_modules(grid, w), &shards[w], 50u + w});
+  using run_t = sync::local_run<nn::gpt, optim::adamw, outer::nesterov>;
+  struct outcome {
+    std::unique_ptr<sync::local_store<outer::nesterov>> store;
+    std::unique_ptr<run_t> run;
+    std::vector<float> theta;  // every path's parameters, path after path
+  };
+  auto train = [&](bool split, bool reroute) {
+    outcome o;
+    o.store = std::make_unique<sync::local_store<outer::nesterov>>(
+        sync::grid_modules(grid, levels, ws), outer::nesterov{});
+    sync::init_modules(*o.store, levels, module_level, a0.get(plane::param).data());
+    auto run = run_t::make(*o.store, model, levels, module_level, ws, inner, cfg);
+    REQUIRE(run.ok());
+    o.run = std::make_unique<run_t>(std::move(*run));
+    if (split) {
+      REQUIRE(o.run->run(2).ok());
+      if (reroute) o.run->set_shards({&moved[0], &moved[1], &moved[2], &moved[3]});
+      REQUIRE(o.run->run(4).ok());
+    } else {
+      REQUIRE(o.run->run(6).ok());
+    }
+    const std::size_t n = model.layout().total();
+    o.theta.resize(n * 4);
+    for (int p = 0; p < 4; ++p)
+      sync::assemble_path(*o.store, levels, module_level, sync::path_modules(grid, p),
+                          o.theta.data() + std::size_t(p) * n);
+    return o;
+  };
+  // Two phases on unchanged shards are bit-identical to one run: nothing is reset in between.
+  const auto whole = train(false, false);
+  REQUIRE(train(true, false).theta == whole.theta);
+  // After a re-routing the moments are not zero, the step count went on, and the result differs.
+  auto rerouted = train(true, true);
+  REQUIRE(rerouted.theta != whole.theta);
+  for (std::size_t w = 0; w < rerouted.run->size(); ++w) {
+    auto& wk = rerouted.run->at(w);
+    REQUIRE(wk.inner_step() == 18);
+    double s = 0;
+    for (float v : wk.state().get(plane::moment2)) s += double(v);
+    REQUIRE(s > 0);
+    REQUIRE(wk.shard_tokens() == double(moved[w].ids.size()));
+  }
+}
+
+TEST_CASE("local_run: a push for a round that already closed leaves the worker out of that "
+          "round, the run goes on",
+          "[dipaco][local_run]") {
+  nn::gpt model(small());
+  arena<host> a0(model.layout());
+  model.init(a0, 9);
+  auto levels = *path::split_gpt_levels(model.layout(), 2, 1);
+  std::vector<io::token_stream> shards{stream(61), stream(62)};
+  std::vector<sync::worker_spec> ws{{{0}, &shards[0], 70u}, {{0}, &shards[1], 71u}};
+  // The store expects one push per round: whichever worker pushes second is late, every round.
+  sync::local_store<outer::nesterov> store({path::module_info{0, levels[0].size, 1}},
+                                           outer::nesterov{});
+  sync::init_modules(store, levels, {0}, a0.get(plane::param).data());
+  sync::inner_config cfg{.batch = 2, .ctx = 16, .steps = 20, .grad_clip = 1.0f,
+                         .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 1, .total = 100}};
+  auto run = sync::local_run<nn::gpt, optim::adamw, outer::nesterov>::make(
+      store, model, levels, {0}, ws, optim::adamw{.lr = 1e-2f}, cfg);
+  REQUIRE(run.ok());
+  auto s = run->run(3);
+  INFO((s.ok() ? std::string("ok") : s.error().what()));
+  REQUIRE(s.ok());
+  REQUIRE(store.store().round(0) == 3);
+  REQUIRE(run->left_out() >= 1);
+  for (auto& h : store.history()) REQUIRE(h.arrived == 1);
 }

@@ -120,83 +120,152 @@ TEST_CASE("logistic router learns labels and its bias balances the paths", "[rou
 #include "paco/route/evaluate.hpp"
 #include "paco/route/features.hpp"
 
-TEST_CASE("sequence_nll and chunk_nll agree with the model's loss; re-routing uses chunk i for i+1",
-          "[route]") {
+namespace {
+std::vector<std::int32_t> random_tokens(std::size_t n, std::uint64_t seed, int V = 32) {
+  rng r(seed);
+  std::vector<std::int32_t> s(n);
+  for (auto& v : s) v = std::int32_t(r.below(std::uint64_t(V)));
+  return s;
+}
+}  // namespace
+
+TEST_CASE("sliding_window: every target scored once, after the first T with >= T - S + 1 of context",
+          "[route][scorer]") {
+  for (auto [T, S] : {std::pair{8, 4}, {8, 8}, {8, 1}, {8, 3}}) {
+    const auto rule = *sliding_window::make(T, S);
+    std::vector<int> scored(200, 0);
+    for (std::size_t k = 0; k < 200; ++k)
+      for (std::size_t i = rule.first_target(k); i <= rule.start(k) + std::size_t(T) && i < 200; ++i) {
+        ++scored[i];
+        REQUIRE(rule.window_of(i) == k);
+        if (i > std::size_t(T)) REQUIRE(i - rule.start(k) >= std::size_t(T - S + 1));
+      }
+    for (std::size_t i = 1; i < 200; ++i) REQUIRE(scored[i] == 1);
+  }
+  REQUIRE(sliding_window::make(8, 0)->S == 4);
+  REQUIRE(!sliding_window::make(8, 9).ok());
+  REQUIRE(sliding_window::make(128, 64)->name() == "sliding_window(T=128,S=64)");
+}
+
+TEST_CASE("token_nats: each target against the model's own forward on its window; batching and "
+          "span boundaries change nothing",
+          "[route][scorer]") {
   nn::gpt m({.vocab = 32, .ctx = 8, .d = 8, .layers = 1, .heads = 2});
   arena<host> a(m.layout());
   m.init(a, 1);
-  rng r(3);
-  std::vector<std::int32_t> seq(9);
-  for (auto& v : seq) v = std::int32_t(r.below(32));
-  auto ws = m.make_workspace({1, 8});
-  // One full window: the same as the model's mean loss × 8.
-  auto n = sequence_nll(m, a.get(plane::param).data(), seq, 1, 9, ws);
+  const float* th = a.get(plane::param).data();
+  const auto rule = *sliding_window::make(8, 3);
+  auto seq = random_tokens(9, 3);
+  auto ws1 = m.make_workspace({1, 8});
+  // One full window: the model's mean loss x 8.
+  auto n = sequence_nll(m, th, seq, 1, 9, rule, ws1);
   REQUIRE(n.tokens == 8);
   std::vector<std::int32_t> x(seq.begin(), seq.end() - 1), y(seq.begin() + 1, seq.end());
-  REQUIRE(n.nats == Approx(8 * m.loss(a.get(plane::param).data(), x.data(), y.data(), ws)).epsilon(1e-5));
-  // chunk_nll of the last 3 targets with full context equals the tail of that window.
-  auto c = chunk_nll(m, a.get(plane::param).data(), seq, 6, 9, ws);
-  REQUIRE(c.tokens == 3);
-  // Longer sequences: windows tile [begin, end) exactly.
-  std::vector<std::int32_t> longer(30);
-  for (auto& v : longer) v = std::int32_t(r.below(32));
-  auto one = sequence_nll(m, a.get(plane::param).data(), longer, 4, 30, ws);
-  REQUIRE(one.tokens == 26);
+  REQUIRE(n.nats == Approx(8 * m.loss(th, x.data(), y.data(), ws1)).epsilon(1e-5));
+  // Longer: each target from the logits of the window the rule names.
+  auto longer = random_tokens(41, 4);
+  auto got = token_nats(m, th, {{longer, 1, 41}}, rule, ws1)[0];
+  REQUIRE(got.size() == 40);
+  for (std::size_t i = 1; i < 41; ++i) {
+    const std::size_t s = rule.start(rule.window_of(i));
+    std::vector<std::int32_t> w(8, 0);
+    for (std::size_t t = 0; t < 8 && s + t < longer.size(); ++t) w[t] = longer[s + t];
+    m.forward(th, w.data(), ws1);
+    const double want = row_nll(ws1.logits.data() + (i - 1 - s) * 32, 32, longer[i]);
+    REQUIRE(got[i - 1] == Approx(want).epsilon(1e-12));
+  }
+  // A sub-span gets the very same per-token nats (context never depends on what is scored), and
+  // batching several spans changes nothing.
   auto wsb = m.make_workspace({3, 8});
-  auto bat = batched_nll(m, a.get(plane::param).data(),
-                         {{longer, 4, 30}, {seq, 1, 9}, {longer, 2, 5}}, wsb);
-  auto sep = one;
-  sep += sequence_nll(m, a.get(plane::param).data(), seq, 1, 9, ws);
-  sep += sequence_nll(m, a.get(plane::param).data(), longer, 2, 5, ws);
-  REQUIRE(bat.tokens == sep.tokens);
-  REQUIRE(bat.nats == Approx(sep.nats).epsilon(1e-5));
-  // Re-routing: the path for chunk i+1 is route(chunk i).
-  std::vector<int> used;
-  auto total = rerouted_nll(
-      longer, 4, 30, 10,
-      [&](std::span<const std::int32_t> s) { return int(s.size()); },
-      [&](int p, std::size_t b, std::size_t e) {
-        used.push_back(p);
-        return nll{1.0, e - b};
-      });
-  REQUIRE(total.tokens == 26);
-  REQUIRE(used == std::vector<int>{4, 10, 10});
-  auto f = prefix_features(m, a.get(plane::param).data(), {std::span<const std::int32_t>(seq)}, 4);
+  auto bat = token_nats(m, th, {{longer, 13, 30}, {seq, 1, 9}, {longer, 2, 5}}, rule, wsb);
+  for (std::size_t i = 13; i < 30; ++i) REQUIRE(bat[0][i - 13] == Approx(got[i - 1]).epsilon(1e-6));
+  for (std::size_t i = 2; i < 5; ++i) REQUIRE(bat[2][i - 2] == Approx(got[i - 1]).epsilon(1e-6));
+  REQUIRE(sum_nats(bat[1], 0, 8).nats == Approx(n.nats).epsilon(1e-6));
+  auto f = prefix_features(m, th, {std::span<const std::int32_t>(seq)}, 4);
   REQUIRE(f.size() == 8);
 }
 
-TEST_CASE("likelihood re-routing: each chunk goes to the path that best predicted the previous",
-          "[route]") {
+TEST_CASE("one scorer: one path scores the same nats through every evaluation entry point",
+          "[route][scorer]") {
+  nn::gpt m({.vocab = 32, .ctx = 16, .d = 8, .layers = 1, .heads = 2});
+  arena<host> a(m.layout());
+  m.init(a, 7);
+  const std::vector<const float*> one{a.get(plane::param).data()};
+  const auto rule = *sliding_window::make(16, 8);
+  auto d0 = random_tokens(150, 11), d1 = random_tokens(97, 12), d2 = random_tokens(40, 13);
+  const std::vector<scored_span> docs{{d0, 6, 150}, {d1, 6, 97}, {d2, 6, 40}};
+  auto ws = m.make_workspace({4, 16});
+  const auto routed = routed_nll(m, one, docs, {0, 0, 0}, rule, ws);
+  REQUIRE(routed.tokens == 144 + 91 + 34);
+  const auto by_router = rerouted_nll(
+      m, one, docs, 10, [](std::size_t, std::span<const std::int32_t>) { return 0; }, rule, ws);
+  const auto by_lik = likelihood_rerouted_nll(m, one, docs, 10, rule, ws);
+  const auto per = per_path_nll(m, one, docs, rule, ws);
+  nll oracle;
+  for (auto& row : per) oracle += row[std::size_t(best_paths({row})[0])];
+  for (const nll& n : {by_router, by_lik, oracle}) {
+    REQUIRE(n.tokens == routed.tokens);
+    REQUIRE(n.nats == Approx(routed.nats).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("re-routing: chunk i+1 is scored by the path chosen on chunk i (router or likelihood)",
+          "[route][scorer]") {
   nn::gpt m({.vocab = 32, .ctx = 8, .d = 8, .layers = 1, .heads = 2});
   arena<host> a(m.layout()), b(m.layout());
   m.init(a, 1);
   m.init(b, 2);
-  rng r(5);
-  std::vector<std::int32_t> seq(40);
-  for (auto& v : seq) v = std::int32_t(r.below(32));
-  auto ws = m.make_workspace({1, 8});
   const float* ta = a.get(plane::param).data();
   const float* tb = b.get(plane::param).data();
-  // The reference, chunk by chunk: prefix [1, 4), chunks of 6 from 4.
-  auto best = [&](std::size_t lo, std::size_t hi) {
-    return chunk_nll(m, ta, seq, lo, hi, ws).nats <= chunk_nll(m, tb, seq, lo, hi, ws).nats ? ta
-                                                                                            : tb;
+  const std::vector<const float*> both{ta, tb};
+  const auto rule = *sliding_window::make(8, 4);
+  auto seq = random_tokens(40, 5);
+  auto ws = m.make_workspace({2, 8});
+  const auto na = token_nats(m, ta, {{seq, 1, 40}}, rule, ws)[0];
+  const auto nb = token_nats(m, tb, {{seq, 1, 40}}, rule, ws)[0];
+  // By a router that alternates (call n returns n mod 2): chunk 0 [4, 10) by b, [10, 16) by a, …
+  std::vector<std::size_t> seen;
+  auto r = rerouted_nll(
+      m, both, {{seq, 4, 40}}, 6,
+      [&](std::size_t, std::span<const std::int32_t> s) {
+        seen.push_back(s.size());
+        return int(seen.size() % 2);
+      },
+      rule, ws);
+  REQUIRE(seen == std::vector<std::size_t>{4, 6, 6, 6, 6, 6, 6});
+  nll alt;
+  for (std::size_t c = 0; c < 6; ++c) alt += sum_nats(c % 2 ? na : nb, 3 + 6 * c, 9 + 6 * c);
+  REQUIRE(r.tokens == 36);
+  REQUIRE(r.nats == Approx(alt.nats).epsilon(1e-9));
+  // By likelihood: the reference chunk by chunk from the per-token nats.
+  auto pick = [&](std::size_t lo, std::size_t hi) {
+    return sum_nats(na, lo - 1, hi - 1).nats <= sum_nats(nb, lo - 1, hi - 1).nats ? &na : &nb;
   };
   nll want;
-  const float* path = best(1, 4);
+  const auto* path = pick(1, 4);
   for (std::size_t lo = 4; lo < 40; lo += 6) {
     const std::size_t hi = std::min<std::size_t>(40, lo + 6);
-    want += chunk_nll(m, path, seq, lo, hi, ws);
-    path = best(lo, hi);
+    want += sum_nats(*path, lo - 1, hi - 1);
+    path = pick(lo, hi);
   }
-  const std::vector<const float*> both{ta, tb};
-  auto got = likelihood_rerouted_nll(m, both, seq, 4, 40, 6, ws);
+  auto got = likelihood_rerouted_nll(m, both, {{seq, 4, 40}}, 6, rule, ws);
   REQUIRE(got.tokens == 36);
-  REQUIRE(got.nats == Approx(want.nats).epsilon(1e-12));
-  // One path: the plain chunked score of that path.
-  const std::vector<const float*> one{ta};
-  nll only;
-  for (std::size_t lo = 4; lo < 40; lo += 6)
-    only += chunk_nll(m, ta, seq, lo, std::min<std::size_t>(40, lo + 6), ws);
-  REQUIRE(likelihood_rerouted_nll(m, one, seq, 4, 40, 6, ws).nats == Approx(only.nats).epsilon(1e-12));
+  REQUIRE(got.nats == Approx(want.nats).epsilon(1e-9));
+  // best_paths over per_path_nll picks the lower score of each span.
+  auto per = per_path_nll(m, both, {{seq, 1, 20}, {seq, 20, 40}}, rule, ws);
+  auto bp = best_paths(per);
+  for (std::size_t j = 0; j < 2; ++j)
+    REQUIRE(per[j][std::size_t(bp[j])].nats <= per[j][std::size_t(1 - bp[j])].nats);
+}
+
+TEST_CASE("kmeans: a re-seeded point leaves its old cluster (its centroid is the mean of the rest)",
+          "[route][kmeans]") {
+  // 1-D points {0, 1, 2, 10}; centroids start at {0, 100}: every point goes to cluster 0,
+  // cluster 1 is empty and takes the worst-fitted point, 10.
+  const std::vector<float> x{0, 1, 2, 10};
+  auto km = kmeans_router::fit(x, 4, 1, {.k = 2, .iterations = 1, .init = {0, 100}});
+  REQUIRE(km.ok());
+  REQUIRE(km->centroids()[0] == Approx(1.0f));
+  REQUIRE(km->centroids()[1] == Approx(10.0f));
+  REQUIRE(!kmeans_router::fit(x, 4, 1, {.k = 2, .init = {0}}).ok());
 }

@@ -34,29 +34,39 @@ class batch_sampler {
  public:
   // Requires: stream has more than T tokens (checked: throws error_exception otherwise).
   batch_sampler(const token_stream& s, int B, int T, std::uint64_t seed)
-      : s_(s), B_(B), T_(T), rng_(seed) {
+      : s_(&s), B_(B), T_(T), rng_(seed) {
     if (B < 1 || T < 1)
       throw error_exception({errc::invalid_argument, "batch_sampler: B and T must be ≥ 1"});
-    if (s.ids.size() <= std::size_t(T))
-      throw error_exception({errc::invalid_argument,
-                             "batch_sampler: stream of " + std::to_string(s.ids.size()) +
-                                 " tokens is too short for windows of " + std::to_string(T + 1)});
+    check(s);
+  }
+
+  // Samples from s from now on, continuing the same random stream (a worker whose shard changes
+  // does not replay its first batches). Requires: as the constructor (checked: throws).
+  void rebind(const token_stream& s) {
+    check(s);
+    s_ = &s;
   }
 
   // Fills x, y (B,T) with the next batch.
   void next(std::int32_t* x, std::int32_t* y) {
-    const std::size_t span = s_.ids.size() - std::size_t(T_);
+    const std::size_t span = s_->ids.size() - std::size_t(T_);
     for (int b = 0; b < B_; ++b) {
       const std::size_t o = rng_.below(span);
       for (int t = 0; t < T_; ++t) {
-        x[std::size_t(b) * T_ + t] = s_.ids[o + t];
-        y[std::size_t(b) * T_ + t] = s_.ids[o + t + 1];
+        x[std::size_t(b) * T_ + t] = s_->ids[o + t];
+        y[std::size_t(b) * T_ + t] = s_->ids[o + t + 1];
       }
     }
   }
 
  private:
-  const token_stream& s_;
+  void check(const token_stream& s) const {
+    if (s.ids.size() <= std::size_t(T_))
+      throw error_exception({errc::invalid_argument,
+                             "batch_sampler: stream of " + std::to_string(s.ids.size()) +
+                                 " tokens is too short for windows of " + std::to_string(T_ + 1)});
+  }
+  const token_stream* s_;
   int B_, T_;
   rng rng_;
 };

@@ -1,18 +1,31 @@
 #pragma once
-// Scoring text with a model, and routed evaluation (DiPaCo §2.4, §7.3).
-//   sequence_nll: nats of predicting tokens [begin, end) of a sequence, in windows of ctx tokens
-//     (each window sees only its own past: the same for every model compared);
-//   routed scoring: a document is routed by its prefix and the chosen path scores the rest;
-//   re-routing every W tokens: the path chosen from chunk i scores chunk i+1, chosen by a router
-//     on chunk i (rerouted_nll) or by which path predicted chunk i best (likelihood_rerouted_nll).
+// Scoring text with a model, and routed evaluation (DiPaCo §2.4, §7.3) — the one scorer behind
+// every bits-per-byte figure paco prints.
+//
+// The context rule (sliding_window): windows of T tokens (the model's context) start at 0, S, 2S,
+// …; window 0 scores its T targets, window k ≥ 1 only its last S. Every target is scored exactly
+// once, and every target after the first T of a document sees at least T − S + 1 tokens of
+// context. The windows are laid out from the document's start, whatever is scored: so which
+// tokens are scored, and by which path, never changes how much context a token gets.
+//
+// Every evaluation below is token_nats (per-target nats under one θ) plus a choice of which
+// path's θ scores each token:
+//   routed_nll               each document scored by one path (routed by its prefix);
+//   rerouted_nll             chunks of W tokens, the path of chunk i+1 chosen by a router on
+//                            chunk i (chunk 0 by the prefix);
+//   likelihood_rerouted_nll  the same, chosen by which path predicted chunk i best;
+//   per_path_nll / best_paths  every path's nats of each span (likelihood routing, the oracle).
+// With one path every entry point returns the same nats.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "paco/core/error.hpp"
 #include "paco/nn/gpt.hpp"
 
 namespace paco::route {
@@ -37,129 +50,212 @@ inline double row_nll(const float* row, int V, std::int32_t y) {
   return double(m) + std::log(z) - double(row[y]);
 }
 
-// A piece of text to score: targets seq[begin … end) (as sequence_nll).
+// The context rule: windows of T tokens with stride S (see the top of this file). Target i is
+// the prediction of seq[i] from seq[0 … i).
+struct sliding_window {
+  int T = 128;  // window length: the model's context
+  int S = 64;   // stride; every target after the first T sees ≥ T − S + 1 tokens of context
+
+  // The rule for a model of context T: stride S, or T/2 when S is 0. Errors: invalid_argument
+  // unless 1 ≤ S ≤ T.
+  static result<sliding_window> make(int T, int S = 0) {
+    if (S == 0) S = std::max(1, T / 2);
+    if (T < 1 || S < 1 || S > T)
+      return error(errc::invalid_argument, "scorer: the stride must be in [1, T = " +
+                                               std::to_string(T) + "], got " + std::to_string(S));
+    return sliding_window{T, S};
+  }
+  // The window that scores target i ≥ 1.
+  std::size_t window_of(std::size_t i) const {
+    const std::size_t t = std::size_t(T), s = std::size_t(S);
+    return i <= t ? 0 : (i - t + s - 1) / s;
+  }
+  // Window k reads seq[start(k) … start(k) + T) and scores targets [first_target(k), start(k) + T].
+  std::size_t start(std::size_t k) const { return k * std::size_t(S); }
+  std::size_t first_target(std::size_t k) const {
+    return k == 0 ? 1 : start(k) + std::size_t(T - S) + 1;
+  }
+  // The rule's name, as the JSON rows carry it.
+  std::string name() const {
+    return "sliding_window(T=" + std::to_string(T) + ",S=" + std::to_string(S) + ")";
+  }
+};
+
+// A piece of text to score: targets seq[begin … end).
 struct scored_span {
   std::span<const std::int32_t> seq;
   std::size_t begin = 1, end = 1;
 };
 
-// Nats of many spans with one model, batching their windows B at a time (each span scored as
-// sequence_nll does: windows of T tokens from begin−1, each seeing only its own past).
-inline nll batched_nll(const nn::gpt& model, const float* theta,
-                       const std::vector<scored_span>& spans, nn::gpt::workspace& ws) {
+// Per-target nats of every span under θ: out[j][i − begin] for target i of span j, by the rule,
+// windows batched ws.d.B at a time.
+// Requires: 1 ≤ begin ≤ end ≤ seq.size() for every span; ws made for dims {B, rule.T}.
+// Cost: one forward pass of (B, T) per B windows that hold a scored target.
+inline std::vector<std::vector<double>> token_nats(const nn::gpt& model, const float* theta,
+                                                   const std::vector<scored_span>& spans,
+                                                   const sliding_window& rule,
+                                                   nn::gpt::workspace& ws) {
+  PACO_ASSERT(ws.d.T == rule.T, "the workspace's T is the rule's");
   const int B = ws.d.B, T = ws.d.T, V = model.config().vocab;
   struct window {
-    const scored_span* sp;
-    std::size_t s, cnt;
+    std::size_t span, k, lo, hi;  // scores targets [lo, hi) of span `span`
   };
   std::vector<window> all;
-  for (auto& sp : spans)
-    for (std::size_t s = sp.begin - 1; s + 1 < sp.end; s += std::size_t(T))
-      all.push_back({&sp, s, std::min<std::size_t>(std::size_t(T), sp.end - (s + 1))});
-  std::vector<std::int32_t> x(std::size_t(B) * T), y(x.size());
-  nll r;
+  std::vector<std::vector<double>> out(spans.size());
+  for (std::size_t j = 0; j < spans.size(); ++j) {
+    const auto& sp = spans[j];
+    PACO_ASSERT(1 <= sp.begin && sp.begin <= sp.end && sp.end <= sp.seq.size(), "span in range");
+    out[j].assign(sp.end - sp.begin, 0.0);
+    if (sp.begin == sp.end) continue;
+    for (std::size_t k = rule.window_of(sp.begin); k <= rule.window_of(sp.end - 1); ++k)
+      all.push_back({j, k, std::max(sp.begin, rule.first_target(k)),
+                     std::min(sp.end, rule.start(k) + std::size_t(T) + 1)});
+  }
+  std::vector<std::int32_t> x(std::size_t(B) * T);
   for (std::size_t w0 = 0; w0 < all.size(); w0 += std::size_t(B)) {
     const std::size_t nb = std::min<std::size_t>(std::size_t(B), all.size() - w0);
     for (std::size_t b = 0; b < std::size_t(B); ++b) {
-      const window& w = all[std::min(w0 + b, all.size() - 1)];
+      const window& w = all[w0 + std::min(b, nb - 1)];
+      const auto& seq = spans[w.span].seq;
       for (int t = 0; t < T; ++t) {
-        const std::size_t i = w.s + std::size_t(t);
-        x[b * T + t] = i + 1 < w.sp->seq.size() ? w.sp->seq[i] : 0;
-        y[b * T + t] = i + 1 < w.sp->seq.size() ? w.sp->seq[i + 1] : 0;
+        const std::size_t i = rule.start(w.k) + std::size_t(t);
+        x[b * T + t] = i < seq.size() ? seq[i] : 0;
       }
     }
     model.forward(theta, x.data(), ws);
-    for (std::size_t b = 0; b < nb; ++b)
-      for (std::size_t t = 0; t < all[w0 + b].cnt; ++t) {
-        r.nats += row_nll(ws.logits.data() + (b * T + t) * std::size_t(V), V, y[b * T + t]);
-        ++r.tokens;
+    for (std::size_t b = 0; b < nb; ++b) {
+      const window& w = all[w0 + b];
+      const auto& sp = spans[w.span];
+      for (std::size_t i = w.lo; i < w.hi; ++i) {
+        const std::size_t t = i - 1 - rule.start(w.k);  // the logits row that predicts seq[i]
+        out[w.span][i - sp.begin] =
+            row_nll(ws.logits.data() + (b * std::size_t(T) + t) * std::size_t(V), V, sp.seq[i]);
       }
+    }
   }
+  return out;
+}
+
+// The nats of targets [from, to) of a span scored by token_nats (positions relative to begin).
+inline nll sum_nats(const std::vector<double>& v, std::size_t from, std::size_t to) {
+  nll r;
+  for (std::size_t i = from; i < to; ++i) r.nats += v[i];
+  r.tokens = to - from;
   return r;
 }
 
-// Nats of predicting seq[begin … end) from its past, window by window (a window of T tokens
-// starts at begin−1 and scores up to T targets). Requires: 1 ≤ begin ≤ end ≤ seq.size(); ws made
-// for dims {B, T} (any B).
+// Nats of seq[begin … end) by one θ (sequence scoring under the rule).
 inline nll sequence_nll(const nn::gpt& model, const float* theta,
                         std::span<const std::int32_t> seq, std::size_t begin, std::size_t end,
-                        nn::gpt::workspace& ws) {
-  return batched_nll(model, theta, {scored_span{seq, begin, end}}, ws);
+                        const sliding_window& rule, nn::gpt::workspace& ws) {
+  auto v = token_nats(model, theta, {scored_span{seq, begin, end}}, rule, ws);
+  return sum_nats(v[0], 0, v[0].size());
 }
 
-// Nats of seq[b … e) predicted with the most context a window allows: the window of T tokens
-// that ends at e (so up to T − (e − b) tokens before b are context).
-// Requires: 1 ≤ b ≤ e ≤ seq.size(), e − b ≤ T; ws made for dims {1, T}.
-inline nll chunk_nll(const nn::gpt& model, const float* theta, std::span<const std::int32_t> seq,
-                     std::size_t b, std::size_t e, nn::gpt::workspace& ws) {
-  const std::size_t T = std::size_t(ws.d.T);
-  const int V = model.config().vocab;
-  const std::size_t s = e > T + 1 ? e - 1 - T : 0;  // window x = seq[s, s+T), targets s+1 …
-  std::vector<std::int32_t> x(T), y(T);
-  for (std::size_t t = 0; t < T; ++t) {
-    const std::size_t i = s + t;
-    x[t] = i + 1 < seq.size() ? seq[i] : 0;
-    y[t] = i + 1 < seq.size() ? seq[i + 1] : 0;
+// Every path's nats of every span: out[j][p] for span j scored by thetas[p].
+// Cost: thetas.size() × token_nats of the spans.
+inline std::vector<std::vector<nll>> per_path_nll(const nn::gpt& model,
+                                                  std::span<const float* const> thetas,
+                                                  const std::vector<scored_span>& spans,
+                                                  const sliding_window& rule,
+                                                  nn::gpt::workspace& ws) {
+  std::vector<std::vector<nll>> out(spans.size(), std::vector<nll>(thetas.size()));
+  for (std::size_t p = 0; p < thetas.size(); ++p) {
+    auto v = token_nats(model, thetas[p], spans, rule, ws);
+    for (std::size_t j = 0; j < spans.size(); ++j) out[j][p] = sum_nats(v[j], 0, v[j].size());
   }
-  model.forward(theta, x.data(), ws);
+  return out;
+}
+
+// The path with the fewest nats for each row of per_path_nll (the first of equals).
+inline std::vector<int> best_paths(const std::vector<std::vector<nll>>& per) {
+  std::vector<int> r(per.size(), 0);
+  for (std::size_t j = 0; j < per.size(); ++j)
+    for (std::size_t p = 1; p < per[j].size(); ++p)
+      if (per[j][p].nats < per[j][std::size_t(r[j])].nats) r[j] = int(p);
+  return r;
+}
+
+// Nats of spans where spans_of[p] are scored by thetas[p] (any assignment of tokens to paths).
+inline nll assigned_nll(const nn::gpt& model, std::span<const float* const> thetas,
+                        const std::vector<std::vector<scored_span>>& spans_of,
+                        const sliding_window& rule, nn::gpt::workspace& ws) {
   nll r;
-  for (std::size_t t = b - s - 1; t + s + 1 < e; ++t) {
-    r.nats += row_nll(ws.logits.data() + t * std::size_t(V), V, y[t]);
-    ++r.tokens;
+  for (std::size_t p = 0; p < spans_of.size(); ++p) {
+    if (spans_of[p].empty()) continue;
+    auto v = token_nats(model, thetas[p], spans_of[p], rule, ws);
+    for (auto& t : v) r += sum_nats(t, 0, t.size());
   }
   return r;
 }
 
-// Frequent re-routing at test time: seq[begin … end) is cut into chunks of W tokens; chunk 0 is
-// scored by route(seq[0 … begin)) (the prefix), chunk i+1 by route(chunk i).
-// score(path, b, e) scores seq[b … e) with that path (e.g. chunk_nll with its θ).
-inline nll rerouted_nll(std::span<const std::int32_t> seq, std::size_t begin, std::size_t end,
-                        std::size_t W,
-                        const std::function<int(std::span<const std::int32_t>)>& route,
-                        const std::function<nll(int, std::size_t, std::size_t)>& score) {
-  nll r;
-  int path = route(seq.subspan(0, begin));
-  for (std::size_t b = begin; b < end; b += W) {
-    const std::size_t e = std::min(end, b + W);
-    r += score(path, b, e);
-    path = route(seq.subspan(b, e - b));
-  }
-  return r;
+// Routed scoring: span j is scored by path route[j].
+// Requires: route.size() == spans.size(), each route[j] in [0, thetas.size()).
+inline nll routed_nll(const nn::gpt& model, std::span<const float* const> thetas,
+                      const std::vector<scored_span>& spans, const std::vector<int>& route,
+                      const sliding_window& rule, nn::gpt::workspace& ws) {
+  std::vector<std::vector<scored_span>> of(thetas.size());
+  for (std::size_t j = 0; j < spans.size(); ++j) of[std::size_t(route[j])].push_back(spans[j]);
+  return assigned_nll(model, thetas, of, rule, ws);
 }
 
-// Re-routing by likelihood every W tokens (DiPaCo Table 3's frequent re-routing, with the
-// paths themselves as the router): every path scores chunk i, which is all known when chunk
-// i+1 is predicted, and the path that predicted it best scores chunk i+1; chunk 0 goes to the
-// path that best predicts the prefix seq[1 … begin). The scores of a chunk serve both its
-// scoring and its routing.
-// Requires: thetas non-empty (one parameter vector per path); 2 <= begin <= end <= seq.size();
-//   1 <= W; W and begin − 1 <= ws.d.T; ws made for dims {1, T}.
-// Ensures: the nats of seq[begin … end), each chunk scored by its chosen path.
-// Cost: thetas.size() forward passes of T tokens per chunk.
+// The chunks of a span for re-routing every W tokens: [begin, begin + W), … up to end.
+inline std::vector<std::pair<std::size_t, std::size_t>> chunks_of(const scored_span& sp,
+                                                                  std::size_t W) {
+  std::vector<std::pair<std::size_t, std::size_t>> c;
+  for (std::size_t b = sp.begin; b < sp.end; b += W) c.emplace_back(b, std::min(sp.end, b + W));
+  return c;
+}
+
+// Frequent re-routing by a router: span j is cut into chunks of W tokens; chunk 0 is scored by
+// route(j, seq[0 … begin)) (the prefix), chunk i+1 by route(j, chunk i's tokens).
+// Requires: W ≥ 1; route returns a path in [0, thetas.size()).
+inline nll rerouted_nll(
+    const nn::gpt& model, std::span<const float* const> thetas,
+    const std::vector<scored_span>& spans, std::size_t W,
+    const std::function<int(std::size_t, std::span<const std::int32_t>)>& route,
+    const sliding_window& rule, nn::gpt::workspace& ws) {
+  std::vector<std::vector<scored_span>> of(thetas.size());
+  for (std::size_t j = 0; j < spans.size(); ++j) {
+    const auto& sp = spans[j];
+    int path = route(j, sp.seq.subspan(0, sp.begin));
+    for (auto [b, e] : chunks_of(sp, W)) {
+      of[std::size_t(path)].push_back({sp.seq, b, e});
+      path = route(j, sp.seq.subspan(b, e - b));
+    }
+  }
+  return assigned_nll(model, thetas, of, rule, ws);
+}
+
+// Re-routing by likelihood every W tokens (DiPaCo Table 3's frequent re-routing, the paths
+// themselves as the router): every path scores chunk i, which is all known when chunk i+1 is
+// predicted, and the path that predicted it best scores chunk i+1; chunk 0 goes to the path that
+// best predicts the prefix seq[1 … begin).
+// Requires: thetas non-empty; 2 ≤ begin for every span; W ≥ 1.
+// Cost: thetas.size() × token_nats of seq[1 … end) per span.
 inline nll likelihood_rerouted_nll(const nn::gpt& model, std::span<const float* const> thetas,
-                                   std::span<const std::int32_t> seq, std::size_t begin,
-                                   std::size_t end, std::size_t W, nn::gpt::workspace& ws) {
-  std::vector<nll> per(thetas.size());
-  std::size_t per_b = 0, per_e = 0;  // the span `per` holds the scores of
-  auto score_all = [&](std::size_t b, std::size_t e) {
-    if (b == per_b && e == per_e) return;
+                                   const std::vector<scored_span>& spans, std::size_t W,
+                                   const sliding_window& rule, nn::gpt::workspace& ws) {
+  std::vector<scored_span> whole;
+  for (auto& sp : spans) whole.push_back({sp.seq, 1, sp.end});
+  std::vector<std::vector<std::vector<double>>> v;  // [path][span][target − 1]
+  for (auto* th : thetas) v.push_back(token_nats(model, th, whole, rule, ws));
+  auto best = [&](std::size_t j, std::size_t b, std::size_t e) {  // targets [b, e) of span j
+    std::size_t bp = 0;
+    double bn = INFINITY;
     for (std::size_t p = 0; p < thetas.size(); ++p)
-      per[p] = chunk_nll(model, thetas[p], seq, b, e, ws);
-    per_b = b, per_e = e;
+      if (const double n = sum_nats(v[p][j], b - 1, e - 1).nats; n < bn) bn = n, bp = p;
+    return bp;
   };
-  return rerouted_nll(
-      seq, begin, end, W,
-      [&](std::span<const std::int32_t> chunk) {
-        const std::size_t b = std::size_t(chunk.data() - seq.data());
-        score_all(std::max<std::size_t>(b, 1), b + chunk.size());
-        return int(std::min_element(per.begin(), per.end(),
-                                    [](const nll& x, const nll& y) { return x.nats < y.nats; }) -
-                   per.begin());
-      },
-      [&](int p, std::size_t b, std::size_t e) {
-        score_all(b, e);
-        return per[std::size_t(p)];
-      });
+  nll r;
+  for (std::size_t j = 0; j < spans.size(); ++j) {
+    std::size_t path = best(j, 1, spans[j].begin);
+    for (auto [b, e] : chunks_of(spans[j], W)) {
+      r += sum_nats(v[path][j], b - 1, e - 1);
+      path = best(j, b, e);
+    }
+  }
+  return r;
 }
 
 }  // namespace paco::route

@@ -18,6 +18,7 @@ struct kmeans_options {
   int k = 4;
   int iterations = 50;
   std::uint64_t seed = 1;
+  std::vector<float> init;  // (k, D) starting centroids; empty: k-means++ from the seed
 };
 
 class kmeans_router {
@@ -26,36 +27,19 @@ class kmeans_router {
   kmeans_router(int k, int dim, std::vector<float> centroids)
       : k_(k), dim_(dim), c_(std::move(centroids)) {}
 
-  // Fits k centroids to n points of dimension D. Errors: invalid_argument if n < k or k < 1.
-  // Ensures: every centroid has at least one point at the end (empty clusters are re-seeded
-  // from the point farthest from its centroid).
+  // Fits k centroids to n points of dimension D (Lloyd's iterations from o.init, or from a
+  // k-means++ initialisation). Errors: invalid_argument if n < k, k < 1, or o.init is not (k, D).
+  // Ensures: an empty cluster is re-seeded with the point farthest from its centroid (taken from
+  // a cluster of two or more), and every centroid is then the mean of the points assigned to it
+  // in that iteration.
   static result<kmeans_router> fit(const std::vector<float>& x, int n, int D, kmeans_options o) {
     if (o.k < 1 || n < o.k)
       return error(errc::invalid_argument, "kmeans: need 1 ≤ k ≤ points, got k = " +
                                                std::to_string(o.k) + ", points = " + std::to_string(n));
-    rng r(o.seed);
-    std::vector<float> c(std::size_t(o.k) * D);
-    // k-means++: first centroid uniform, then proportional to squared distance.
-    std::vector<double> d2(n, std::numeric_limits<double>::infinity());
-    int first = int(r.below(std::uint64_t(n)));
-    std::copy_n(&x[std::size_t(first) * D], D, &c[0]);
-    for (int j = 1; j < o.k; ++j) {
-      double total = 0;
-      for (int i = 0; i < n; ++i) {
-        d2[i] = std::min(d2[i], dist2(&x[std::size_t(i) * D], &c[std::size_t(j - 1) * D], D));
-        total += d2[i];
-      }
-      double u = r.uniform() * total;
-      int pick = n - 1;
-      for (int i = 0; i < n; ++i) {
-        u -= d2[i];
-        if (u <= 0) {
-          pick = i;
-          break;
-        }
-      }
-      std::copy_n(&x[std::size_t(pick) * D], D, &c[std::size_t(j) * D]);
-    }
+    if (!o.init.empty() && o.init.size() != std::size_t(o.k) * std::size_t(D))
+      return error(errc::invalid_argument, "kmeans: init holds " + std::to_string(o.init.size()) +
+                                               " values, k × D = " + std::to_string(o.k * D));
+    std::vector<float> c = o.init.empty() ? plus_plus(x, n, D, o.k, o.seed) : o.init;
     kmeans_router m(o.k, D, std::move(c));
     std::vector<int> assign(n, -1);
     for (int it = 0; it < o.iterations; ++it) {
@@ -72,22 +56,30 @@ class kmeans_router {
         for (int d = 0; d < D; ++d) sum[std::size_t(assign[i]) * D + d] += x[std::size_t(i) * D + d];
       }
       for (int j = 0; j < o.k; ++j) {
-        if (count[j] == 0) {  // re-seed from the worst-fitted point
-          int far = 0;
-          double best = -1;
-          for (int i = 0; i < n; ++i) {
-            double dd = dist2(&x[std::size_t(i) * D], &m.c_[std::size_t(assign[i]) * D], D);
-            if (dd > best && count[assign[i]] > 1) best = dd, far = i;
-          }
-          --count[assign[far]];
-          assign[far] = j;
-          count[j] = 1;
-          std::copy_n(&x[std::size_t(far) * D], D, &m.c_[std::size_t(j) * D]);
-          changed = true;
-          continue;
+        if (count[j] > 0) continue;
+        // Re-seed from the worst-fitted point of a cluster that can spare it; it leaves its
+        // old cluster's sum and count.
+        int far = -1;
+        double best = -1;
+        for (int i = 0; i < n; ++i) {
+          double dd = dist2(&x[std::size_t(i) * D], &m.c_[std::size_t(assign[i]) * D], D);
+          if (dd > best && count[assign[i]] > 1) best = dd, far = i;
         }
-        for (int d = 0; d < D; ++d) m.c_[std::size_t(j) * D + d] = float(sum[std::size_t(j) * D + d] / count[j]);
+        if (far < 0) break;  // every point is alone in its cluster: nothing to move
+        const int old = assign[far];
+        for (int d = 0; d < D; ++d) {
+          sum[std::size_t(old) * D + d] -= x[std::size_t(far) * D + d];
+          sum[std::size_t(j) * D + d] = x[std::size_t(far) * D + d];
+        }
+        --count[old];
+        assign[far] = j;
+        count[j] = 1;
+        changed = true;
       }
+      for (int j = 0; j < o.k; ++j)
+        if (count[j] > 0)
+          for (int d = 0; d < D; ++d)
+            m.c_[std::size_t(j) * D + d] = float(sum[std::size_t(j) * D + d] / count[j]);
       if (!changed) break;
     }
     return m;
@@ -119,6 +111,33 @@ class kmeans_router {
   }
 
  private:
+  // k-means++: the first centroid uniform, then each proportional to squared distance.
+  static std::vector<float> plus_plus(const std::vector<float>& x, int n, int D, int k,
+                                      std::uint64_t seed) {
+    rng r(seed);
+    std::vector<float> c(std::size_t(k) * D);
+    std::vector<double> d2(n, std::numeric_limits<double>::infinity());
+    int first = int(r.below(std::uint64_t(n)));
+    std::copy_n(&x[std::size_t(first) * D], D, &c[0]);
+    for (int j = 1; j < k; ++j) {
+      double total = 0;
+      for (int i = 0; i < n; ++i) {
+        d2[i] = std::min(d2[i], dist2(&x[std::size_t(i) * D], &c[std::size_t(j - 1) * D], D));
+        total += d2[i];
+      }
+      double u = r.uniform() * total;
+      int pick = n - 1;
+      for (int i = 0; i < n; ++i) {
+        u -= d2[i];
+        if (u <= 0) {
+          pick = i;
+          break;
+        }
+      }
+      std::copy_n(&x[std::size_t(pick) * D], D, &c[std::size_t(j) * D]);
+    }
+    return c;
+  }
   static double dist2(const float* a, const float* b, int D) {
     double s = 0;
     for (int d = 0; d < D; ++d) s += double(a[d] - b[d]) * (a[d] - b[d]);

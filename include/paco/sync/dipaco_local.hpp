@@ -61,42 +61,115 @@ void init_modules(local_store<OuterOpt>& store, const std::vector<path::level_sp
   }
 }
 
-// Runs `rounds` synchronous rounds with one thread per worker from the store's current modules
-// (after init_modules, or after an earlier run_local: a run can be continued, e.g. on new
-// shards). After store.set_compression(c, …) every worker encodes its pushes with codecs of c
-// (error-feedback residuals and L-GreCo state start afresh with each call). on_round
-// (optional) is called after each round. Errors from any worker are returned (the first one).
+// local_run: the workers of a DiLoCo / DiPaCo run as threads of one process over a local_store.
+// The workers live as long as the run: between calls of run() their shards may change
+// (set_shards, a re-routing) and each keeps its inner optimizer state (moments, step count), its
+// sampler's random stream and its error-feedback residual — as the paper's workers do.
+//
+// A worker whose push is refused because its round already closed without it (a waiter's
+// deadline passed: it was late) is left out of that round, as the store service leaves it out,
+// and goes on with the next round; left_out() counts such rounds.
+template <class Model, class InnerOpt, class OuterOpt>
+class local_run {
+ public:
+  using worker = path_worker<Model, InnerOpt>;
+
+  // One path_worker per spec, with codecs of the store's compression when it is encoded
+  // (error-feedback residuals and L-GreCo state start afresh). Errors: make_codecs', set_codecs'.
+  static result<local_run> make(local_store<OuterOpt>& store, const Model& model,
+                                const std::vector<path::level_span>& levels,
+                                const std::vector<int>& module_level,
+                                const std::vector<worker_spec>& workers, InnerOpt inner,
+                                inner_config cfg) {
+    local_run r(store);
+    for (std::size_t i = 0; i < workers.size(); ++i) {
+      std::vector<path::level_span> lv;
+      for (int m : workers[i].modules) lv.push_back(levels[std::size_t(module_level[std::size_t(m)])]);
+      r.ws_.push_back(std::make_unique<worker>(int(i), model, lv, workers[i].modules, inner, cfg,
+                                               *workers[i].shard, workers[i].seed));
+      if (store.encoded()) {
+        auto codecs = make_codecs(store.compress_config(), model, lv);
+        if (!codecs) return codecs.error();
+        if (auto s = r.ws_.back()->set_codecs(std::move(*codecs)); !s) return s.error();
+      }
+    }
+    return r;
+  }
+
+  std::size_t size() const noexcept { return ws_.size(); }
+  worker& at(std::size_t i) { return *ws_[i]; }
+  const worker& at(std::size_t i) const { return *ws_[i]; }
+  // Rounds in which a worker's push came after its round had closed (summed over workers).
+  long left_out() const noexcept { return left_out_; }
+
+  // Worker i trains on shards[i] from its next inner step (path_worker::set_shard).
+  // Requires: shards.size() == size(); each outlives its use and is longer than ctx (throws).
+  void set_shards(const std::vector<const io::token_stream*>& shards) {
+    PACO_ASSERT(shards.size() == ws_.size(), "one shard per worker");
+    for (std::size_t i = 0; i < ws_.size(); ++i) ws_[i]->set_shard(*shards[i]);
+  }
+
+  // Runs `rounds` synchronous rounds, one thread per worker: pull, H inner steps, push, wait
+  // (closing at round_deadline with what arrived). on_round (optional) after each round.
+  // Errors: the first worker error other than a late push.
+  status run(int rounds, const std::function<void(const round_report&)>& on_round = {},
+             std::chrono::steady_clock::duration round_deadline = std::chrono::hours(1)) {
+    std::vector<status> errs(ws_.size());
+    std::vector<int> late(ws_.size(), 0);
+    for (int r = 0; r < rounds; ++r) {
+      std::vector<std::thread> th;
+      for (std::size_t i = 0; i < ws_.size(); ++i)
+        th.emplace_back([&, i] { errs[i] = round_of(*ws_[i], round_deadline, late[i]); });
+      for (auto& t : th) t.join();
+      for (auto& e : errs)
+        if (!e) return e;
+      round_report rep{store_->store().round(0) - 1, {}};
+      for (auto& w : ws_) rep.worker_loss.push_back(w->last_loss());
+      if (on_round) on_round(rep);
+    }
+    for (int n : late) left_out_ += n;
+    return {};
+  }
+
+ private:
+  explicit local_run(local_store<OuterOpt>& store) : store_(&store) {}
+
+  // One round of one worker. A push refused because the module's round had already closed is
+  // counted in `late`, not returned.
+  status round_of(worker& w, std::chrono::steady_clock::duration deadline, int& late) {
+    if (auto s = w.pull(*store_); !s) return s;
+    w.train();
+    if (auto s = w.push(*store_); !s) {
+      bool closed = true;  // every refusal is explained by a round that closed without us
+      for (int m : w.modules()) closed &= store_->store().round(m) > w.round();
+      if (!closed) return s;
+      ++late;
+      return {};
+    }
+    const auto until = std::chrono::steady_clock::now() + deadline;
+    for (int m : w.modules())
+      if (auto s = store_->wait_closed(m, w.round(), until); !s) return s;
+    return {};
+  }
+
+  local_store<OuterOpt>* store_;
+  std::vector<std::unique_ptr<worker>> ws_;
+  long left_out_ = 0;
+};
+
+// One local_run of `rounds` rounds from the store's current modules (after init_modules, or
+// after an earlier run: a run can be continued, but its workers start with fresh inner state —
+// use local_run itself to keep it across phases). Errors: local_run's.
 template <class Model, class InnerOpt, class OuterOpt>
 status run_local(local_store<OuterOpt>& store, const Model& model,
                  const std::vector<path::level_span>& levels, const std::vector<int>& module_level,
                  const std::vector<worker_spec>& workers, InnerOpt inner, inner_config cfg,
                  int rounds, const std::function<void(const round_report&)>& on_round = {},
                  std::chrono::steady_clock::duration round_deadline = std::chrono::hours(1)) {
-  std::vector<std::unique_ptr<path_worker<Model, InnerOpt>>> ws;
-  for (std::size_t i = 0; i < workers.size(); ++i) {
-    std::vector<path::level_span> lv;
-    for (int m : workers[i].modules) lv.push_back(levels[module_level[m]]);
-    ws.push_back(std::make_unique<path_worker<Model, InnerOpt>>(
-        int(i), model, lv, workers[i].modules, inner, cfg, *workers[i].shard, workers[i].seed));
-    if (store.encoded()) {
-      auto codecs = make_codecs(store.compress_config(), model, lv);
-      if (!codecs) return codecs.error();
-      if (auto s = ws.back()->set_codecs(std::move(*codecs)); !s) return s;
-    }
-  }
-  std::vector<status> errs(ws.size());
-  for (int r = 0; r < rounds; ++r) {
-    std::vector<std::thread> th;
-    for (std::size_t i = 0; i < ws.size(); ++i)
-      th.emplace_back([&, i] { errs[i] = ws[i]->run_round(store, round_deadline); });
-    for (auto& t : th) t.join();
-    for (auto& e : errs)
-      if (!e) return e;
-    round_report rep{store.store().round(0) - 1, {}};
-    for (auto& w : ws) rep.worker_loss.push_back(w->last_loss());
-    if (on_round) on_round(rep);
-  }
-  return {};
+  auto run = local_run<Model, InnerOpt, OuterOpt>::make(store, model, levels, module_level,
+                                                          workers, inner, cfg);
+  if (!run) return run.error();
+  return run->run(rounds, on_round, round_deadline);
 }
 
 // Copies path `modules`' current global parameters into θ (a full arena plane).

@@ -68,6 +68,15 @@ class path_worker {
   long round() const noexcept { return round_; }
   double last_loss() const noexcept { return last_loss_; }
 
+  // Trains on `shard` from the next inner step on (a re-routing): the inner optimizer state
+  // (moments, step count), the sampler's random stream and the error-feedback residual carry on;
+  // pushes are weighted by the new shard's tokens. Requires: shard outlives its use and holds
+  // more than ctx tokens (checked: throws error_exception).
+  void set_shard(const io::token_stream& shard) {
+    sampler_.rebind(shard);
+    shard_tokens_ = double(shard.ids.size());
+  }
+
   // Encoded pushes from now on: codecs[l] encodes level l's module (make_codecs over this
   // worker's level spans). Errors: mismatch if the count or a codec's size differs from the
   // levels'. Ensures: the residual plane is allocated (zeros) when a codec keeps one.
