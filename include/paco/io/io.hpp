@@ -1,5 +1,6 @@
 #pragma once
-// paco/io: corpus loading, tokenization, batches, safetensors checkpoints, metrics, progress.
+// paco/io: corpora (Brown, a directory of text files, JSONL), tokenization, batches, safetensors
+// checkpoints, metrics, progress.
 #include "paco/io/atomic_file.hpp"
 #include "paco/io/batches.hpp"
 #include "paco/io/checkpoint.hpp"
@@ -7,4 +8,5 @@
 #include "paco/io/metrics.hpp"
 #include "paco/io/progress.hpp"
 #include "paco/io/safetensors.hpp"
+#include "paco/io/text_corpus.hpp"
 #include "paco/io/tokenizer.hpp"
