@@ -3,6 +3,7 @@
 # corpus. Safe to run again: installs only what is missing, verifies the corpus by checksum.
 #   scripts/deps.sh            packages + corpus
 #   scripts/deps.sh --no-corpus packages only
+# The multi-domain corpus is scripts/mix_corpus.sh's job; the benchmarks that need it call it.
 set -euo pipefail
 
 packages=(

@@ -14,6 +14,7 @@
 #include <toml++/toml.h>
 
 #include "paco/core/error.hpp"
+#include "paco/io/text_corpus.hpp"
 #include "paco/nn/gpt.hpp"
 #include "paco/optim/adamw.hpp"
 #include "paco/sync/compression.hpp"
@@ -43,8 +44,11 @@ struct train_section {
 };
 
 struct data_section {
-  std::string corpus = "brown";
-  std::string dir;  // empty: scripts/deps.sh's cache location
+  std::string corpus = "brown";     // "brown", or "files": your own text (docs/corpora.md)
+  std::string path;                 // brown: the unpacked corpus (empty: scripts/deps.sh's cache);
+                                    // files: a directory of UTF-8 text files, or a JSONL file
+  std::string dir;                  // the older name of path; set one of the two
+  std::string text_field = "text";  // files, JSONL: the field holding a document's text
 };
 
 struct output_section {
@@ -168,7 +172,9 @@ inline std::map<std::string, detail::field> fields(train_config& c) {
   add("train.eval_batches", t.eval_batches);
   add("train.checkpoint_every", t.checkpoint_every);
   add("data.corpus", c.data.corpus);
+  add("data.path", c.data.path);
   add("data.dir", c.data.dir);
+  add("data.text_field", c.data.text_field);
   add("output.dir", c.output.dir);
   add("job.mode", c.job.mode);
   auto& d = c.dipaco;
@@ -200,6 +206,22 @@ inline std::map<std::string, detail::field> fields(train_config& c) {
   return f;
 }
 
+// Where the data section's corpus lies: data.path, else data.dir (empty: Brown's default).
+inline std::string data_path(const data_section& d) {
+  return d.path.empty() ? d.dir : d.path;
+}
+
+// The data section's corpus, loaded, with every split checked non-empty (the split fractions are
+// corpus::subset's defaults). Errors name the field and the file.
+inline result<paco::io::corpus> load_data(const data_section& d) {
+  const std::string p = data_path(d);
+  auto c = paco::io::load_corpus(d.corpus, p, {.text_field = d.text_field});
+  if (!c) return error(c.error().code, (p.empty() ? "data: " : "data.path: ") + c.error().message);
+  if (auto s = paco::io::check_splits(*c); !s)
+    return error(s.error().code, "data: " + s.error().message);
+  return c;
+}
+
 // The push codec of a validated config's DiPaCo job.
 inline paco::sync::compression compression_of(const train_config& c) {
   return paco::sync::parse_compression(c.dipaco.compress, std::size_t(c.dipaco.lgreco_every))
@@ -225,7 +247,13 @@ inline paco::status validate(const train_config& c) {
                  range(t.eval_every >= 1, "train.eval_every", ">= 1"),
                  range(t.eval_batches >= 1, "train.eval_batches", ">= 1"),
                  range(t.checkpoint_every >= 1, "train.checkpoint_every", ">= 1"),
-                 range(c.data.corpus == "brown", "data.corpus", "\"brown\""),
+                 range(c.data.corpus == "brown" || c.data.corpus == "files", "data.corpus",
+                       "\"brown\" or \"files\""),
+                 range(c.data.dir.empty() || c.data.path.empty(), "data.dir",
+                       "unset when data.path is set (it is the older name of data.path)"),
+                 range(c.data.corpus != "files" || !data_path(c.data).empty(), "data.path",
+                       "a directory of text files or a JSONL file when data.corpus = \"files\""),
+                 range(!c.data.text_field.empty(), "data.text_field", "a JSONL field name"),
                  range(c.job.mode == "lm" || c.job.mode == "dipaco", "job.mode",
                        "\"lm\" or \"dipaco\"")})
     if (!s) return s;

@@ -121,8 +121,7 @@ struct job_data {
 };
 
 inline result<job_data> load_job_data(const train_config& cfg) {
-  const fs::path d = cfg.data.dir.empty() ? io::default_brown_dir() : fs::path(cfg.data.dir);
-  auto c = io::load_brown(d);
+  auto c = load_data(cfg.data);
   if (!c) return c.error();
   io::byte_tokenizer tok;
   job_data j;

@@ -95,8 +95,7 @@ int main(int argc, char** argv) {
   const auto& tc = cfg.train;
 
   // ---- data ----
-  const fs::path dir = cfg.data.dir.empty() ? io::default_brown_dir() : fs::path(cfg.data.dir);
-  auto corpus = io::load_brown(dir);
+  auto corpus = paco_train::load_data(cfg.data);
   if (!corpus) {
     std::fprintf(stderr, "paco_train: %s\n", corpus.error().what().c_str());
     return 2;
@@ -113,11 +112,11 @@ int main(int argc, char** argv) {
     return d;
   };
   const auto val_tokens = tokens_of(val_docs), test_tokens = tokens_of(test_docs);
-  std::printf("paco_train: Brown corpus %zu documents: train %zu (%.2f MB), validation %zu "
-              "(%.2f MB), test %zu (%.2f MB)\n",
-              corpus->docs.size(), train_docs.docs.size(), train_s.ids.size() / 1e6,
-              val_docs.docs.size(), val_s.ids.size() / 1e6, test_docs.docs.size(),
-              test_s.ids.size() / 1e6);
+  std::printf(
+      "paco_train: corpus %s %zu documents: train %zu (%.2f MB), validation %zu "
+      "(%.2f MB), test %zu (%.2f MB)\n",
+      corpus->source.c_str(), corpus->docs.size(), train_docs.docs.size(), train_s.ids.size() / 1e6,
+      val_docs.docs.size(), val_s.ids.size() / 1e6, test_docs.docs.size(), test_s.ids.size() / 1e6);
 
   // ---- model ----
   nn::gpt model(cfg.model);

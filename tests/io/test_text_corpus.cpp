@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -246,8 +247,21 @@ TEST_CASE("the mix corpus: four domains, each split non-empty in every domain", 
     REQUIRE(part.bytes() > 800'000);
     REQUIRE(io::check_splits(part).ok());
     for (auto& doc : part.docs) {
-      REQUIRE(doc.text.size() >= 1'000);
-      REQUIRE(doc.text.size() <= 24'000);
+      REQUIRE(doc.text.size() >= 1536);  // scripts/mix_corpus.py: MIN_BYTES, MAX_BYTES
+      REQUIRE(doc.text.size() <= 16384);
     }
   }
+  // The prose domain is Brown text as load_brown rebuilds it (the script ports the tag stripper).
+  auto brown = io::load_brown(io::default_brown_dir());
+  if (!brown) return;
+  std::size_t compared = 0;
+  for (auto& doc : c->of_domain("prose").docs) {
+    const std::string id = fs::path(doc.name).stem().string();  // "prose/ca10.txt" → "ca10"
+    auto it = std::find_if(brown->docs.begin(), brown->docs.end(),
+                           [&](const io::document& b) { return b.name == id; });
+    REQUIRE(it != brown->docs.end());
+    REQUIRE(it->text.starts_with(doc.text));
+    ++compared;
+  }
+  REQUIRE(compared >= 60);
 }

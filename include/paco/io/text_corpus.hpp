@@ -3,9 +3,10 @@
 //   a directory   one UTF-8 text file per document, optionally in domain sub-folders: the first
 //                 sub-folder of a file's path is its domain (files directly in the root get
 //                 options.root_domain, "" by default); the name is the path relative to the root
-//                 ("python/json/decoder.txt"); hidden entries (".name") are skipped; files are
-//                 visited in sorted order, so the corpus and its split are the same on every
-//                 machine wherever the directory lies.
+//                 ("python/json/decoder.txt"); hidden entries (".name") are skipped, links to
+//                 files are read, links to folders are not followed; files are visited in
+//                 sorted order, so the corpus and its split are the same on every machine
+//                 wherever the directory lies.
 //   a JSONL file  one JSON object per line with a string field "text", optionally "domain" and
 //                 "id" or "name" (a string or a number); the name defaults to "<file>:<line>"
 //                 (the file's name without its folder); blank lines are skipped.
