@@ -45,7 +45,7 @@
 
 using namespace paco;
 using clk = std::chrono::steady_clock;
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;  // keys in the order written: bench, split, rows, …
 
 namespace {
 

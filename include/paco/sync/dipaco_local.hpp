@@ -5,6 +5,7 @@
 //
 //   auto run = dipaco_local<Model, InnerOpt, OuterOpt>(model, grid_modules, levels, workers, ...)
 
+#include <barrier>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -109,17 +110,19 @@ class local_run {
     for (std::size_t i = 0; i < ws_.size(); ++i) ws_[i]->set_shard(*shards[i]);
   }
 
-  // Runs `rounds` synchronous rounds, one thread per worker: pull, H inner steps, push, wait
-  // (closing at round_deadline with what arrived). on_round (optional) after each round.
+  // Runs `rounds` synchronous rounds, one thread per worker: pull (every worker pulls the same
+  // round before any pushes), H inner steps, push, wait (closing at round_deadline with what
+  // arrived). on_round (optional) after each round.
   // Errors: the first worker error other than a late push.
   status run(int rounds, const std::function<void(const round_report&)>& on_round = {},
              std::chrono::steady_clock::duration round_deadline = std::chrono::hours(1)) {
     std::vector<status> errs(ws_.size());
     std::vector<int> late(ws_.size(), 0);
     for (int r = 0; r < rounds; ++r) {
+      std::barrier pulled(std::ptrdiff_t(ws_.size()));  // every worker pulls before any pushes
       std::vector<std::thread> th;
       for (std::size_t i = 0; i < ws_.size(); ++i)
-        th.emplace_back([&, i] { errs[i] = round_of(*ws_[i], round_deadline, late[i]); });
+        th.emplace_back([&, i] { errs[i] = round_of(*ws_[i], pulled, round_deadline, late[i]); });
       for (auto& t : th) t.join();
       for (auto& e : errs)
         if (!e) return e;
@@ -136,8 +139,11 @@ class local_run {
 
   // One round of one worker. A push refused because the module's round had already closed is
   // counted in `late`, not returned.
-  status round_of(worker& w, std::chrono::steady_clock::duration deadline, int& late) {
-    if (auto s = w.pull(*store_); !s) return s;
+  status round_of(worker& w, std::barrier<>& pulled, std::chrono::steady_clock::duration deadline,
+                  int& late) {
+    auto got = w.pull(*store_);
+    pulled.arrive_and_wait();
+    if (!got) return got;
     w.train();
     if (auto s = w.push(*store_); !s) {
       bool closed = true;  // every refusal is explained by a round that closed without us
