@@ -27,7 +27,8 @@ TEST_CASE("DiPaCo 2x2 over the store service equals the in-process run bit for b
 
 TEST_CASE("a worker that dies is left out of the round; the others finish", "[dipaco][service]") {
   auto world = net::inproc::world(4);  // store + 3 DiLoCo workers on one module of 8 floats
-  path::module_store<outer::sgd> store({{0, 8, 3}}, outer::sgd{.lr = 1.0f}, {.weight_by_shard = false});
+  path::module_store<outer::sgd> store({{0, 8, 3}}, outer::sgd{.lr = 1.0f},
+                                       {.weight_by_shard = false});
   store.set(0, std::vector<float>(8, 1.0f));
   sync::store_server server(world[0], store, {{1, {0}}, {2, {0}}, {3, {0}}},
                             {.round_timeout = std::chrono::milliseconds(20000)});
@@ -66,14 +67,17 @@ TEST_CASE("a worker that dies is left out of the round; the others finish", "[di
   for (float v : theta) REQUIRE(v == Approx(-2.5f));
 }
 
-TEST_CASE("star links: a worker that dies and reconnects rejoins the next round", "[dipaco][service]") {
+TEST_CASE("star links: a worker that dies and reconnects rejoins the next round",
+          "[dipaco][service]") {
   // Two workers, each on its own two-rank link to the store (store = rank 0 of each link).
-  path::module_store<outer::sgd> store({{0, 4, 2}}, outer::sgd{.lr = 1.0f}, {.weight_by_shard = false});
+  path::module_store<outer::sgd> store({{0, 4, 2}}, outer::sgd{.lr = 1.0f},
+                                       {.weight_by_shard = false});
   store.set(0, std::vector<float>(4, 0.0f));
   auto l1 = net::inproc::world(2), l2 = net::inproc::world(2);
   using link = sync::worker_link<net::inproc>;
   sync::store_server server(std::map<int, link>{{1, {&l1[0], 1}}, {2, {&l2[0], 1}}}, store,
-                            {{1, {0}}, {2, {0}}}, {.round_timeout = std::chrono::milliseconds(20000)});
+                            {{1, {0}}, {2, {0}}},
+                            {.round_timeout = std::chrono::milliseconds(20000)});
   server.expect_rejoins(true);
   std::thread st([&] { server.serve(); });
   auto round_trip = [&](net::inproc& end, int w, float d) -> status {
@@ -121,7 +125,8 @@ TEST_CASE("star links: a worker that dies and reconnects rejoins the next round"
 TEST_CASE("a partner that dies after its push does not close the round before the live partner's",
           "[dipaco][service]") {
   auto world = net::inproc::world(3);  // store + 2 workers through one module of 4 floats
-  path::module_store<outer::sgd> store({{0, 4, 2}}, outer::sgd{.lr = 1.0f}, {.weight_by_shard = false});
+  path::module_store<outer::sgd> store({{0, 4, 2}}, outer::sgd{.lr = 1.0f},
+                                       {.weight_by_shard = false});
   store.set(0, std::vector<float>(4, 1.0f));
   sync::store_server server(world[0], store, {{1, {0}}, {2, {0}}},
                             {.round_timeout = std::chrono::milliseconds(20000)});
