@@ -22,4 +22,11 @@ echo "[demo] OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto}"
 cd "$root"
 config="$root/examples/configs/lm_brown.toml"
 [[ "$job" == dipaco ]] && config="$root/examples/configs/dipaco_brown.toml"
-exec "$build/examples/paco_train/paco_train" --config "$config" "$@"
+# The DiPaCo launcher refuses to overwrite a previous run unless told: the demo starts a fresh
+# one each time unless --resume (or --fresh) is among the arguments.
+extra=()
+if [[ "$job" == dipaco && " $* " != *" --resume "* && " $* " != *" --fresh "* ]]; then
+  extra=(--fresh)
+  echo "[demo] a fresh run (a previous one in its output directory is replaced; pass --resume to continue it)"
+fi
+exec "$build/examples/paco_train/paco_train" --config "$config" "${extra[@]}" "$@"

@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -110,7 +111,9 @@ struct run_dir {
   fs::path base() const { return dir / "base.safetensors"; }
   fs::path routing() const { return dir / "routing.json"; }
   fs::path store() const { return dir / "store.safetensors"; }
-  fs::path worker_state(int w) const { return dir / ("worker-" + std::to_string(w) + ".safetensors"); }
+  fs::path worker_state(int w) const {
+    return dir / ("worker-" + std::to_string(w) + ".safetensors");
+  }
   fs::path worker_log(int w) const { return dir / ("worker-" + std::to_string(w) + ".jsonl"); }
   fs::path log(const std::string& role) const { return dir / (role + ".log"); }
 };
@@ -163,7 +166,39 @@ inline std::string env_or(const char* name, const std::string& fallback) {
   return v && *v ? std::string(v) : fallback;
 }
 
-inline std::string token_from_env() { return env_or("PACO_TOKEN", ""); }
+inline std::string token_from_env() {
+  return env_or("PACO_TOKEN", "");
+}
+
+// The store and the workers authenticate every link with PACO_TOKEN: without it nothing can
+// connect, so a process without one refuses to start.
+inline status require_token(const char* role) {
+  if (!token_from_env().empty()) return {};
+  return {errc::invalid_argument,
+          std::string(role) +
+              ": PACO_TOKEN is not set (the launcher sets it for the processes "
+              "it starts; set the same secret on every machine of a manual run)"};
+}
+
+// The configuration a checkpoint of this job depends on, as space-separated key=value items
+// (recorded in every checkpoint's metadata and compared on resume; dipaco.rounds may change).
+inline std::string config_fingerprint(const train_config& cfg) {
+  std::string grid;
+  for (std::size_t i = 0; i < cfg.dipaco.grid.size(); ++i)
+    grid += (i ? "x" : "") + std::to_string(cfg.dipaco.grid[i]);
+  const auto& m = cfg.model;
+  const auto& d = cfg.dipaco;
+  std::ostringstream o;
+  o << "model.vocab=" << m.vocab << " model.ctx=" << m.ctx << " model.d=" << m.d
+    << " model.layers=" << m.layers << " model.heads=" << m.heads << " dipaco.grid=" << grid
+    << " dipaco.workers_per_path=" << d.workers_per_path << " dipaco.inner_steps=" << d.inner_steps
+    << " dipaco.pretrain_steps=" << d.pretrain_steps << " dipaco.outer_lr=" << d.outer_lr
+    << " dipaco.outer_momentum=" << d.outer_momentum << " dipaco.path_rescale=" << d.path_rescale
+    << " dipaco.weight_by_shard=" << d.weight_by_shard << " dipaco.prefix=" << d.prefix
+    << " dipaco.compress=" << d.compress << " train.batch=" << cfg.train.batch
+    << " train.seed=" << cfg.train.seed;
+  return o.str();
+}
 
 inline net::tcp_options link_options(const train_config& cfg, int worker, int port, int rank,
                                      const std::string& token) {
@@ -176,7 +211,8 @@ inline net::tcp_options link_options(const train_config& cfg, int worker, int po
   o.epoch = std::uint64_t(worker);
   o.connect_timeout = std::chrono::milliseconds(rank == 0 ? 2000 : 60000);
   o.peer_timeout = std::chrono::milliseconds(long(cfg.launch.peer_timeout_s * 1000));
-  o.heartbeat_interval = std::chrono::milliseconds(std::max(50L, long(cfg.launch.peer_timeout_s * 100)));
+  o.heartbeat_interval =
+      std::chrono::milliseconds(std::max(50L, long(cfg.launch.peer_timeout_s * 100)));
   if (cfg.launch.tls) {
     o.tls = {.enabled = true,
              .ca_file = cfg.launch.tls_ca,
@@ -204,9 +240,10 @@ inline status prepare(const train_config& cfg, const run_dir& rd, const job_data
   if (cfg.dipaco.pretrain_steps > 0) {
     auto all = stream_of(data, {}, -1);
     nn::replica<nn::gpt> rep(model, B, T, tc.threads);
-    optim::adamw opt{.lr = tc.lr, .beta1 = tc.beta1, .beta2 = tc.beta2, .weight_decay = tc.weight_decay};
-    optim::warmup_cosine sch{.lr = tc.lr, .min_lr = tc.lr, .warmup = tc.warmup,
-                             .total = cfg.dipaco.pretrain_steps};
+    optim::adamw opt{
+        .lr = tc.lr, .beta1 = tc.beta1, .beta2 = tc.beta2, .weight_decay = tc.weight_decay};
+    optim::warmup_cosine sch{
+        .lr = tc.lr, .min_lr = tc.lr, .warmup = tc.warmup, .total = cfg.dipaco.pretrain_steps};
     io::batch_sampler smp(all, B, T, std::uint64_t(tc.seed) * 31 + 7);
     std::vector<std::int32_t> x(std::size_t(B) * T), y(x.size());
     a.zero(plane::moment1);
@@ -229,39 +266,52 @@ inline status prepare(const train_config& cfg, const run_dir& rd, const job_data
   for (auto& d : data.train) tr.push_back(d);
   for (auto& d : data.val) va.push_back(d);
   const int D = cfg.model.d, P = cfg.dipaco.prefix;
-  auto ft = route::prefix_features(model, theta, tr, P), fv = route::prefix_features(model, theta, va, P);
+  auto ft = route::prefix_features(model, theta, tr, P),
+       fv = route::prefix_features(model, theta, va, P);
   std::vector<int> train_route(data.train.size(), 0), val_route(data.val.size(), 0);
   if (g.paths > 1) {
-    auto km = route::kmeans_router::fit(ft, int(tr.size()), D, {.k = g.paths, .seed = std::uint64_t(tc.seed)});
+    auto km = route::kmeans_router::fit(ft, int(tr.size()), D,
+                                        {.k = g.paths, .seed = std::uint64_t(tc.seed)});
     if (!km) return km.error();
     for (std::size_t i = 0; i < tr.size(); ++i) train_route[i] = km->route(&ft[i * D]);
     for (std::size_t i = 0; i < va.size(); ++i) val_route[i] = km->route(&fv[i * D]);
   }
   std::vector<io::tensor_ref> t;
   for (auto& nt : model.tensors()) t.push_back({nt.name, nt.shape, theta + nt.offset});
-  if (auto s = io::save_safetensors(rd.base(), t, {{"format", "paco-base-1"}}); !s) return s;
+  if (auto s = io::save_safetensors(
+          rd.base(), t, {{"format", "paco-base-1"}, {"config", config_fingerprint(cfg)}});
+      !s)
+    return s;
   json r = {{"paths", g.paths}, {"train_route", train_route}, {"val_route", val_route}};
   return io::write_file_atomic(rd.routing(), r.dump());
 }
 
 inline result<json> read_routing(const run_dir& rd) {
   std::ifstream in(rd.routing());
-  if (!in) return error(errc::not_found, "no routing file '" + rd.routing().string() +
-                                             "' (run the launcher or --role prepare first)");
+  if (!in)
+    return error(errc::not_found, "no routing file '" + rd.routing().string() +
+                                      "' (run the launcher or --role prepare first)");
   json j = json::parse(in, nullptr, false);
   if (j.is_discarded() || !j.contains("train_route") || !j.contains("val_route"))
     return error(errc::corrupt, "'" + rd.routing().string() + "' is not a routing file");
   return j;
 }
 
-inline status load_base(const run_dir& rd, const nn::gpt& model, arena<host>& a) {
+// Loads the base model. Errors name the file: missing, truncated, corrupt (checksum), written
+// for another configuration, or lacking a tensor.
+inline status load_base(const train_config& cfg, const run_dir& rd, const nn::gpt& model,
+                        arena<host>& a) {
   auto f = io::load_safetensors(rd.base());
   if (!f) return f.error();
+  if (!f->metadata.count(io::checksum_key))
+    return {errc::corrupt, "base model '" + rd.base().string() + "' carries no checksum"};
+  if (auto s = io::check_config(rd.base(), f->metadata, config_fingerprint(cfg)); !s) return s;
   auto th = a.get(plane::param);
   for (auto& nt : model.tensors()) {
     auto it = f->tensors.find(nt.name);
     if (it == f->tensors.end() || it->second.shape != nt.shape)
-      return {errc::mismatch, "base model '" + rd.base().string() + "' lacks or mis-shapes " + nt.name};
+      return {errc::mismatch,
+              "base model '" + rd.base().string() + "' lacks or mis-shapes " + nt.name};
     std::copy(it->second.values.begin(), it->second.values.end(), th.data() + nt.offset);
   }
   return {};
@@ -269,7 +319,7 @@ inline status load_base(const run_dir& rd, const nn::gpt& model, arena<host>& a)
 
 // ---- the store's checkpoint: θ, outer state and round of every module ----
 template <class Store>
-status save_store(const run_dir& rd, const Store& st) {
+status save_store(const train_config& cfg, const run_dir& rd, const Store& st) {
   std::vector<std::vector<float>> keep;
   std::vector<io::tensor_ref> refs;
   json rounds = json::array();
@@ -277,56 +327,76 @@ status save_store(const run_dir& rd, const Store& st) {
     auto snap = st.save(m);
     rounds.push_back(snap.round);
     keep.push_back(std::move(snap.theta));
-    refs.push_back({"module." + std::to_string(m) + ".theta", {keep.back().size()}, keep.back().data()});
+    refs.push_back(
+        {"module." + std::to_string(m) + ".theta", {keep.back().size()}, keep.back().data()});
     keep.push_back(std::move(snap.state));
-    refs.push_back({"module." + std::to_string(m) + ".outer_state", {keep.back().size()}, keep.back().data()});
+    refs.push_back(
+        {"module." + std::to_string(m) + ".outer_state", {keep.back().size()}, keep.back().data()});
   }
-  return io::save_safetensors(rd.store(), refs, {{"format", "paco-store-1"}, {"rounds", rounds.dump()}});
+  return io::save_safetensors(
+      rd.store(), refs,
+      {{"format", "paco-store-1"}, {"rounds", rounds.dump()}, {"config", config_fingerprint(cfg)}});
 }
 
+// Loads the store checkpoint. Errors name the file and the problem: missing, truncated,
+// corrupt (no checksum, or one that disagrees: a tensor or the rounds were changed), written for
+// another configuration, or lacking a module.
 template <class Store>
-status load_store(const run_dir& rd, Store& st) {
+status load_store(const train_config& cfg, const run_dir& rd, Store& st) {
+  const std::string file = "store checkpoint '" + rd.store().string() + "'";
   auto f = io::load_safetensors(rd.store());
   if (!f) return f.error();
+  if (!f->metadata.count(io::checksum_key)) return {errc::corrupt, file + " carries no checksum"};
+  if (auto s = io::check_config(rd.store(), f->metadata, config_fingerprint(cfg)); !s) return s;
   auto it = f->metadata.find("rounds");
-  if (it == f->metadata.end()) return {errc::corrupt, "store checkpoint without rounds"};
+  if (it == f->metadata.end()) return {errc::corrupt, file + " records no rounds"};
   json rounds = json::parse(it->second, nullptr, false);
   if (!rounds.is_array() || int(rounds.size()) != st.module_count())
-    return {errc::mismatch, "store checkpoint has a different number of modules"};
+    return {errc::mismatch, file + " has a different number of modules"};
   for (int m = 0; m < st.module_count(); ++m) {
     auto th = f->tensors.find("module." + std::to_string(m) + ".theta");
     auto os = f->tensors.find("module." + std::to_string(m) + ".outer_state");
     if (th == f->tensors.end() || os == f->tensors.end())
-      return {errc::mismatch, "store checkpoint lacks module " + std::to_string(m)};
-    typename Store::snapshot s{th->second.values, os->second.values, rounds[std::size_t(m)].get<long>()};
-    if (auto r = st.restore(m, s); !r) return r;
+      return {errc::mismatch, file + " lacks module " + std::to_string(m)};
+    if (!rounds[std::size_t(m)].is_number_integer() || rounds[std::size_t(m)].get<long>() < 0)
+      return {errc::corrupt, file + " has an invalid round for module " + std::to_string(m)};
+    typename Store::snapshot s{th->second.values, os->second.values,
+                               rounds[std::size_t(m)].get<long>()};
+    if (auto r = st.restore(m, s); !r) return {errc::mismatch, file + ": " + r.error().message};
   }
   return {};
 }
 
 // ---- role: store ----
 inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
+  if (auto s = require_token("store"); !s)
+    return std::fprintf(stderr, "%s\n", s.error().what().c_str()), 2;
   const auto g = make_plan(cfg.dipaco);
   nn::gpt model(cfg.model);
   auto lv = levels_of(model, cfg);
   auto routing = read_routing(rd);
   if (!routing) return std::fprintf(stderr, "store: %s\n", routing.error().what().c_str()), 2;
-  path::module_store<outer::nesterov> store(module_table(g, lv), outer_of(cfg),
-                                            {.weight_by_shard = cfg.dipaco.weight_by_shard,
-                                             .rescale = *outer::parse_path_rescale(cfg.dipaco.path_rescale)});
-  if (resume && fs::exists(rd.store())) {
-    if (auto s = load_store(rd, store); !s)
+  path::module_store<outer::nesterov> store(
+      module_table(g, lv), outer_of(cfg),
+      {.weight_by_shard = cfg.dipaco.weight_by_shard,
+       .rescale = *outer::parse_path_rescale(cfg.dipaco.path_rescale)});
+  if (resume && !fs::exists(rd.store()))
+    return std::fprintf(stderr, "store: cannot resume: no store checkpoint '%s'\n",
+                        rd.store().c_str()),
+           2;
+  if (resume) {
+    if (auto s = load_store(cfg, rd, store); !s)
       return std::fprintf(stderr, "store: cannot resume: %s\n", s.error().what().c_str()), 2;
     std::printf("store: resumed from %s at round %ld\n", rd.store().c_str(), store.round(0));
   } else {
     arena<host> a(model.layout());
-    if (auto s = load_base(rd, model, a); !s)
+    if (auto s = load_base(cfg, rd, model, a); !s)
       return std::fprintf(stderr, "store: %s\n", s.error().what().c_str()), 2;
     for (int m = 0; m < g.modules; ++m) {
       const auto& sp = lv[g.module_level[m]];
       store.set(m, std::span<const float>(a.get(plane::param).data() + sp.offset, sp.size));
     }
-    if (auto s = save_store(rd, store); !s)
+    if (auto s = save_store(cfg, rd, store); !s)
       return std::fprintf(stderr, "store: %s\n", s.error().what().c_str()), 2;
   }
   const std::string token = token_from_env();
@@ -345,17 +415,19 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
   sync::store_server<net::asio_tcp, outer::nesterov> server(
       std::map<int, sync::worker_link<net::asio_tcp>>{}, store, mods,
       {.round_timeout = std::chrono::milliseconds(long(cfg.launch.round_timeout_s * 1000)),
-       .on_close = [&](const path::round_summary& r) {
-         if (auto s = save_store(rd, store); !s)
-           std::fprintf(stderr, "store: checkpoint failed: %s\n", s.error().what().c_str());
-         std::printf("store: module %d round %ld closed with %d/%d pushes, |Δ| %.4g, hash %016llx\n",
-                     r.module, r.round, r.arrived, r.expected, r.delta_norm,
-                     (unsigned long long)r.hash);
-       },
+       .on_close =
+           [&](const path::round_summary& r) {
+             if (auto s = save_store(cfg, rd, store); !s)
+               std::fprintf(stderr, "store: checkpoint failed: %s\n", s.error().what().c_str());
+             std::printf(
+                 "store: module %d round %ld closed with %d/%d pushes after %.2f s%s, |Δ| "
+                 "%.4g, hash %016llx\n",
+                 r.module, r.round, r.arrived, r.expected, r.open_s,
+                 r.by_deadline ? " (deadline)" : "", r.delta_norm, (unsigned long long)r.hash);
+           },
        .codecs = codecs,
-       .on_refuse = [](const std::string& why) {
-         std::fprintf(stderr, "store: %s\n", why.c_str());
-       }});
+       .on_refuse =
+           [](const std::string& why) { std::fprintf(stderr, "store: %s\n", why.c_str()); }});
   server.expect_rejoins(true);
   // One accept loop per worker link: a worker that restarts reconnects here.
   std::atomic<bool> done{false};
@@ -389,6 +461,8 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
 
 // ---- role: worker ----
 inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
+  if (auto s = require_token("worker"); !s)
+    return std::fprintf(stderr, "%s\n", s.error().what().c_str()), 2;
   const auto g = make_plan(cfg.dipaco);
   if (w < 1 || w > g.workers)
     return std::fprintf(stderr, "worker: --worker must be in [1, %d]\n", g.workers), 2;
@@ -406,26 +480,38 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
   for (int m : g.path_modules[p]) lv.push_back(lv_all[g.module_level[m]]);
   const auto& tc = cfg.train;
   const long total = long(cfg.dipaco.rounds) * cfg.dipaco.inner_steps;
-  sync::inner_config icfg{.batch = tc.batch, .ctx = cfg.model.ctx, .steps = cfg.dipaco.inner_steps,
-                          .grad_clip = tc.grad_clip,
-                          .schedule = {.lr = tc.lr, .min_lr = tc.min_lr, .warmup = tc.warmup, .total = total},
-                          .threads = std::max(1, tc.threads / g.workers)};
+  sync::inner_config icfg{
+      .batch = tc.batch,
+      .ctx = cfg.model.ctx,
+      .steps = cfg.dipaco.inner_steps,
+      .grad_clip = tc.grad_clip,
+      .schedule = {.lr = tc.lr, .min_lr = tc.min_lr, .warmup = tc.warmup, .total = total},
+      .threads = std::max(1, tc.threads / g.workers)};
   // Resume the inner optimizer state (moments and step) if this worker ran before.
   long start_step = 0;
   arena<host> saved(model.layout());
   bool have_saved = false;
+  // A checkpoint that exists but cannot be read (truncated, corrupt, another configuration) is
+  // an error naming it, never a silent restart at step 0.
+  std::size_t bytes_before = 0;
   if (fs::exists(rd.worker_state(w))) {
     auto info = io::load_checkpoint(rd.worker_state(w), model.tensors(), saved);
-    if (info) {
-      start_step = info->step;
-      have_saved = true;
-    }
+    if (!info)
+      return std::fprintf(stderr, "worker %d: cannot resume: %s\n", w, info.error().what().c_str()),
+             2;
+    if (auto s = io::check_config(rd.worker_state(w), info->metadata, config_fingerprint(cfg)); !s)
+      return std::fprintf(stderr, "worker %d: cannot resume: %s\n", w, s.error().what().c_str()), 2;
+    start_step = info->step;
+    have_saved = true;
+    if (info->metadata.count("bytes_sent"))
+      bytes_before = std::stoull(info->metadata.at("bytes_sent"));
   }
   icfg.start_step = start_step;
-  optim::adamw opt{.lr = tc.lr, .beta1 = tc.beta1, .beta2 = tc.beta2, .weight_decay = tc.weight_decay};
-  sync::path_worker<nn::gpt, optim::adamw> worker(w, model, lv, g.path_modules[p], opt, icfg, shard,
-                                                  std::uint64_t(tc.seed) * 1000 + std::uint64_t(w) * 7 +
-                                                      std::uint64_t(start_step));
+  optim::adamw opt{
+      .lr = tc.lr, .beta1 = tc.beta1, .beta2 = tc.beta2, .weight_decay = tc.weight_decay};
+  sync::path_worker<nn::gpt, optim::adamw> worker(
+      w, model, lv, g.path_modules[p], opt, icfg, shard,
+      std::uint64_t(tc.seed) * 1000 + std::uint64_t(w) * 7 + std::uint64_t(start_step));
   const auto comp = compression_of(cfg);
   if (comp.spec.kind != compress::codec_kind::identity) {
     auto c = sync::make_codecs(comp, model, lv);
@@ -443,16 +529,13 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
   auto link = net::asio_tcp::connect(link_options(cfg, w, port, 1, token_from_env()));
   if (!link) return std::fprintf(stderr, "worker %d: %s\n", w, link.error().what().c_str()), 3;
   sync::store_client<net::asio_tcp> client(
-      std::map<int, sync::worker_link<net::asio_tcp>>{{0, {link->get(), 0}}}, sync::store_layout{{0}}, w);
-  if (auto s = client.hello(); !s) return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), 3;
+      std::map<int, sync::worker_link<net::asio_tcp>>{{0, {link->get(), 0}}},
+      sync::store_layout{{0}}, w);
+  if (auto s = client.hello(); !s)
+    return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), 3;
   auto log = io::metrics_log::open(rd.worker_log(w), true);
   if (!log) return std::fprintf(stderr, "worker %d: %s\n", w, log.error().what().c_str()), 2;
   const auto deadline = std::chrono::milliseconds(long(cfg.launch.round_timeout_s * 2000));
-  std::size_t bytes_before = 0;
-  if (have_saved) {
-    auto it = io::load_checkpoint(rd.worker_state(w), model.tensors(), saved);
-    if (it && it->metadata.count("bytes_sent")) bytes_before = std::stoull(it->metadata.at("bytes_sent"));
-  }
   for (;;) {
     // The path's modules can be at different rounds for a moment (after a restart, one module's
     // round may close before another's): retry until they agree.
@@ -472,21 +555,32 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
       // A refused push (the round closed without us) is not fatal: pull and go on.
       if (s.error().code != errc::mismatch)
         return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), 3;
-      std::fprintf(stderr, "worker %d: %s; continuing with the next round\n", w, s.error().what().c_str());
+      std::fprintf(stderr, "worker %d: %s; continuing with the next round\n", w,
+                   s.error().what().c_str());
       continue;
     }
     for (int m : g.path_modules[p])
-      if (auto s = client.wait_closed(m, worker.round(), std::chrono::steady_clock::now() + deadline); !s)
+      if (auto s =
+              client.wait_closed(m, worker.round(), std::chrono::steady_clock::now() + deadline);
+          !s)
         return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), 3;
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const std::size_t sent = bytes_before + client.bytes_sent();
-    if (auto s = io::save_checkpoint(rd.worker_state(w), model.tensors(), worker.state(),
-                                     worker.inner_step(), {{"bytes_sent", std::to_string(sent)}});
+    if (auto s = io::save_checkpoint(
+            rd.worker_state(w), model.tensors(), worker.state(), worker.inner_step(),
+            {{"bytes_sent", std::to_string(sent)}, {"config", config_fingerprint(cfg)}});
         !s)
       std::fprintf(stderr, "worker %d: checkpoint failed: %s\n", w, s.error().what().c_str());
-    log->write({{"worker", w}, {"path", p}, {"round", worker.round()}, {"loss", loss},
-                {"bpb", loss / ln2}, {"step", worker.inner_step()}, {"bytes_sent", sent},
-                {"codec", comp.name()}, {"round_s", secs}});
+    log->write({{"worker", w},
+                {"path", p},
+                {"round", worker.round()},
+                {"loss", loss},
+                {"bpb", loss / ln2},
+                {"step", worker.inner_step()},
+                {"bytes_sent", sent},
+                {"codec", comp.name()},
+                {"round_s", secs}});
   }
   client.bye();
   (*link)->close();

@@ -1,7 +1,27 @@
 #pragma once
 // The launcher of paco_train's DiPaCo job: prepare, spawn, monitor, evaluate, report.
+//
+// Nothing of a run outlives its launcher and no run is overwritten by accident:
+//   - the run directory is locked (flock on run.lock, which holds the launcher's pid) while a
+//     launcher works in it; a second launcher refuses, naming the holder's pid;
+//   - a directory that holds a previous run is continued only with --resume and deleted only
+//     with --fresh; without either the launcher refuses;
+//   - with --resume every checkpoint is verified first (checksum, configuration); a missing or
+//     damaged one is an error naming the file, never a silent start from scratch;
+//   - children get a parent-death signal (SIGKILL when the launcher dies, even by kill -9), and
+//     SIGTERM / SIGINT / SIGHUP to the launcher are forwarded to them before it exits;
+//   - a worker that fails because the store went down is restarted without using its restart
+//     budget; once a process failed for good, the others are stopped and never restarted.
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
 #include <set>
+#include <utility>
 
 #include "dipaco_job.hpp"
 #include "paco/net/free_port.hpp"
@@ -18,20 +38,129 @@ struct child {
   int status = 0;
 };
 
+// Starts this binary with args, stdout and stderr appended to log, as a child that receives
+// SIGKILL when the launcher dies (PR_SET_PDEATHSIG, set between fork and exec). Returns its
+// pid, or -1. Between fork and exec the child calls async-signal-safe functions only.
 inline pid_t spawn(const std::vector<std::string>& args, const fs::path& log) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  return rc == 0 ? pid : -1;
+  const std::string log_path = log.string();
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid != 0) return pid;  // the launcher (or -1)
+  const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0) _exit(126);
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(125);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  execve("/proc/self/exe", argv.data(), environ);
+  _exit(127);
 }
 
+// The lock of a run directory: flock on dir/run.lock, which holds the holder's pid. Released
+// when the launcher exits (however it exits: the kernel drops the lock with the descriptor).
+class run_lock {
+ public:
+  // Errors: io naming the pid of the launcher that holds it; io if the directory cannot be
+  // created or written (checked here, before anything is trained).
+  static result<run_lock> acquire(const fs::path& dir) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec)
+      return error(errc::io,
+                   "cannot create the run directory '" + dir.string() + "': " + ec.message());
+    const fs::path file = dir / "run.lock";
+    const int fd = open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+      return error(errc::io, "cannot write in the run directory '" + dir.string() +
+                                 "': " + std::strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      char b[32] = {};
+      ssize_t n = 0;
+      for (int i = 0; i < 50 && n <= 0; ++i) {  // the holder may not have written its pid yet
+        if (i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        n = pread(fd, b, sizeof b - 1, 0);
+      }
+      close(fd);
+      std::string holder = n > 0 ? std::string(b, std::size_t(n)) : "unknown";
+      while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+      return error(errc::io, "the run directory '" + dir.string() +
+                                 "' is in use by another paco_train launcher (pid " + holder +
+                                 ", lock " + file.string() + ")");
+    }
+    const std::string pid = std::to_string(getpid()) + "\n";
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) != ssize_t(pid.size()) ||
+        fsync(fd) != 0) {
+      const std::string why = std::strerror(errno);
+      close(fd);
+      return error(errc::io, "cannot write in the run directory '" + dir.string() + "': " + why);
+    }
+    return run_lock(fd);
+  }
+  run_lock(run_lock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  run_lock& operator=(run_lock&&) = delete;
+  ~run_lock() {
+    if (fd_ >= 0) close(fd_);
+  }
+
+ private:
+  explicit run_lock(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
+// The signal that asked the launcher to stop (SIGTERM, SIGINT, SIGHUP), or 0.
+inline volatile std::sig_atomic_t stop_signal = 0;
+inline void on_stop_signal(int sig) {
+  stop_signal = sig;
+}
+
+// Which files of a previous run the directory holds (empty: none).
+inline std::vector<fs::path> previous_run_files(const run_dir& rd, int workers) {
+  std::vector<fs::path> out;
+  for (auto& f : {rd.routing(), rd.base(), rd.store()})
+    if (fs::exists(f)) out.push_back(f);
+  for (int w = 1; w <= workers; ++w)
+    for (auto& f : {rd.worker_state(w), rd.worker_log(w)})
+      if (fs::exists(f)) out.push_back(f);
+  return out;
+}
+
+// --resume: every checkpoint a resumed run would read is verified (present where it must be,
+// complete, checksum, configuration). Returns whether a store checkpoint exists (without one
+// and without any worker checkpoint the store starts from the base model: nothing was trained).
+inline result<bool> verify_resume(const train_config& cfg, const run_dir& rd, const grid_plan& g) {
+  for (auto& f : {rd.routing(), rd.base()})
+    if (!fs::exists(f))
+      return error(errc::not_found, "--resume: '" + f.string() +
+                                        "' is missing (nothing to resume: run with --fresh)");
+  nn::gpt model(cfg.model);
+  arena<host> a(model.layout());
+  if (auto s = load_base(cfg, rd, model, a); !s)
+    return error(s.error().code, "--resume: " + s.error().message);
+  bool any_worker = false;
+  for (int w = 1; w <= g.workers; ++w) {
+    if (!fs::exists(rd.worker_state(w))) continue;
+    any_worker = true;
+    arena<host> ws(model.layout());
+    auto info = io::load_checkpoint(rd.worker_state(w), model.tensors(), ws);
+    if (!info) return error(info.error().code, "--resume: " + info.error().message);
+    if (auto s = io::check_config(rd.worker_state(w), info->metadata, config_fingerprint(cfg)); !s)
+      return error(s.error().code, "--resume: " + s.error().message);
+  }
+  if (!fs::exists(rd.store())) {
+    if (any_worker)
+      return error(errc::not_found, "--resume: the store checkpoint '" + rd.store().string() +
+                                        "' is missing while workers have checkpoints");
+    return false;
+  }
+  auto lv = levels_of(model, cfg);
+  path::module_store<outer::nesterov> store(module_table(g, lv), outer_of(cfg));
+  if (auto s = load_store(cfg, rd, store); !s)
+    return error(s.error().code, "--resume: " + s.error().message);
+  return true;
+}
 
 inline std::string random_token() {
   std::random_device rd;
@@ -87,9 +216,31 @@ inline std::string plot_curves(const run_dir& rd, const grid_plan& g) {
 }
 
 inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::string& config_path,
-                        const std::vector<std::string>& overrides, bool resume) {
+                        const std::vector<std::string>& overrides, bool resume, bool fresh) {
   const auto g = make_plan(cfg.dipaco);
   const auto t_start = std::chrono::steady_clock::now();
+  if (resume && fresh)
+    return std::fprintf(stderr, "paco_train: --resume and --fresh exclude each other\n"), 2;
+  // The lock first: it also proves the run directory writable before anything is trained.
+  auto lock = run_lock::acquire(rd.dir);
+  if (!lock) return std::fprintf(stderr, "paco_train: %s\n", lock.error().what().c_str()), 2;
+  if (!resume && !fresh) {
+    const auto prev = previous_run_files(rd, g.workers);
+    if (!prev.empty())
+      return std::fprintf(stderr,
+                          "paco_train: the run directory '%s' holds a previous run (%s, ...): pass "
+                          "--resume to continue it or --fresh to delete it and start over\n",
+                          rd.dir.c_str(), prev.front().filename().c_str()),
+             2;
+  }
+  bool store_resumes = resume;
+  if (resume) {
+    auto v = verify_resume(cfg, rd, g);
+    if (!v) return std::fprintf(stderr, "paco_train: %s\n", v.error().what().c_str()), 2;
+    store_resumes = *v;
+    if (!*v)
+      std::printf("paco_train: no store checkpoint yet: the store starts from the base model\n");
+  }
   // Local runs: TLS files are checked here, before anything starts (a store or worker that
   // cannot load them would only fail in its log).
   if (cfg.launch.mode == "local")
@@ -97,19 +248,21 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
       return std::fprintf(stderr, "paco_train: launch.tls: %s\n", s.error().what().c_str()), 2;
   auto data = load_job_data(cfg);
   if (!data) return std::fprintf(stderr, "paco_train: %s\n", data.error().what().c_str()), 2;
-  std::printf("paco_train: DiPaCo grid %s: %d paths, %d modules, %d workers; %d rounds x %d inner "
-              "steps; pushes %s; Brown: %zu training / %zu validation documents\n",
-              [&] {
-                std::string s;
-                for (std::size_t i = 0; i < cfg.dipaco.grid.size(); ++i) {
-                  if (i) s += 'x';
-                  s += std::to_string(cfg.dipaco.grid[i]);
-                }
-                return s;
-              }().c_str(),
-              g.paths, g.modules, g.workers, cfg.dipaco.rounds, cfg.dipaco.inner_steps,
-              cfg.dipaco.compress.c_str(), data->train.size(), data->val.size());
-  if (!(resume && fs::exists(rd.routing()) && fs::exists(rd.base()))) {
+  std::printf(
+      "paco_train: DiPaCo grid %s: %d paths, %d modules, %d workers; %d rounds x %d inner "
+      "steps; pushes %s; Brown: %zu training / %zu validation documents\n",
+      [&] {
+        std::string s;
+        for (std::size_t i = 0; i < cfg.dipaco.grid.size(); ++i) {
+          if (i) s += 'x';
+          s += std::to_string(cfg.dipaco.grid[i]);
+        }
+        return s;
+      }()
+          .c_str(),
+      g.paths, g.modules, g.workers, cfg.dipaco.rounds, cfg.dipaco.inner_steps,
+      cfg.dipaco.compress.c_str(), data->train.size(), data->val.size());
+  if (!resume) {
     std::error_code ec;
     for (int w = 1; w <= g.workers; ++w) {
       fs::remove(rd.worker_state(w), ec);
@@ -139,8 +292,10 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   if (!config_path.empty()) common.insert(common.end(), {"--config", config_path});
   for (auto& o : overrides) common.insert(common.end(), {"--set", o});
   if (cfg.launch.mode == "manual") {
-    std::printf("\nOn each machine, with PACO_TOKEN set to the same secret and the run directory "
-                "%s copied there:\n", rd.dir.c_str());
+    std::printf(
+        "\nOn each machine, with PACO_TOKEN set to the same secret and the run directory "
+        "%s copied there:\n",
+        rd.dir.c_str());
     auto join = [](const std::vector<std::string>& v) {
       std::string s;
       for (auto& x : v) s += (s.empty() ? "" : " ") + x;
@@ -162,7 +317,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   {
     child s{"store", common};
     s.args.insert(s.args.end(), {"--role", "store"});
-    if (resume) s.args.push_back("--resume");
+    if (store_resumes) s.args.push_back("--resume");
     kids.push_back(s);
   }
   for (int w = 1; w <= g.workers; ++w) {
@@ -170,9 +325,35 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
     c.args.insert(c.args.end(), {"--role", "worker", "--worker", std::to_string(w)});
     kids.push_back(c);
   }
+  // From here on a stop signal is forwarded to the children (and they die with the launcher).
+  stop_signal = 0;
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) std::signal(sig, on_stop_signal);
+  // Stops every running child: SIGTERM, then SIGKILL after grace; reaps them all.
+  auto stop_all = [&](std::chrono::milliseconds grace) {
+    for (auto& k : kids)
+      if (!k.done && k.pid > 0) kill(k.pid, SIGTERM);
+    const auto until = std::chrono::steady_clock::now() + grace;
+    for (auto& k : kids) {
+      while (!k.done && k.pid > 0) {
+        int st = 0;
+        const pid_t r = waitpid(k.pid, &st, WNOHANG);
+        if (r == k.pid || (r < 0 && errno == ECHILD)) {
+          k.done = true;
+          k.status = st;
+        } else if (std::chrono::steady_clock::now() > until) {
+          kill(k.pid, SIGKILL);
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+      }
+    }
+  };
   for (auto& k : kids) {
     k.pid = spawn(k.args, rd.log(k.name));
-    if (k.pid < 0) return std::fprintf(stderr, "paco_train: cannot start %s\n", k.name.c_str()), 2;
+    if (k.pid < 0) {
+      stop_all(std::chrono::milliseconds(2000));
+      return std::fprintf(stderr, "paco_train: cannot start %s\n", k.name.c_str()), 2;
+    }
   }
   std::printf("paco_train: started the store and %d workers over TCP on %s (logs in %s)\n",
               g.workers, cfg.launch.store_host.c_str(), rd.dir.c_str());
@@ -180,22 +361,51 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   io::progress bar("dipaco rounds", long(cfg.dipaco.rounds) * g.workers);
   bool failed = false;
   std::string last_text;
+  // Store restarts so far, and for each child the count when it was last started: a worker
+  // that fails after the store restarted (or while the store is down) lost its link to the
+  // store, not its own work, and is restarted without using its budget.
+  int store_gen = 0;
+  std::map<std::string, int> gen_at_start;
+  for (auto& k : kids) gen_at_start[k.name] = 0;
   for (;;) {
-    // Reap children; restart a worker that crashed (it resumes from its checkpoint).
+    if (stop_signal) {
+      const int sig = stop_signal;
+      std::fprintf(stderr, "\npaco_train: %s received; stopping the store and the workers\n",
+                   strsignal(sig));
+      stop_all(std::chrono::milliseconds(5000));
+      return 128 + sig;
+    }
+    // Reap children (the store first); restart a process that crashed (it resumes from its
+    // checkpoint) unless the run already failed.
+    std::vector<std::pair<pid_t, int>> reaped;
     int st = 0;
     pid_t pid;
-    while ((pid = waitpid(-1, &st, WNOHANG)) > 0)
+    while ((pid = waitpid(-1, &st, WNOHANG)) > 0) reaped.push_back({pid, st});
+    std::stable_partition(reaped.begin(), reaped.end(),
+                          [&](auto& r) { return r.first == kids[0].pid; });
+    for (auto [rpid, rst] : reaped)
       for (auto& k : kids)
-        if (k.pid == pid) {
+        if (k.pid == rpid && !k.done) {
+          st = rst;
           const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-          if (!ok && k.restarts < cfg.launch.restarts) {
+          const bool is_store = k.name == "store";
+          const bool store_down = !is_store && (kids[0].done || store_gen != gen_at_start[k.name]);
+          if (!ok && !failed && (store_down || k.restarts < cfg.launch.restarts)) {
             // A worker resumes from its checkpoint and rejoins; the store resumes from its own.
-            ++k.restarts;
-            std::fprintf(stderr, "\npaco_train: %s stopped (%s %d); restarting it (%d of %d)\n",
+            if (!store_down) ++k.restarts;
+            std::fprintf(stderr, "\npaco_train: %s stopped (%s %d); restarting it (%s)\n",
                          k.name.c_str(), WIFSIGNALED(st) ? "signal" : "exit",
-                         WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), k.restarts, cfg.launch.restarts);
-            if (k.name == "store" && std::find(k.args.begin(), k.args.end(), "--resume") == k.args.end())
-              k.args.push_back("--resume");
+                         WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
+                         store_down ? "the store restarted: not counted"
+                                    : (std::to_string(k.restarts) + " of " +
+                                       std::to_string(cfg.launch.restarts))
+                                          .c_str());
+            if (is_store) {
+              ++store_gen;
+              if (std::find(k.args.begin(), k.args.end(), "--resume") == k.args.end())
+                k.args.push_back("--resume");
+            }
+            gen_at_start[k.name] = store_gen;
             k.pid = spawn(k.args, rd.log(k.name));
           } else {
             k.done = true;
@@ -204,7 +414,8 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
               failed = true;
               std::fprintf(stderr, "\npaco_train: %s failed (%s %d), see %s\n", k.name.c_str(),
                            WIFSIGNALED(st) ? "signal" : "exit",
-                           WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), rd.log(k.name).c_str());
+                           WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
+                           rd.log(k.name).c_str());
             }
           }
         }
@@ -223,7 +434,8 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
       if (std::isnan(loss))
         std::snprintf(b, sizeof b, "%s%s r0 -", p ? " | " : "", g.path_name(p).c_str());
       else
-        std::snprintf(b, sizeof b, "%s%s r%ld %.2f", p ? " | " : "", g.path_name(p).c_str(), r, loss);
+        std::snprintf(b, sizeof b, "%s%s r%ld %.2f", p ? " | " : "", g.path_name(p).c_str(), r,
+                      loss);
       text += b;
     }
     for (auto& [w, j] : rec) done_rounds += j["round"].get<long>() + 1;
@@ -234,10 +446,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
     bool all = true;
     for (auto& k : kids) all &= k.done;
     if (all) break;
-    if (failed) {
-      for (auto& k : kids)
-        if (!k.done) kill(k.pid, SIGTERM);
-    }
+    if (failed) stop_all(std::chrono::milliseconds(5000));
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
   bar.finish();
@@ -245,14 +454,15 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
     std::fprintf(stderr, "paco_train: a process failed; see the logs in %s\n", rd.dir.c_str());
     return 3;
   }
-  const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  const double train_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
 
   // ---- evaluation: every path on the validation documents routed to it ----
   std::printf("paco_train: evaluating every path on its routed validation documents...\n");
   nn::gpt model(cfg.model);
   auto lv = levels_of(model, cfg);
   path::module_store<outer::nesterov> store(module_table(g, lv), outer_of(cfg));
-  if (auto s = load_store(rd, store); !s)
+  if (auto s = load_store(cfg, rd, store); !s)
     return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
   auto val_route = (*routing)["val_route"].get<std::vector<int>>();
   // The one scorer (route/evaluate.hpp): every figure below gives every token the same context.
@@ -300,7 +510,8 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   for (auto& [w, j] : rec) bytes += j["bytes_sent"].get<double>();
   const std::size_t P = model.param_count();
   const long steps = long(cfg.dipaco.rounds) * cfg.dipaco.inner_steps;
-  const double dp = double(steps) * 2.0 * (g.workers - 1) / std::max(g.workers, 1) * double(P) * 4.0;
+  const double dp =
+      double(steps) * 2.0 * (g.workers - 1) / std::max(g.workers, 1) * double(P) * 4.0;
   const std::string png = plot_curves(rd, g);
 
   // What fp32 pushes of the same rounds would have sent (request header + 4 bytes per float).
@@ -332,20 +543,23 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   std::printf("(scorer %s; routed: each document by its first %d bytes, scored on the rest",
               rule.name().c_str(), cfg.dipaco.prefix);
   if (rerouted.tokens)
-    std::printf("; re-routed/%zu: the same bytes, each chunk of %zu scored by the path that best "
-                "predicted the previous one", W, W);
+    std::printf(
+        "; re-routed/%zu: the same bytes, each chunk of %zu scored by the path that best "
+        "predicted the previous one",
+        W, W);
   std::printf(")\n");
-  std::printf("\nper-path model %.2fM parameters, %d modules of %.2fM; %ld inner steps per worker; "
-              "%.0f s in all\n",
-              P / 1e6, g.modules, lv[0].size / 1e6, steps, train_s);
-  std::printf("codec %s%s: bytes sent per worker %.3f MB (payloads and request headers, as "
-              "sent); fp32 pushes would send %.2f MB (%.2fx more)\n",
-              comp.name().c_str(),
-              comp.spec.kind == compress::codec_kind::identity ? ""
-              : comp.spec.error_feedback                       ? " with error feedback"
-                                                               : " without error feedback",
-              bytes / g.workers / 1e6, fp32_bytes / g.workers / 1e6,
-              fp32_bytes / std::max(bytes, 1.0));
+  std::printf(
+      "\nper-path model %.2fM parameters, %d modules of %.2fM; %ld inner steps per worker; "
+      "%.0f s in all\n",
+      P / 1e6, g.modules, lv[0].size / 1e6, steps, train_s);
+  std::printf(
+      "codec %s%s: bytes sent per worker %.3f MB (payloads and request headers, as "
+      "sent); fp32 pushes would send %.2f MB (%.2fx more)\n",
+      comp.name().c_str(),
+      comp.spec.kind == compress::codec_kind::identity ? ""
+      : comp.spec.error_feedback                       ? " with error feedback"
+                                                       : " without error feedback",
+      bytes / g.workers / 1e6, fp32_bytes / g.workers / 1e6, fp32_bytes / std::max(bytes, 1.0));
   std::printf("a data-parallel run of the same steps would send %.1f MB per worker (%.0fx more)\n",
               dp / 1e6, dp / std::max(bytes / g.workers, 1.0));
   std::printf("loss curves: %s; store checkpoint: %s\n", png.c_str(), rd.store().c_str());

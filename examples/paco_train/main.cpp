@@ -4,8 +4,8 @@
 //
 //   paco_train --config examples/configs/lm_brown.toml [--set train.steps=300] [--resume]
 #include <chrono>
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -51,12 +51,16 @@ int main(int argc, char** argv) {
   CLI::App app{"paco_train: train paco's byte-level GPT on the Brown corpus"};
   std::string config_path;
   std::vector<std::string> overrides;
-  bool resume = false;
+  bool resume = false, fresh = false;
   std::string role = "launcher", run_dir;
   int worker = 0;
   app.add_option("--config,-c", config_path, "TOML config (examples/configs/*.toml)");
   app.add_option("--set", overrides, "override a setting: section.key=value (repeatable)");
-  app.add_flag("--resume", resume, "continue from the checkpoint in output.dir if there is one");
+  app.add_flag("--resume", resume,
+               "continue from the checkpoints in output.dir (dipaco jobs: every checkpoint is "
+               "verified; a missing or damaged one is an error)");
+  app.add_flag("--fresh", fresh,
+               "dipaco jobs: delete a previous run in the run directory and start over");
   app.add_option("--role", role, "dipaco jobs: launcher (default), prepare, store or worker")
       ->check(CLI::IsMember({"launcher", "prepare", "store", "worker"}));
   app.add_option("--worker", worker, "dipaco jobs, --role worker: this worker's id (1 … workers)");
@@ -82,7 +86,7 @@ int main(int argc, char** argv) {
         std::printf("paco_train: prepared %s\n", rd.dir.c_str());
         return 0;
       }
-      return paco_train::run_launcher(cfg, rd, config_path, overrides, resume);
+      return paco_train::run_launcher(cfg, rd, config_path, overrides, resume, fresh);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "paco_train (%s): %s\n", role.c_str(), e.what());
       return 2;
@@ -154,8 +158,8 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  optim::adamw opt{.lr = tc.lr, .beta1 = tc.beta1, .beta2 = tc.beta2,
-                   .weight_decay = tc.weight_decay};
+  optim::adamw opt{
+      .lr = tc.lr, .beta1 = tc.beta1, .beta2 = tc.beta2, .weight_decay = tc.weight_decay};
   io::batch_sampler sampler(train_s, B, T, std::uint64_t(tc.seed) * 7919 + std::uint64_t(step));
   std::vector<std::int32_t> x(std::size_t(B) * T), y(x.size());
 
@@ -179,8 +183,8 @@ int main(int argc, char** argv) {
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   };
-  optim::warmup_cosine sched{.lr = tc.lr, .min_lr = tc.min_lr, .warmup = tc.warmup,
-                             .total = std::max(tc.steps, 1L)};
+  optim::warmup_cosine sched{
+      .lr = tc.lr, .min_lr = tc.min_lr, .warmup = tc.warmup, .total = std::max(tc.steps, 1L)};
   io::progress bar(timed ? "train (s)" : "train", timed ? long(tc.budget_s) : tc.steps);
   double val_bpb = NAN, last_loss = NAN, loss_ema = NAN;
   long tokens = 0;
@@ -200,16 +204,18 @@ int main(int argc, char** argv) {
       std::ostringstream meta;
       meta << "{\"d\":" << cfg.model.d << ",\"layers\":" << cfg.model.layers
            << ",\"heads\":" << cfg.model.heads << ",\"ctx\":" << cfg.model.ctx << "}";
-      if (auto s = io::save_checkpoint(ckpt, model.tensors(), a, step, {{"model", meta.str()}});
-          !s)
+      if (auto s = io::save_checkpoint(ckpt, model.tensors(), a, step, {{"model", meta.str()}}); !s)
         std::fprintf(stderr, "\npaco_train: warning: %s\n", s.error().what().c_str());
     }
-    metrics->write({{"step", step}, {"loss", last_loss}, {"lr", lr},
+    metrics->write({{"step", step},
+                    {"loss", last_loss},
+                    {"lr", lr},
                     {"val_bpb", std::isnan(val_bpb) ? nlohmann::json() : nlohmann::json(val_bpb)},
                     {"elapsed_s", el}});
     char text[160];
-    std::snprintf(text, sizeof text, "step %ld loss %.3f (%.2f bpb) val %.3f bpb lr %.1e %.0f tok/s",
-                  step, loss_ema, loss_ema / ln2, val_bpb, lr, tokens / std::max(el, 1e-9));
+    std::snprintf(text, sizeof text,
+                  "step %ld loss %.3f (%.2f bpb) val %.3f bpb lr %.1e %.0f tok/s", step, loss_ema,
+                  loss_ema / ln2, val_bpb, lr, tokens / std::max(el, 1e-9));
     bar.update(timed ? std::min(long(el), long(tc.budget_s)) : step, text);
   }
   bar.finish();
@@ -224,14 +230,17 @@ int main(int argc, char** argv) {
   std::printf("\n");
   std::printf("| %-32s | %-28s |\n", "result", "value");
   std::printf("|%s|%s|\n", std::string(34, '-').c_str(), std::string(30, '-').c_str());
-  auto row = [](const char* k, const std::string& v) { std::printf("| %-32s | %-28s |\n", k, v.c_str()); };
+  auto row = [](const char* k, const std::string& v) {
+    std::printf("| %-32s | %-28s |\n", k, v.c_str());
+  };
   auto num = [](const char* fmt, double v) {
     char b[64];
     std::snprintf(b, sizeof b, fmt, v);
     return std::string(b);
   };
   row("model", num("GPT %.2fM parameters", model.param_count() / 1e6));
-  row("steps x batch x ctx", std::to_string(step) + " x " + std::to_string(B) + " x " + std::to_string(T));
+  row("steps x batch x ctx",
+      std::to_string(step) + " x " + std::to_string(B) + " x " + std::to_string(T));
   row("training time", num("%.1f s", train_s_elapsed));
   row("throughput", num("%.0f tokens/s", tokens / train_s_elapsed));
   row("final train loss (EMA)", num("%.3f bits/byte", loss_ema / ln2));

@@ -3,6 +3,9 @@
 // dies mid-run is left out while the others finish.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <functional>
+#include <limits>
 #include <thread>
 
 #include "paco/net/inproc.hpp"
@@ -24,7 +27,8 @@ TEST_CASE("DiPaCo 2x2 over the store service equals the in-process run bit for b
 
 TEST_CASE("a worker that dies is left out of the round; the others finish", "[dipaco][service]") {
   auto world = net::inproc::world(4);  // store + 3 DiLoCo workers on one module of 8 floats
-  path::module_store<outer::sgd> store({{0, 8, 3}}, outer::sgd{.lr = 1.0f}, {.weight_by_shard = false});
+  path::module_store<outer::sgd> store({{0, 8, 3}}, outer::sgd{.lr = 1.0f},
+                                       {.weight_by_shard = false});
   store.set(0, std::vector<float>(8, 1.0f));
   sync::store_server server(world[0], store, {{1, {0}}, {2, {0}}, {3, {0}}},
                             {.round_timeout = std::chrono::milliseconds(20000)});
@@ -63,14 +67,17 @@ TEST_CASE("a worker that dies is left out of the round; the others finish", "[di
   for (float v : theta) REQUIRE(v == Approx(-2.5f));
 }
 
-TEST_CASE("star links: a worker that dies and reconnects rejoins the next round", "[dipaco][service]") {
+TEST_CASE("star links: a worker that dies and reconnects rejoins the next round",
+          "[dipaco][service]") {
   // Two workers, each on its own two-rank link to the store (store = rank 0 of each link).
-  path::module_store<outer::sgd> store({{0, 4, 2}}, outer::sgd{.lr = 1.0f}, {.weight_by_shard = false});
+  path::module_store<outer::sgd> store({{0, 4, 2}}, outer::sgd{.lr = 1.0f},
+                                       {.weight_by_shard = false});
   store.set(0, std::vector<float>(4, 0.0f));
   auto l1 = net::inproc::world(2), l2 = net::inproc::world(2);
   using link = sync::worker_link<net::inproc>;
   sync::store_server server(std::map<int, link>{{1, {&l1[0], 1}}, {2, {&l2[0], 1}}}, store,
-                            {{1, {0}}, {2, {0}}}, {.round_timeout = std::chrono::milliseconds(20000)});
+                            {{1, {0}}, {2, {0}}},
+                            {.round_timeout = std::chrono::milliseconds(20000)});
   server.expect_rejoins(true);
   std::thread st([&] { server.serve(); });
   auto round_trip = [&](net::inproc& end, int w, float d) -> status {
@@ -113,4 +120,149 @@ TEST_CASE("star links: a worker that dies and reconnects rejoins the next round"
   store.pull(0, th);
   // θ = 0 − mean(1,3) − 2 − mean(1,5) = −7
   for (float v : th) REQUIRE(v == Approx(-7.0f));
+}
+
+TEST_CASE("a partner that dies after its push does not close the round before the live partner's",
+          "[dipaco][service]") {
+  auto world = net::inproc::world(3);  // store + 2 workers through one module of 4 floats
+  path::module_store<outer::sgd> store({{0, 4, 2}}, outer::sgd{.lr = 1.0f},
+                                       {.weight_by_shard = false});
+  store.set(0, std::vector<float>(4, 1.0f));
+  sync::store_server server(world[0], store, {{1, {0}}, {2, {0}}},
+                            {.round_timeout = std::chrono::milliseconds(20000)});
+  std::thread st([&] { server.serve(); });
+  status s1, s2;
+  std::thread t1([&] {
+    sync::store_client c(world[1], sync::store_layout{{0}}, 1);
+    std::vector<float> theta(4);
+    auto got = c.pull(0, theta);
+    if (!got) return void(s1 = got.error());
+    s1 = c.push(0, 1, got->round, std::vector<float>(4, 1.0f), 1.0);
+    world[1].close();  // worker 1 dies right after its push
+  });
+  std::thread t2([&] {
+    sync::store_client c(world[2], sync::store_layout{{0}}, 2);
+    std::vector<float> theta(4);
+    auto got = c.pull(0, theta);
+    if (!got) return void(s2 = got.error());
+    t1.join();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the store saw the death
+    s2 = c.push(0, 2, got->round, std::vector<float>(4, 3.0f), 1.0);
+    if (s2) s2 = c.wait_closed(0, got->round, net::after(std::chrono::seconds(20)));
+    c.bye();
+  });
+  t2.join();
+  st.join();
+  REQUIRE(s1.ok());
+  REQUIRE(s2.ok());  // the on-time push of the live partner was taken
+  REQUIRE(server.ontime_refused() == 0);
+  auto h = server.history();
+  REQUIRE(h.size() == 1);
+  REQUIRE(h[0].arrived == 2);  // the dead worker's push was kept
+  REQUIRE_FALSE(h[0].by_deadline);
+  std::vector<float> theta(4);
+  store.pull(0, theta);
+  for (float v : theta) REQUIRE(v == Approx(1.0f - 2.0f));  // θ − mean(1, 3)
+}
+
+TEST_CASE("a rejoining worker pulls its path at one round although a module of it lagged",
+          "[dipaco][service]") {
+  // Module 0 is shared by workers 1 and 2; module 1 is worker 1's own, module 2 worker 2's.
+  path::module_store<outer::sgd> store({{0, 4, 2}, {1, 4, 1}, {2, 4, 1}}, outer::sgd{.lr = 1.0f},
+                                       {.weight_by_shard = false});
+  for (int m = 0; m < 3; ++m) store.set(m, std::vector<float>(4, 0.0f));
+  auto l1 = net::inproc::world(2), l2 = net::inproc::world(2);
+  using link = sync::worker_link<net::inproc>;
+  sync::store_server server(std::map<int, link>{{1, {&l1[0], 1}}, {2, {&l2[0], 1}}}, store,
+                            {{1, {0, 1}}, {2, {0, 2}}},
+                            {.round_timeout = std::chrono::milliseconds(20000)});
+  server.expect_rejoins(true);
+  std::thread st([&] { server.serve(); });
+  struct stop_at_exit {  // a failed REQUIRE must not leave the serving thread running
+    std::function<void()> f;
+    ~stop_at_exit() { f(); }
+  } stopper{[&] {
+    server.stop();
+    if (st.joinable()) st.join();
+  }};
+  auto round_trip = [&](net::inproc& end, int w, std::vector<int> mods, long* at) -> status {
+    sync::store_client c(std::map<int, link>{{0, {&end, 0}}}, sync::store_layout{{0}}, w);
+    if (auto s = c.hello(); !s) return s;
+    std::vector<float> th(4);
+    std::vector<long> rounds;
+    for (int m : mods) {
+      auto got = c.pull(m, th);
+      if (!got) return got.error();
+      rounds.push_back(got->round);
+    }
+    if (rounds.front() != rounds.back())
+      return {errc::mismatch, "modules at rounds " + std::to_string(rounds.front()) + " and " +
+                                  std::to_string(rounds.back())};
+    if (at) *at = rounds.front();
+    for (int m : mods)
+      if (auto s = c.push(m, w, rounds.front(), std::vector<float>(4, 1.0f), 1.0); !s) return s;
+    for (int m : mods)
+      if (auto s = c.wait_closed(m, rounds.front(), net::after(std::chrono::seconds(20))); !s)
+        return s;
+    return {};
+  };
+  status a, b;
+  std::thread t1([&] { a = round_trip(l1[1], 1, {0, 1}, nullptr); });
+  std::thread t2([&] { b = round_trip(l2[1], 2, {0, 2}, nullptr); });
+  t1.join();
+  t2.join();
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  l2[1].close();  // worker 2 dies; module 2 has no live worker and stays at round 1
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (int r = 1; r <= 3; ++r) REQUIRE(round_trip(l1[1], 1, {0, 1}, nullptr).ok());
+  REQUIRE(store.round(0) == 4);
+  REQUIRE(store.round(2) == 1);
+  // Worker 2 restarts: its modules sit at rounds 4 and 1; it must still pull one round.
+  auto l2b = net::inproc::world(2);
+  server.attach(2, {&l2b[0], 1});
+  long joined = -1;
+  std::thread t3([&] { a = round_trip(l1[1], 1, {0, 1}, nullptr); });
+  std::thread t4([&] { b = round_trip(l2b[1], 2, {0, 2}, &joined); });
+  t3.join();
+  t4.join();
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  REQUIRE(joined == 4);
+  stopper.f();
+  REQUIRE(store.round(0) == 5);
+  REQUIRE(store.round(2) == 5);
+  REQUIRE(server.ontime_refused() == 0);
+  // Round 4 of module 0 took both pushes: the rejoined worker was not left out.
+  int both = 0;
+  for (auto& h : server.history())
+    if (h.module == 0 && h.round == 4) both = h.arrived;
+  REQUIRE(both == 2);
+}
+
+TEST_CASE("module_store refuses pushes with a NaN, zero, negative or absurd shard weight",
+          "[dipaco][service]") {
+  path::module_store<outer::sgd> store({{0, 4, 2}}, outer::sgd{.lr = 1.0f});
+  store.set(0, std::vector<float>(4, 1.0f));
+  const std::vector<float> d(4, 1.0f);
+  for (double w : {std::nan(""), 0.0, -1.0, 1e300, std::numeric_limits<double>::infinity(),
+                   path::max_push_weight * 2}) {
+    INFO("weight " << w);
+    auto s = store.push(0, 1, 0, d, w);
+    REQUIRE_FALSE(s.ok());
+    REQUIRE(s.error().code == errc::invalid_argument);
+    REQUIRE(store.pushed(0) == 0);
+  }
+  REQUIRE(store.push(0, 1, 1, d, 1.0).error().code == errc::mismatch);  // round out of range
+  REQUIRE(store.push(0, 1, -1, d, 1.0).error().code == errc::mismatch);
+  REQUIRE(store.push(5, 1, 0, d, 1.0).error().code == errc::invalid_argument);  // no module 5
+  REQUIRE(store.push(-1, 1, 0, d, 1.0).error().code == errc::invalid_argument);
+  REQUIRE(store.push(0, 1, 0, std::vector<float>(3, 1.0f), 1.0).error().code ==
+          errc::invalid_argument);
+  REQUIRE(store.push(0, 1, 0, d, 1.0).ok());
+  REQUIRE(store.push(0, 2, 0, d, 1e6).ok());
+  store.close(0);
+  std::vector<float> theta(4);
+  store.pull(0, theta);
+  for (float v : theta) REQUIRE(std::isfinite(v));
 }

@@ -211,3 +211,53 @@ TEST_CASE("checkpoints restore parameters, optimizer state and step", "[io][chec
   REQUIRE(mism.error().code == errc::mismatch);
   fs::remove_all(d);
 }
+
+TEST_CASE("safetensors files paco writes carry a checksum of tensors and metadata",
+          "[io][safetensors]") {
+  auto d = temp_dir("sum");
+  std::vector<float> a = {1, 2, 3, 4, 5, 6};
+  REQUIRE(
+      io::save_safetensors(d / "t.safetensors", {{"a", {2, 3}, a.data()}}, {{"rounds", "[4,4]"}})
+          .ok());
+  auto f = io::load_safetensors(d / "t.safetensors");
+  REQUIRE(f.ok());
+  REQUIRE(f->metadata.at(io::checksum_key).size() == 16);
+  const std::string good = read(d / "t.safetensors");
+  auto expect_bad = [&](std::string content, const char* what) {
+    write(d / "bad.safetensors", content);
+    auto r = io::load_safetensors(d / "bad.safetensors");
+    INFO(what);
+    REQUIRE(!r.ok());
+    REQUIRE(r.error().code == errc::corrupt);
+    REQUIRE(r.error().message.find("bad.safetensors") != std::string::npos);
+  };
+  std::string flipped = good;
+  flipped[flipped.size() - 3] ^= 1;  // one bit of a tensor
+  expect_bad(flipped, "a flipped tensor bit");
+  std::string edited = good;
+  edited[edited.find("[4,4]") + 3] = '3';  // one digit of the metadata
+  expect_bad(edited, "an edited metadata value");
+  // A file without a checksum (another tool's) is read; a paco checkpoint must have one.
+  nn::gpt m({.vocab = 16, .ctx = 8, .d = 8, .layers = 1, .heads = 2});
+  arena<host> x(m.layout());
+  m.init(x, 1);
+  REQUIRE(
+      io::save_checkpoint(d / "c.safetensors", m.tensors(), x, 3, {{"config", "a=1 b=2"}}).ok());
+  std::string ck = read(d / "c.safetensors");
+  const auto at = ck.find(io::checksum_key);
+  REQUIRE(at != std::string::npos);
+  ck[at] = 'q';  // the key renamed: the checksum is gone, the length unchanged
+  write(d / "c2.safetensors", ck);
+  REQUIRE(io::load_safetensors(d / "c2.safetensors").ok());
+  arena<host> y(m.layout());
+  auto r = io::load_checkpoint(d / "c2.safetensors", m.tensors(), y);
+  REQUIRE(!r.ok());
+  REQUIRE(r.error().code == errc::corrupt);
+  auto info = io::load_checkpoint(d / "c.safetensors", m.tensors(), y);
+  REQUIRE(info.ok());
+  REQUIRE(io::check_config(d / "c.safetensors", info->metadata, "a=1 b=2").ok());
+  auto mm = io::check_config(d / "c.safetensors", info->metadata, "a=1 b=3");
+  REQUIRE(mm.error().code == errc::mismatch);
+  REQUIRE(mm.error().message.find("b = 2, this run has 3") != std::string::npos);
+  fs::remove_all(d);
+}

@@ -6,7 +6,6 @@
 // Trials: PACO_FAULT_TRIALS (default 3; docs/results.md records a 20-trial run).
 #include <catch2/catch.hpp>
 
-#include <dirent.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -23,35 +22,19 @@
 #include "paco/core/hash.hpp"
 #include "paco/core/rng.hpp"
 #include "paco/io/safetensors.hpp"
+#include "paco/testing/processes.hpp"
 
 extern char** environ;
 namespace fs = std::filesystem;
 
+using paco::testing::slurp;
+
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// The pid of the process whose command line holds every one of `needles`.
+// The pid of the process whose command line holds every one of `needles` (-1: none).
 pid_t find_process(const std::vector<std::string>& needles) {
-  DIR* d = opendir("/proc");
-  pid_t found = -1;
-  while (dirent* e = readdir(d)) {
-    const pid_t pid = std::atoi(e->d_name);
-    if (pid <= 0) continue;
-    std::string cmd = slurp(fs::path("/proc") / e->d_name / "cmdline");
-    for (auto& c : cmd)
-      if (c == '\0') c = ' ';
-    bool all = true;
-    for (auto& n : needles) all &= cmd.find(n) != std::string::npos;
-    if (all) found = pid;
-  }
-  closedir(d);
-  return found;
+  auto p = paco::testing::find_processes(needles);
+  return p.empty() ? -1 : p.back();
 }
 
 }  // namespace
@@ -71,12 +54,12 @@ TEST_CASE("DiPaCo over TCP survives a worker killed at a random point", "[multip
     fs::create_directories(dir);
     const int rounds = 10;
     std::vector<std::string> args = {
-        bin.string(), "-c", cfg.string(), "--set", "output.dir=" + dir.string(),
-        "--set", "model.d=32", "--set", "model.layers=2", "--set", "model.heads=2",
-        "--set", "model.ctx=64", "--set", "train.batch=4", "--set", "train.threads=1",
-        "--set", "dipaco.rounds=" + std::to_string(rounds), "--set", "dipaco.inner_steps=60",
-        "--set", "dipaco.pretrain_steps=5", "--set", "launch.peer_timeout_s=1",
-        "--set", "launch.round_timeout_s=30", "--set", "train.warmup=2",
+        bin.string(), "-c", cfg.string(), "--set", "output.dir=" + dir.string(), "--set",
+        "model.d=32", "--set", "model.layers=2", "--set", "model.heads=2", "--set", "model.ctx=64",
+        "--set", "train.batch=4", "--set", "train.threads=1", "--set",
+        "dipaco.rounds=" + std::to_string(rounds), "--set", "dipaco.inner_steps=60", "--set",
+        "dipaco.pretrain_steps=5", "--set", "launch.peer_timeout_s=1", "--set",
+        "launch.round_timeout_s=30", "--set", "train.warmup=2",
         // The first trial also evaluates with re-routing every 32 bytes; the rest skip it.
         "--set", trial == 0 ? "dipaco.reroute_every=32" : "dipaco.reroute_every=0"};
     std::vector<char*> argv;
@@ -96,12 +79,14 @@ TEST_CASE("DiPaCo over TCP survives a worker killed at a random point", "[multip
     const auto t0 = std::chrono::steady_clock::now();
     while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
       bool any = false;
-      for (int w = 1; w <= 4; ++w) any |= fs::exists(dir / ("worker-" + std::to_string(w) + ".jsonl"));
+      for (int w = 1; w <= 4; ++w)
+        any |= fs::exists(dir / ("worker-" + std::to_string(w) + ".jsonl"));
       if (any) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(r.below(400)));
-    const pid_t pid = find_process({"--role worker", "--worker " + std::to_string(victim), dir.string()});
+    const pid_t pid =
+        find_process({"--role worker", "--worker " + std::to_string(victim), dir.string()});
     INFO("trial " << trial << ": killing worker " << victim << " (pid " << pid << ")");
     REQUIRE(pid > 0);
     REQUIRE(::kill(pid, SIGKILL) == 0);
@@ -109,9 +94,10 @@ TEST_CASE("DiPaCo over TCP survives a worker killed at a random point", "[multip
     const auto t_kill = std::chrono::steady_clock::now();
     int st = 0;
     REQUIRE(waitpid(launcher, &st, 0) == launcher);
-    std::printf("[fault] trial %d: killed worker %d %.1f s into the run; the run ended %.1f s later\n",
-                trial, victim, std::chrono::duration<double>(t_kill - t0).count(),
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_kill).count());
+    std::printf(
+        "[fault] trial %d: killed worker %d %.1f s into the run; the run ended %.1f s later\n",
+        trial, victim, std::chrono::duration<double>(t_kill - t0).count(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_kill).count());
     const std::string text = slurp(out);
     INFO(text);
     REQUIRE(WIFEXITED(st));
@@ -123,9 +109,11 @@ TEST_CASE("DiPaCo over TCP survives a worker killed at a random point", "[multip
     // Every module's checkpointed θ hashes to the hash announced at its last close, and every
     // module reached the last round.
     const std::string log = slurp(dir / "store.log");
-    std::regex close_re(R"(module (\d+) round (\d+) closed with (\d+)/(\d+) pushes.*hash ([0-9a-f]{16}))");
+    std::regex close_re(
+        R"(module (\d+) round (\d+) closed with (\d+)/(\d+) pushes.*hash ([0-9a-f]{16}))");
     std::map<int, std::pair<long, std::string>> last;
-    for (auto it = std::sregex_iterator(log.begin(), log.end(), close_re); it != std::sregex_iterator(); ++it) {
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), close_re);
+         it != std::sregex_iterator(); ++it) {
       const auto& m = *it;
       last[std::stoi(m[1])] = {std::stol(m[2]), m[5]};
       if (std::stoi(m[3]) < std::stoi(m[4])) ++excluded_rounds;
@@ -144,8 +132,9 @@ TEST_CASE("DiPaCo over TCP survives a worker killed at a random point", "[multip
     ++passed;
     if (!std::getenv("PACO_FAULT_KEEP")) fs::remove_all(dir);
   }
-  std::printf("[fault] %d of %d randomized kill trials finished with verified module hashes; "
-              "%d module rounds closed without the killed worker\n",
-              passed, trials, excluded_rounds);
+  std::printf(
+      "[fault] %d of %d randomized kill trials finished with verified module hashes; "
+      "%d module rounds closed without the killed worker\n",
+      passed, trials, excluded_rounds);
   REQUIRE(passed == trials);
 }

@@ -30,7 +30,8 @@ inline status save_checkpoint(const std::filesystem::path& path,
     const plane p = static_cast<plane>(pi);
     if (p == plane::grad || !a.has(p)) continue;
     const float* base = a.get(p).data();
-    for (auto& t : tensors) refs.push_back({plane_tensor_name(p, t.name), t.shape, base + t.offset});
+    for (auto& t : tensors)
+      refs.push_back({plane_tensor_name(p, t.name), t.shape, base + t.offset});
   }
   metadata["format"] = checkpoint_format;
   metadata["step"] = std::to_string(step);
@@ -43,12 +44,17 @@ struct checkpoint_info {
 };
 
 // Loads a checkpoint into `a`. Every parameter tensor must be present with its shape; other
-// planes are restored when the file has them. Errors name the missing or mismatched tensor.
+// planes are restored when the file has them. Errors name the file and the problem: missing,
+// truncated or malformed (load_safetensors), no checksum or a checksum that disagrees with the
+// content (corrupt), a missing or mismatched tensor.
 inline result<checkpoint_info> load_checkpoint(const std::filesystem::path& path,
                                                const std::vector<named_tensor>& tensors,
                                                arena<host>& a) {
   auto f = load_safetensors(path);
   if (!f) return f.error();
+  if (!f->metadata.count(checksum_key))
+    return error(errc::corrupt, "checkpoint '" + path.string() +
+                                    "' carries no checksum (not written by this paco, or edited)");
   auto fmt = f->metadata.find("format");
   if (fmt == f->metadata.end() || fmt->second != checkpoint_format)
     return error(errc::version, "'" + path.string() + "' is not a " + checkpoint_format + " file");
@@ -78,6 +84,41 @@ inline result<checkpoint_info> load_checkpoint(const std::filesystem::path& path
     return error(errc::corrupt, "checkpoint '" + path.string() + "' has no valid step");
   }
   return info;
+}
+
+// Checks that the configuration a file recorded (metadata "config": space-separated key=value
+// items) equals `expected`. Errors: mismatch naming the file and the first item that differs,
+// corrupt if the file recorded none.
+inline status check_config(const std::filesystem::path& path,
+                           const std::map<std::string, std::string>& metadata,
+                           const std::string& expected) {
+  auto it = metadata.find("config");
+  if (it == metadata.end())
+    return {errc::corrupt, "'" + path.string() + "' records no configuration"};
+  if (it->second == expected) return {};
+  auto items = [](const std::string& s) {
+    std::map<std::string, std::string> m;
+    std::size_t i = 0;
+    while (i < s.size()) {
+      std::size_t e = s.find(' ', i);
+      if (e == std::string::npos) e = s.size();
+      const std::string kv = s.substr(i, e - i);
+      const std::size_t q = kv.find('=');
+      m[kv.substr(0, q)] = q == std::string::npos ? "" : kv.substr(q + 1);
+      i = e + 1;
+    }
+    return m;
+  };
+  const auto got = items(it->second), want = items(expected);
+  for (auto& [k, v] : want) {
+    auto g = got.find(k);
+    const std::string was = g == got.end() ? "(absent)" : g->second;
+    if (was != v)
+      return {errc::mismatch, "'" + path.string() + "' was written with " + k + " = " + was +
+                                  ", this run has " + v};
+  }
+  return {errc::mismatch,
+          "'" + path.string() + "' was written with another configuration (" + it->second + ")"};
 }
 
 }  // namespace paco::io

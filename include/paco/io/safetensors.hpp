@@ -2,7 +2,10 @@
 // safetensors: the Hugging Face tensor file format (8-byte little-endian header length, a JSON
 // header {name: {dtype, shape, data_offsets}, "__metadata__": {str: str}}, then the raw data).
 // paco writes F32 tensors atomically and reads F32/F64 with full validation: every malformed
-// file is an error naming the problem, never an out-of-bounds read.
+// file is an error naming the problem, never an out-of-bounds read. Every file paco writes
+// carries a checksum of its tensors and metadata (metadata key "paco.checksum"); a file that
+// has one is verified when read, so a corrupt tensor or an edited metadata value is an error
+// (files from other tools have none and are read as they are).
 
 #include <algorithm>
 #include <cstdint>
@@ -11,11 +14,13 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "paco/core/error.hpp"
+#include "paco/core/hash.hpp"
 #include "paco/io/atomic_file.hpp"
 
 namespace paco::io {
@@ -39,13 +44,47 @@ struct safetensors_file {
 };
 
 inline constexpr std::uint64_t safetensors_max_header = 100u << 20;  // 100 MiB
+inline constexpr const char* checksum_key = "paco.checksum";
+
+namespace detail {
+// hash64 chained over every tensor in name order (name, shape, float32 bytes), then every
+// metadata entry but the checksum in key order; 16 hex digits.
+template <class Tensors>
+std::string content_checksum(const Tensors& by_name,
+                             const std::map<std::string, std::string>& metadata) {
+  std::uint64_t h = 0x70616365u;
+  for (auto& [name, t] : by_name) {
+    const auto& [shape, data, n] = t;
+    h = hash64(name.data(), name.size(), h);
+    for (std::uint64_t d : *shape) h = hash64(&d, sizeof d, h);
+    h = hash64(data, n * sizeof(float), h);
+  }
+  for (auto& [k, v] : metadata)
+    if (k != checksum_key) h = hash64(v.data(), v.size(), hash64(k.data(), k.size(), h));
+  char hex[17];
+  for (int i = 0; i < 16; ++i) hex[i] = "0123456789abcdef"[(h >> (60 - 4 * i)) & 15];
+  hex[16] = 0;
+  return hex;
+}
+using checksum_entry = std::tuple<const std::vector<std::size_t>*, const float*, std::size_t>;
+}  // namespace detail
 
 // Writes tensors + metadata to path atomically. Requires: distinct names, non-null data.
+// Ensures: the metadata gains checksum_key, the checksum of the tensors and the metadata.
 inline status save_safetensors(const std::filesystem::path& path,
                                const std::vector<tensor_ref>& tensors,
-                               const std::map<std::string, std::string>& metadata = {}) {
+                               std::map<std::string, std::string> metadata = {}) {
   nlohmann::ordered_json h = nlohmann::ordered_json::object();
-  if (!metadata.empty()) h["__metadata__"] = metadata;
+  {
+    std::map<std::string, detail::checksum_entry> by_name;
+    for (auto& t : tensors) {
+      std::size_t n = 1;
+      for (auto d : t.shape) n *= d;
+      by_name[t.name] = {&t.shape, t.data, n};
+    }
+    metadata[checksum_key] = detail::content_checksum(by_name, metadata);
+  }
+  h["__metadata__"] = metadata;
   std::uint64_t off = 0;
   for (auto& t : tensors) {
     if (h.contains(t.name)) return {errc::invalid_argument, "duplicate tensor name " + t.name};
@@ -126,8 +165,7 @@ inline result<safetensors_file> load_safetensors(const std::filesystem::path& pa
       if (n > data_size) return bad("tensor '" + name + "' is larger than the file");
     }
     const auto& o = e["data_offsets"];
-    if (!o.is_array() || o.size() != 2 || !o[0].is_number_unsigned() ||
-        !o[1].is_number_unsigned())
+    if (!o.is_array() || o.size() != 2 || !o[0].is_number_unsigned() || !o[1].is_number_unsigned())
       return bad("tensor '" + name + "' has malformed data_offsets");
     const std::uint64_t b = o[0].get<std::uint64_t>(), en = o[1].get<std::uint64_t>();
     if (b > en || en > data_size || en - b != n * esize)
@@ -149,6 +187,14 @@ inline result<safetensors_file> load_safetensors(const std::filesystem::path& pa
   std::sort(ranges.begin(), ranges.end());
   for (std::size_t i = 1; i < ranges.size(); ++i)
     if (ranges[i].first < ranges[i - 1].second) return bad("tensor data ranges overlap");
+  if (auto c = f.metadata.find(checksum_key); c != f.metadata.end()) {
+    std::map<std::string, detail::checksum_entry> by_name;
+    for (auto& [name, t] : f.tensors) by_name[name] = {&t.shape, t.values.data(), t.values.size()};
+    const std::string got = detail::content_checksum(by_name, f.metadata);
+    if (got != c->second)
+      return bad("checksum " + got + " of its tensors and metadata differs from the recorded " +
+                 c->second + " (the file was corrupted or edited)");
+  }
   return f;
 }
 

@@ -5,18 +5,21 @@
 // when the round closes (all expected paths pushed, or the caller decides the deadline passed)
 // the store combines what arrived (outer/delta.hpp), applies the outer optimizer, advances the
 // round and re-hashes θ_m. A late push for a closed round is refused (errc::mismatch), so a
-// slow or dead path is left out of that round, as in DiLoCo's dropout robustness.
+// slow or dead path is left out of that round, as in DiLoCo's dropout robustness. A push that
+// was accepted stays in its round even if its path dies before the round closes (valid work).
+// Every value of a push is checked before it is used: the round, the size, every element of Δ
+// and the shard weight (finite, > 0, at most max_push_weight).
 //
 // Thread-safe: pushes and pulls from several threads are serialised per module.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <deque>
+#include <map>
 #include <mutex>
 #include <span>
 #include <string>
-#include <deque>
-#include <map>
 #include <vector>
 
 #include "paco/core/buffer.hpp"
@@ -26,20 +29,26 @@
 
 namespace paco::path {
 
+// The largest shard weight a push may carry (a weight is a shard's token count; 10^15 tokens is
+// far beyond any shard, so a larger value is a corrupt or hostile frame).
+inline constexpr double max_push_weight = 1e15;
+
 struct module_info {
   int id = 0;
-  std::size_t size = 0;       // elements
-  int paths_through = 1;      // P_{l,e}: pushes expected per round
+  std::size_t size = 0;   // elements
+  int paths_through = 1;  // P_{l,e}: pushes expected per round
 };
 
 // Round outcome of one module.
 struct round_summary {
   int module = 0;
-  long round = 0;          // the round that closed
-  int arrived = 0;         // pushes combined
+  long round = 0;   // the round that closed
+  int arrived = 0;  // pushes combined
   int expected = 0;
-  double delta_norm = 0;   // ‖combined Δ‖₂
-  std::uint64_t hash = 0;  // hash of θ after the outer step
+  double delta_norm = 0;     // ‖combined Δ‖₂
+  std::uint64_t hash = 0;    // hash of θ after the outer step
+  double open_s = 0;         // seconds the round was open (set by a server that times rounds)
+  bool by_deadline = false;  // closed by its deadline rather than by every contributor
 };
 
 template <class OuterOpt>
@@ -86,10 +95,19 @@ class module_store {
     return s.hash;
   }
 
-  // Adds path `path`'s Δ_m for `round` with shard weight w. Errors: mismatch if the round is
-  // not the module's open round (late or early), or the path already pushed this round;
-  // invalid_argument for a wrong size or a non-finite Δ (never applied).
+  // Adds path `path`'s Δ_m for `round` with shard weight w. Errors: invalid_argument for a
+  // module id out of range, a wrong size, a non-finite Δ, or a weight that is not finite, not
+  // > 0 or above max_push_weight (never applied); mismatch if the round is not the module's
+  // open round (late or early), or the path already pushed this round.
   status push(int m, int path, long round, std::span<const float> delta, double w) {
+    if (m < 0 || m >= module_count())
+      return {errc::invalid_argument, "push to module " + std::to_string(m) + " of a store of " +
+                                          std::to_string(module_count()) + " modules"};
+    if (!(std::isfinite(w) && w > 0 && w <= max_push_weight))
+      return {errc::invalid_argument,
+              "push from path " + std::to_string(path) + " to module " + std::to_string(m) +
+                  " with shard weight " + std::to_string(w) +
+                  " (must be finite, > 0 and <= " + std::to_string(max_push_weight) + ")"};
     auto& s = slot(m);
     std::lock_guard lk(s.mu);
     if (round != s.round)
@@ -120,6 +138,12 @@ class module_store {
     return int(s.pushed.size());
   }
   bool complete(int m) const { return pushed(m) >= info(m).paths_through; }
+  // Whether path (or worker) `path` pushed to module m's open round.
+  bool has_pushed(int m, int path) const {
+    auto& s = slot(m);
+    std::lock_guard lk(s.mu);
+    return s.pushed.count(path) > 0;
+  }
 
   // Closes module m's open round: Δ = s·Σ w_i Δ_i / Σ w_i over what arrived, θ ← OuterOpt(θ, Δ).
   // The sum runs in ascending path order whatever order the pushes arrived in, so the result is
@@ -132,8 +156,8 @@ class module_store {
     if (!s.pushed.empty()) {
       std::vector<double> w;
       for (auto& [p, d] : s.pushed) w.push_back(d.weight);
-      const auto coeff = outer::delta_coefficients(w, s.info.paths_through,
-                                                   {.weight_by_shard = true, .rescale = delta_.rescale});
+      const auto coeff = outer::delta_coefficients(
+          w, s.info.paths_through, {.weight_by_shard = true, .rescale = delta_.rescale});
       std::fill(s.acc.begin(), s.acc.end(), 0.0f);
       std::size_t i = 0;
       for (auto& [p, d] : s.pushed) {
@@ -180,7 +204,10 @@ class module_store {
  private:
   struct slot_t {
     slot_t(module_info i, std::size_t state_n)
-        : info(i), theta(i.size), acc(i.size), state(state_n),
+        : info(i),
+          theta(i.size),
+          acc(i.size),
+          state(state_n),
           hash(hash64(theta.data(), theta.size() * sizeof(float))) {}
     module_info info;
     buffer<float> theta, acc, state;

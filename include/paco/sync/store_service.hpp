@@ -8,20 +8,29 @@
 // own codec of that module (store_server_options::codecs) before pushing it to the
 // module_store; a payload that fails to decode (checksum, header, levels, body) is refused with
 // errc::corrupt / mismatch / version in the reply, recorded in refusals(), and never applied.
-// A round of module m closes when every live worker through m pushed, or round_timeout after it
-// opened (late and dead workers are left out; a round nobody pushed to closes with θ unchanged),
-// so no round waits forever. A worker whose transport link fails is
-// marked dead; a "hello" from it later marks it alive again (it then pulls and joins).
+// A round of module m closes when every contributor is in, or round_timeout after it opened:
+// the contributors are the workers through m that are live (and take part in that round) plus
+// those that already pushed to it. A worker that dies after its push is not waited for and its
+// push is kept (it is valid work); a partner's death never closes a round before a live
+// partner's push, so an on-time push is never refused because another worker died. Late and
+// dead workers are left out; a round nobody pushed to closes with θ unchanged, so no round
+// waits forever. A worker whose transport link fails is marked dead; a "hello" (or a new link)
+// from it later marks it alive again and it joins at one round R for all its modules: a module
+// of its path that nobody else is training and that holds no push (it only closed empty rounds,
+// which leave θ and the outer state unchanged) is re-aligned to R at once by closing its empty
+// rounds, so the worker pulls a consistent path and no partner waits for it more than a round.
+// Every refused push is reported (on_refuse) with whether it was on time (it reached the store
+// within round_timeout of its round opening) or late; ontime_refused() counts the former.
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <algorithm>
-#include <atomic>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -33,7 +42,6 @@
 #include "paco/sync/store_wire.hpp"
 
 namespace paco::sync {
-
 
 // Which store rank owns module m: store_ranks[m % store_ranks.size()].
 struct store_layout {
@@ -100,6 +108,8 @@ class store_server {
   const std::vector<std::string>& refusals() const { return refusals_; }
   // Workers that said bye (done for good).
   std::size_t finished() const { return finished_.size(); }
+  // Pushes refused although they arrived within round_timeout of their round opening.
+  std::size_t ontime_refused() const { return ontime_refused_; }
 
   // Runs until stop(), or no worker is left (all said bye or died). Errors: none (failures of
   // single workers are handled by leaving them out).
@@ -180,7 +190,8 @@ class store_server {
       auto [round, hash] = store_.pull(m, buf_);
       if (!send_reply(w, {0, m, round, hash, n})) return false;
       auto& l = links_.at(w);
-      auto r = l.t->send(l.peer, data_tag, std::as_bytes(std::span<const float>(buf_)), io_deadline());
+      auto r =
+          l.t->send(l.peer, data_tag, std::as_bytes(std::span<const float>(buf_)), io_deadline());
       return !r.wait();
     }
     if (k == store_wire::kind::push) {
@@ -197,7 +208,10 @@ class store_server {
       bytes_in_ += n * sizeof(float);
       alive_.insert(w);
       auto s = store_.push(m, w, rq.round, buf_, rq.weight);
-      if (s.ok()) check_complete(m);
+      if (s.ok())
+        check_complete(m);
+      else
+        refuse_push(w, m, rq.round, s);
       return send_reply(w, {s.ok() ? 0 : s.error().code.value(), m, store_.round(m), 0, 0});
     }
     if (k == store_wire::kind::push_encoded) return push_encoded(w, rq);
@@ -216,10 +230,11 @@ class store_server {
     const std::size_t cap = o_.codecs ? (*o_.codecs)[std::size_t(m)].max_payload_bytes() : 0;
     auto& l = links_.at(w);
     if (!o_.codecs || rq.count > cap) {
-      refuse(w, m, o_.codecs ? "a payload of " + std::to_string(rq.count) +
-                                   " bytes exceeds the largest this codec sends (" +
-                                   std::to_string(cap) + ")"
-                             : std::string("this store takes fp32 pushes only (no codecs)"));
+      refuse(w, m,
+             o_.codecs
+                 ? "a payload of " + std::to_string(rq.count) +
+                       " bytes exceeds the largest this codec sends (" + std::to_string(cap) + ")"
+                 : std::string("this store takes fp32 pushes only (no codecs)"));
       const errc why = o_.codecs ? errc::too_large : errc::unsupported;
       send_reply(w, {int(why), m, store_.round(m), 0, 0});
       return false;
@@ -237,9 +252,26 @@ class store_server {
       refuse(w, m, s.error().what());
     } else {
       s = store_.push(m, w, rq.round, buf_, rq.weight);
-      if (s.ok()) check_complete(m);
+      if (s.ok())
+        check_complete(m);
+      else
+        refuse_push(w, m, rq.round, s);
     }
     return send_reply(w, {s.ok() ? 0 : s.error().code.value(), m, store_.round(m), 0, 0});
+  }
+  // A push the module store refused: on time if its round opened less than round_timeout ago
+  // (it closed early without this worker), late otherwise (or a duplicate, or early).
+  void refuse_push(int w, int m, long round, const status& s) {
+    std::string when = "late";
+    const auto it = prev_opened_.find(m);
+    if (s.error().code == errc::mismatch && round == store_.round(m) - 1 &&
+        it != prev_opened_.end() && clock::now() - it->second <= o_.round_timeout) {
+      when = "on time";
+      ++ontime_refused_;
+    } else if (round == store_.round(m)) {
+      when = "in its round";
+    }
+    refuse(w, m, "round " + std::to_string(round) + " (" + when + "): " + s.error().what());
   }
   void refuse(int w, int m, const std::string& why) {
     refusals_.push_back("push of module " + std::to_string(m) + " from worker " +
@@ -254,40 +286,53 @@ class store_server {
   }
   net::deadline io_deadline() const { return net::after(o_.io_timeout); }
 
-  // Live workers through m that take part in its open round.
-  int expected(int m) const {
-    int n = 0;
-    for (auto& [w, mods] : workers_)
-      if (alive_.count(w))
-        for (int x : mods)
-          if (x == m) {
-            auto it = active_from_.find({w, m});
-            n += it == active_from_.end() || it->second <= store_.round(m);
-          }
-    return n;
+  // Whether worker w takes part in module m's open round (it is through m and, after a rejoin,
+  // its first round has come).
+  bool takes_part(int w, int m) const {
+    const auto& mods = workers_.at(w);
+    if (std::find(mods.begin(), mods.end(), m) == mods.end()) return false;
+    auto it = active_from_.find({w, m});
+    return it == active_from_.end() || it->second <= store_.round(m);
   }
   // A worker connects. The first time it is expected from the start. After it died it rejoins
   // at round R, the first round not yet started on every one of its modules (rounds with
-  // pushes already in finish without it), so it can pull all its modules at one round.
+  // pushes already in finish without it). A module of its path below R that holds no push and
+  // that no other live worker trains is re-aligned to R by closing its empty rounds (no-ops on
+  // θ), so the worker can pull all its modules at one round.
   void join(int w) {
     alive_.insert(w);
     if (died_.count(w)) {
       long R = 0;
-      for (int m : workers_.at(w)) R = std::max(R, store_.round(m) + (store_.pushed(m) > 0 ? 1 : 0));
-      for (int m : workers_.at(w)) active_from_[{w, m}] = R;
+      for (int m : workers_.at(w))
+        R = std::max(R, store_.round(m) + (store_.pushed(m) > 0 ? 1 : 0));
+      for (int m : workers_.at(w)) {
+        bool trained = false;
+        for (auto& [v, mods] : workers_)
+          trained |= v != w && alive_.count(v) && std::count(mods.begin(), mods.end(), m);
+        while (!trained && store_.pushed(m) == 0 && store_.round(m) < R) close(m, false);
+        active_from_[{w, m}] = R;
+      }
     }
     check_complete_all();
   }
+  // Closes m's round once some push is in and every contributor (live and taking part, or
+  // already pushed) has pushed.
   void check_complete(int m) {
-    const int e = expected(m);
-    if (store_.pushed(m) > 0 && store_.pushed(m) >= e) close(m);
+    if (store_.pushed(m) == 0) return;
+    for (int w : alive_)
+      if (workers_.count(w) && takes_part(w, m) && !store_.has_pushed(m, w)) return;
+    close(m, false);
   }
   void check_complete_all() {
     for (int m = 0; m < store_.module_count(); ++m) check_complete(m);
   }
-  void close(int m) {
+  void close(int m, bool by_deadline) {
+    const auto now = clock::now();
     history_.push_back(store_.close(m));
-    opened_[m] = clock::now();
+    history_.back().open_s = std::chrono::duration<double>(now - opened_[m]).count();
+    history_.back().by_deadline = by_deadline;
+    prev_opened_[m] = opened_[m];
+    opened_[m] = now;
     if (o_.on_close) o_.on_close(history_.back());
   }
   void close_due() {
@@ -295,12 +340,13 @@ class store_server {
     std::vector<int> due;
     for (auto& [m, t0] : opened_)
       if (now - t0 > o_.round_timeout) due.push_back(m);
-    for (int m : due) close(m);
+    for (int m : due) close(m, true);
   }
   void answer_waits() {
     for (auto it = waits_.begin(); it != waits_.end();) {
       if (store_.round(it->module) > it->round) {
-        if (!send_reply(it->worker, {0, it->module, store_.round(it->module), store_.hash(it->module), 0}))
+        if (!send_reply(it->worker,
+                        {0, it->module, store_.round(it->module), store_.hash(it->module), 0}))
           mark_dead(it->worker);
         it = waits_.erase(it);
       } else {
@@ -329,7 +375,9 @@ class store_server {
   std::set<int> alive_, finished_, died_;
   std::map<std::pair<int, int>, long> active_from_;  // (worker, module) → first round it joins
   std::atomic<bool> rejoins_{false};
-  std::map<int, clock::time_point> opened_;  // when each module's open round opened
+  std::map<int, clock::time_point> opened_;       // when each module's open round opened
+  std::map<int, clock::time_point> prev_opened_;  // when its last closed round had opened
+  std::size_t ontime_refused_ = 0;
   std::vector<wait_t> waits_;
   std::vector<float> buf_;
   std::vector<std::byte> bytes_;  // an encoded payload
@@ -395,8 +443,8 @@ class store_client {
   status push(int m, int /*worker*/, long round, std::span<const float> delta, double weight) {
     const int s = layout_.owner(m);
     auto& l = stores_.at(s);
-    store_wire::request rq{std::uint32_t(store_wire::kind::push), m, round, worker_, 0, weight,
-                           delta.size()};
+    store_wire::request rq{
+        std::uint32_t(store_wire::kind::push), m, round, worker_, 0, weight, delta.size()};
     auto h = l.t->send(l.peer, store_wire::request_tag, store_wire::bytes_of(rq), deadline());
     auto p = l.t->send(l.peer, store_wire::payload_tag, std::as_bytes(delta), deadline());
     if (auto ec = h.wait()) return error(ec, "push header to store " + std::to_string(s));
@@ -406,9 +454,9 @@ class store_client {
     auto r = l.t->recv(l.peer, store_wire::reply_tag, store_wire::bytes_of(rp), deadline());
     if (auto ec = r.wait()) return error(ec, "push reply from store " + std::to_string(s));
     if (rp.status != 0)
-      return error(static_cast<errc>(rp.status),
-                   "store refused the push of module " + std::to_string(m) + " for round " +
-                       std::to_string(round));
+      return error(static_cast<errc>(rp.status), "store refused the push of module " +
+                                                     std::to_string(m) + " for round " +
+                                                     std::to_string(round));
     return {};
   }
 
@@ -419,8 +467,13 @@ class store_client {
                       double weight) {
     const int s = layout_.owner(m);
     auto& l = stores_.at(s);
-    store_wire::request rq{std::uint32_t(store_wire::kind::push_encoded), m, round, worker_, 0,
-                           weight, payload.size()};
+    store_wire::request rq{std::uint32_t(store_wire::kind::push_encoded),
+                           m,
+                           round,
+                           worker_,
+                           0,
+                           weight,
+                           payload.size()};
     auto h = l.t->send(l.peer, store_wire::request_tag, store_wire::bytes_of(rq), deadline());
     auto p = l.t->send(l.peer, store_wire::payload_tag, payload, deadline());
     if (auto ec = h.wait()) return error(ec, "push header to store " + std::to_string(s));
@@ -445,8 +498,8 @@ class store_client {
     store_wire::reply rp{};
     auto r = l.t->recv(l.peer, store_wire::reply_tag, store_wire::bytes_of(rp), until);
     if (auto ec = r.wait())
-      return error(ec, "waiting for round " + std::to_string(round) + " of module " +
-                           std::to_string(m));
+      return error(
+          ec, "waiting for round " + std::to_string(round) + " of module " + std::to_string(m));
     return {};
   }
 

@@ -1,0 +1,104 @@
+#pragma once
+// processes: POSIX helpers for tests and benchmarks that drive real processes (the multi-process
+// DiPaCo job, the chaos suite): start a program with its output in a file, find processes by
+// their command line, wait for a condition with a deadline. Linux only (/proc).
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace paco::testing {
+
+// The whole content of a file ("" if it cannot be read).
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Pids of the live (not zombie) processes, other than this one, whose command line holds every
+// one of `needles`.
+inline std::vector<pid_t> find_processes(const std::vector<std::string>& needles) {
+  std::vector<pid_t> out;
+  DIR* d = opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    const pid_t pid = std::atoi(e->d_name);
+    if (pid <= 0 || pid == getpid()) continue;
+    const std::string stat = slurp(std::filesystem::path("/proc") / e->d_name / "stat");
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos || (close + 2 < stat.size() && stat[close + 2] == 'Z')) continue;
+    std::string cmd = slurp(std::filesystem::path("/proc") / e->d_name / "cmdline");
+    for (auto& c : cmd)
+      if (c == '\0') c = ' ';
+    bool all = !cmd.empty();
+    for (auto& n : needles) all &= cmd.find(n) != std::string::npos;
+    if (all) out.push_back(pid);
+  }
+  closedir(d);
+  return out;
+}
+
+// Starts args[0] with args, stdout and stderr to `out` (truncated), with `env_unset` removed
+// from its environment. Returns the pid, or -1.
+inline pid_t spawn_logged(const std::vector<std::string>& args, const std::filesystem::path& out,
+                          const std::vector<std::string>& env_unset = {}) {
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e; ++e) {
+    bool drop = false;
+    for (auto& u : env_unset) drop |= std::string(*e).rfind(u + "=", 0) == 0;
+    if (!drop) env_s.push_back(*e);
+  }
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  const std::string o = out.string();
+  posix_spawn_file_actions_addopen(&fa, 1, o.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, args[0].c_str(), &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  return rc == 0 ? pid : -1;
+}
+
+// Polls `ready` every 20 ms until it holds or `timeout` passed. Returns whether it held.
+inline bool wait_until(const std::function<bool()>& ready, std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (!ready()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+// Waits for child pid to exit, up to timeout (then SIGKILL and reap). Returns its wait status,
+// or -1 if it had to be killed.
+inline int wait_exit(pid_t pid, std::chrono::milliseconds timeout) {
+  int st = 0;
+  const bool done = wait_until([&] { return waitpid(pid, &st, WNOHANG) == pid; }, timeout);
+  if (done) return st;
+  kill(pid, SIGKILL);
+  waitpid(pid, &st, 0);
+  return -1;
+}
+
+}  // namespace paco::testing

@@ -1,0 +1,155 @@
+// The launcher of the multi-process DiPaCo job (examples/paco_train) keeps runs apart and leaves
+// nothing behind: a run directory with a previous run is neither overwritten without --fresh
+// nor resumed from missing or damaged checkpoints; a second launcher on a live run is refused,
+// naming the holder's pid; killing the launcher (kill -9 or SIGTERM) leaves no process of the
+// run; a store without PACO_TOKEN refuses to start instead of serving nothing.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "paco/testing/processes.hpp"
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using paco::testing::find_processes;
+using paco::testing::slurp;
+
+namespace {
+
+struct small_run {
+  fs::path dir, bin = fs::path(PACO_BINARY_DIR) / "examples" / "paco_train" / "paco_train";
+  int rounds = 3;
+  std::vector<std::string> args(const std::vector<std::string>& extra = {}) const {
+    std::vector<std::string> a = {
+        bin.string(),
+        "-c",
+        (fs::path(PACO_SOURCE_DIR) / "examples" / "configs" / "dipaco_brown.toml").string(),
+        "--set",
+        "output.dir=" + dir.string(),
+        "--set",
+        "model.d=32",
+        "--set",
+        "model.layers=2",
+        "--set",
+        "model.heads=2",
+        "--set",
+        "model.ctx=64",
+        "--set",
+        "train.batch=4",
+        "--set",
+        "train.threads=1",
+        "--set",
+        "dipaco.rounds=" + std::to_string(rounds),
+        "--set",
+        "dipaco.inner_steps=30",
+        "--set",
+        "dipaco.pretrain_steps=5",
+        "--set",
+        "launch.peer_timeout_s=1",
+        "--set",
+        "launch.round_timeout_s=10",
+        "--set",
+        "train.warmup=2",
+        "--set",
+        "dipaco.reroute_every=0"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+  // Runs to the end; returns (exit code, output).
+  std::pair<int, std::string> run(const std::vector<std::string>& extra = {},
+                                  const std::vector<std::string>& env_unset = {}) const {
+    const fs::path out = dir.parent_path() / (dir.filename().string() + ".out");
+    const pid_t pid = paco::testing::spawn_logged(args(extra), out, env_unset);
+    const int st = paco::testing::wait_exit(pid, 120s);
+    const int code = st < 0 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return {code, slurp(out)};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the DiPaCo launcher neither wipes nor resumes a run silently", "[multiproc][launch]") {
+  small_run r{fs::temp_directory_path() / ("paco_launch_" + std::to_string(::getpid()))};
+  fs::remove_all(r.dir);
+  auto [code, out] = r.run();
+  INFO(out);
+  REQUIRE(code == 0);
+
+  // The same command again: refused, the previous run is left as it was.
+  const auto store_before = slurp(r.dir / "store.safetensors");
+  std::tie(code, out) = r.run();
+  REQUIRE(code == 2);
+  REQUIRE(out.find("holds a previous run") != std::string::npos);
+  REQUIRE(slurp(r.dir / "store.safetensors") == store_before);
+
+  // A store without PACO_TOKEN refuses at once (it used to print "serving" and spin).
+  std::tie(code, out) = r.run({"--role", "store", "--resume"}, {"PACO_TOKEN"});
+  REQUIRE(code == 2);
+  REQUIRE(out.find("PACO_TOKEN is not set") != std::string::npos);
+
+  // --resume with the store checkpoint missing, or a worker checkpoint truncated: an error
+  // naming the file.
+  fs::rename(r.dir / "store.safetensors", r.dir / "store.keep");
+  std::tie(code, out) = r.run({"--resume"});
+  REQUIRE(code == 2);
+  REQUIRE(out.find("store.safetensors' is missing") != std::string::npos);
+  fs::rename(r.dir / "store.keep", r.dir / "store.safetensors");
+  const fs::path w2 = r.dir / "worker-2.safetensors";
+  fs::copy_file(w2, r.dir / "w2.keep");
+  fs::resize_file(w2, fs::file_size(w2) / 2);
+  std::tie(code, out) = r.run({"--resume"});
+  REQUIRE(code == 2);
+  REQUIRE(out.find("worker-2.safetensors") != std::string::npos);
+  fs::remove(w2);
+  fs::rename(r.dir / "w2.keep", w2);
+  // Intact checkpoints resume (the run is complete: nothing left to train).
+  std::tie(code, out) = r.run({"--resume"});
+  REQUIRE(code == 0);
+  REQUIRE(slurp(r.dir / "store.safetensors") == store_before);
+  fs::remove_all(r.dir);
+}
+
+TEST_CASE("the DiPaCo launcher locks its run and leaves no process behind", "[multiproc][launch]") {
+  small_run r{fs::temp_directory_path() / ("paco_lock_" + std::to_string(::getpid()))};
+  r.rounds = 400;  // long enough to be killed while running
+  fs::remove_all(r.dir);
+  for (int sig : {SIGKILL, SIGTERM}) {
+    INFO("signal " << sig);
+    fs::remove_all(r.dir);
+    const fs::path out = r.dir.string() + ".launcher";
+    const pid_t launcher = paco::testing::spawn_logged(r.args({"--fresh"}), out);
+    REQUIRE(launcher > 0);
+    struct reap_at_exit {  // a failed REQUIRE must not leave the run going
+      pid_t pid;
+      ~reap_at_exit() {
+        if (pid > 0 && ::kill(pid, SIGKILL) == 0) waitpid(pid, nullptr, 0);
+      }
+    } reaper{launcher};
+    REQUIRE(paco::testing::wait_until([&] { return fs::exists(r.dir / "worker-1.jsonl"); }, 120s));
+    // A second launcher on the live run is refused, naming the holder.
+    auto [code, text] = r.run({"--resume"});
+    INFO(text);
+    REQUIRE(code == 2);
+    REQUIRE(text.find("in use by another paco_train launcher (pid " + std::to_string(launcher)) !=
+            std::string::npos);
+    REQUIRE(find_processes({"--role", r.dir.string()}).size() == 5);  // store + 4 workers
+    REQUIRE(::kill(launcher, sig) == 0);
+    const int st = paco::testing::wait_exit(launcher, 30s);
+    reaper.pid = -1;  // reaped: its pid is no longer ours
+    REQUIRE(st != -1);
+    // Every child dies with the launcher (parent-death signal, or forwarded SIGTERM).
+    REQUIRE(paco::testing::wait_until(
+        [&] {
+          return find_processes({"--role", r.dir.string()}).empty();
+        },
+        10s));
+    if (sig == SIGTERM) {
+      REQUIRE(WIFEXITED(st));
+      REQUIRE(WEXITSTATUS(st) == 128 + SIGTERM);
+    }
+  }
+  fs::remove_all(r.dir);
+  fs::remove(r.dir.string() + ".launcher");
+}
