@@ -58,15 +58,15 @@ struct options {
   int inner = 100;      // H: inner steps per round
   int pretrain = 3000;  // base model steps (shared by every row)
   int threads = 2;
-  int stride = 0;           // the scorer's stride S (0: ctx / 2)
-  int prefix = 32;          // routing prefix (bytes)
-  int overlap = 2;          // routed rows train each path on the documents ranking it in their top n
-  int router_bytes = 1024;  // tail of each training document held out as router data
+  int stride = 0;   // the scorer's stride S (0: ctx / 2)
+  int prefix = 32;  // routing prefix (bytes)
+  int overlap = 2;  // routed rows train each path on the documents ranking it in their top n
+  int router_bytes = 1024;               // tail of each training document held out as router data
   float lr = 2e-3f, min_lr = 2e-4f;      // base model schedule
   float row_lr = 1e-3f, row_min_lr = 0;  // every row's schedule after the base (0: 0.1·peak)
   std::string rows = "dense,dense_4x,diloco_p4,moe_p4,moe_p4_routed,dipaco_2x2";
-  std::string base_file;                // cache of the base model (loaded if it matches)
-  std::string path_rescale = "none";    // routed rows' outer-gradient rescale (outer/delta.hpp)
+  std::string base_file;              // cache of the base model (loaded if it matches)
+  std::string path_rescale = "none";  // routed rows' outer-gradient rescale (outer/delta.hpp)
   float outer_lr = 0.7f, outer_momentum = 0.9f;  // outer Nesterov of every multi-worker row
   int reroutes = 8;  // discriminative re-routings over the rounds after the k-means third
   std::uint64_t seed = 1;
@@ -81,7 +81,9 @@ struct options {
   }
 };
 
-double secs(clk::time_point t0) { return std::chrono::duration<double>(clk::now() - t0).count(); }
+double secs(clk::time_point t0) {
+  return std::chrono::duration<double>(clk::now() - t0).count();
+}
 
 struct doc {
   std::string domain;
@@ -100,9 +102,9 @@ io::token_stream stream_of(const std::vector<const std::vector<std::int32_t>*>& 
 }
 
 // Dense training: n AdamW steps from θ (in place) on the stream; the loss every 1000 steps.
-std::vector<double> train_dense(const nn::gpt& m, arena<host>& a, const io::token_stream& s,
-                                int n, const options& o, float lr, float min_lr,
-                                std::uint64_t seed, const char* label) {
+std::vector<double> train_dense(const nn::gpt& m, arena<host>& a, const io::token_stream& s, int n,
+                                const options& o, float lr, float min_lr, std::uint64_t seed,
+                                const char* label) {
   nn::replica<nn::gpt> rep(m, o.batch, o.ctx, o.threads);
   optim::adamw opt{.lr = lr};
   optim::warmup_cosine sch{.lr = lr, .min_lr = min_lr, .warmup = 50, .total = n};
@@ -136,7 +138,9 @@ struct row {
   std::vector<double> curve;  // mean training loss (nats/byte) every 1000 inner steps per worker
 };
 
-double round4(double x) { return std::round(x * 1e4) / 1e4; }
+double round4(double x) {
+  return std::round(x * 1e4) / 1e4;
+}
 
 }  // namespace
 
@@ -224,16 +228,19 @@ int main(int argc, char** argv) {
     train.push_back(std::move(x));
   }
   const auto eval_split = o.split == "test" ? io::split::test : io::split::validation;
-  for (auto& d : corpus->subset(eval_split).docs) eval.push_back({d.domain, {}, {}, tok.encode(d.text)});
+  for (auto& d : corpus->subset(eval_split).docs)
+    eval.push_back({d.domain, {}, {}, tok.encode(d.text)});
   std::vector<const std::vector<std::int32_t>*> all_train;
   for (auto& d : train) all_train.push_back(&d.train);
   auto full = stream_of(all_train);
-  std::printf("%s: %zu training documents (%.2f MB for training, %.2f MB held out for the "
-              "router), %zu %s documents\n",
-              o.corpus.c_str(), train.size(), full.ids.size() / 1e6,
-              std::accumulate(train.begin(), train.end(), 0.0,
-                              [](double a, const doc& d) { return a + d.router.size(); }) / 1e6,
-              eval.size(), o.split.c_str());
+  std::printf(
+      "%s: %zu training documents (%.2f MB for training, %.2f MB held out for the "
+      "router), %zu %s documents\n",
+      o.corpus.c_str(), train.size(), full.ids.size() / 1e6,
+      std::accumulate(train.begin(), train.end(), 0.0,
+                      [](double a, const doc& d) { return a + d.router.size(); }) /
+          1e6,
+      eval.size(), o.split.c_str());
   std::vector<std::string> domains;  // sorted, for the matrices
   for (auto& d : eval)
     if (std::find(domains.begin(), domains.end(), d.domain) == domains.end())
@@ -242,10 +249,11 @@ int main(int argc, char** argv) {
 
   nn::gpt model({.vocab = 256, .ctx = o.ctx, .d = o.d, .layers = o.layers, .heads = o.heads});
   const std::size_t P = model.param_count();
-  std::printf("per-path model: GPT d=%d layers=%d ctx=%d, %.2fM parameters; S=%d inner steps per "
-              "worker, H=%d, batch %d; GEMM %s; scorer %s\n",
-              o.d, o.layers, o.ctx, P / 1e6, o.steps, o.inner, o.batch, nn::gemm_backend(),
-              rule.name().c_str());
+  std::printf(
+      "per-path model: GPT d=%d layers=%d ctx=%d, %.2fM parameters; S=%d inner steps per "
+      "worker, H=%d, batch %d; GEMM %s; scorer %s\n",
+      o.d, o.layers, o.ctx, P / 1e6, o.steps, o.inner, o.batch, nn::gemm_backend(),
+      rule.name().c_str());
 
   // ---- the shared base model (pretraining, also the router's frozen feature extractor) ----
   arena<host> base(model.layout());
@@ -349,8 +357,8 @@ int main(int argc, char** argv) {
     auto curve = train_dense(model, a, full, mult * o.steps, o, o.row_lr, o.row_min_lr,
                              o.seed + 10 + std::uint64_t(mult), name);
     const std::vector<const float*> th{a.get(plane::param).data()};
-    const auto n = route::routed_nll(model, th, spans, std::vector<int>(spans.size(), 0), rule,
-                                     ws_eval);
+    const auto n =
+        route::routed_nll(model, th, spans, std::vector<int>(spans.size(), 0), rule, ws_eval);
     add_row({name, n.bits_per_token(), 0, 0, secs(t0), P, std::move(curve)});
   }
 
@@ -386,7 +394,8 @@ int main(int argc, char** argv) {
     const int L = int(decltype(grid)::levels);
     auto levels = *path::split_gpt_levels(model.layout(), o.layers, L);
     std::vector<int> module_level;
-    for (int id = 0; id < grid.module_count(); ++id) module_level.push_back(int(grid.module_at(id).first));
+    for (int id = 0; id < grid.module_count(); ++id)
+      module_level.push_back(int(grid.module_at(id).first));
     std::vector<sync::worker_spec> ws;
     for (std::size_t w = 0; w < worker_path.size(); ++w)
       ws.push_back({sync::path_modules(grid, worker_path[w]), &shards[w], o.seed + 100 + w});
@@ -410,7 +419,8 @@ int main(int argc, char** argv) {
       if (i > 0) {
         auto next = reshard(int(i), thetas());
         std::vector<const io::token_stream*> ptr;
-        for (std::size_t w = 0; w < worker_path.size(); ++w) ptr.push_back(&next[std::size_t(worker_path[w])]);
+        for (std::size_t w = 0; w < worker_path.size(); ++w)
+          ptr.push_back(&next[std::size_t(worker_path[w])]);
         run->set_shards(ptr);
         shards = std::move(next);  // the elements (and the workers' pointers) stay in place
       }
@@ -461,7 +471,8 @@ int main(int argc, char** argv) {
   // tail (the one scorer), fit the logistic router on prefix features, re-shard by its top n.
   const int phase1 = rounds / 3;
   std::vector<int> phases{phase1};
-  for (int q = 0; q < o.reroutes; ++q) phases.push_back(phase1 + (rounds - phase1) * (q + 1) / o.reroutes);
+  for (int q = 0; q < o.reroutes; ++q)
+    phases.push_back(phase1 + (rounds - phase1) * (q + 1) / o.reroutes);
   std::vector<std::vector<int>> km_top(train.size());
   for (std::size_t i = 0; i < train.size(); ++i) km_top[i] = km->rank(&ftrain[i * D], o.overlap);
   std::vector<route::scored_span> tails;
@@ -492,8 +503,10 @@ int main(int argc, char** argv) {
         routed_before[i] = top[i][0];
       }
       auto s = shards_of_sets(top);
-      std::printf("%s: re-routing %d at round %d: %d of %zu training documents changed path; "
-                  "shards (MB):", name.c_str(), q, phases[std::size_t(q) - 1], moved, train.size());
+      std::printf(
+          "%s: re-routing %d at round %d: %d of %zu training documents changed path; "
+          "shards (MB):",
+          name.c_str(), q, phases[std::size_t(q) - 1], moved, train.size());
       for (int k = 0; k < K; ++k) {
         path_tokens[std::size_t(k)] = s[std::size_t(k)].ids.size();
         std::printf(" %.2f", s[std::size_t(k)].ids.size() / 1e6);
@@ -501,9 +514,9 @@ int main(int argc, char** argv) {
       std::printf("\n");
       return s;
     };
-    auto t = run_grid(name, grid, four_paths, shards_of_sets(km_top), phases, reshard,
-                      {.weight_by_shard = true,
-                       .rescale = *outer::parse_path_rescale(o.path_rescale)});
+    auto t =
+        run_grid(name, grid, four_paths, shards_of_sets(km_top), phases, reshard,
+                 {.weight_by_shard = true, .rescale = *outer::parse_path_rescale(o.path_rescale)});
     const double train_s = secs(t0);
     const auto th = pointers(t.theta);
     std::vector<int> routed(spans.size());
@@ -512,14 +525,20 @@ int main(int argc, char** argv) {
     add_row({name, n.bits_per_token(), t.bytes, dp_bytes(K), train_s, params_total, t.curve});
     // The same parameters under other routings (same scorer, same tokens).
     auto variant = [&](const std::string& suffix, const route::nll& v, clk::time_point t1) {
-      add_row({name + suffix, v.bits_per_token(), t.bytes, dp_bytes(K), train_s + secs(t1),
-               params_total, {}});
+      add_row({name + suffix,
+               v.bits_per_token(),
+               t.bytes,
+               dp_bytes(K),
+               train_s + secs(t1),
+               params_total,
+               {}});
     };
     {
       const auto t1 = clk::now();
       std::vector<route::scored_span> prefixes;
       for (auto& sp : spans) prefixes.push_back({sp.seq, 1, sp.begin});
-      const auto by_prefix = route::best_paths(route::per_path_nll(model, th, prefixes, rule, ws_eval));
+      const auto by_prefix =
+          route::best_paths(route::per_path_nll(model, th, prefixes, rule, ws_eval));
       variant("_prefix_lik", route::routed_nll(model, th, spans, by_prefix, rule, ws_eval), t1);
     }
     {
@@ -528,7 +547,8 @@ int main(int argc, char** argv) {
       const auto v = route::rerouted_nll(
           model, th, spans, 64,
           [&](std::size_t, std::span<const std::int32_t> chunk) {
-            auto f = route::prefix_features(model, theta0.data(), {chunk}, std::min(64, o.ctx), 1, &wsf);
+            auto f =
+                route::prefix_features(model, theta0.data(), {chunk}, std::min(64, o.ctx), 1, &wsf);
             return lr.route(f.data());
           },
           rule, ws_eval);
@@ -536,7 +556,8 @@ int main(int argc, char** argv) {
     }
     {
       const auto t1 = clk::now();
-      variant("_reroute64_lik", route::likelihood_rerouted_nll(model, th, spans, 64, rule, ws_eval), t1);
+      variant("_reroute64_lik", route::likelihood_rerouted_nll(model, th, spans, 64, rule, ws_eval),
+              t1);
     }
     // Diagnostics: does each path specialise? Every path scores every document.
     const auto per = route::per_path_nll(model, th, spans, rule, ws_eval);
@@ -558,10 +579,14 @@ int main(int argc, char** argv) {
       ++best_count[dname][std::size_t(best[j])];
       for (int p = 0; p < K; ++p) by_domain[dname][std::size_t(p)] += per[j][std::size_t(p)];
     }
-    std::printf("%s: the router picks a document's best path for %d of %zu; the oracle best "
-                "path scores %.4f bpb\n", name.c_str(), agree, spans.size(), oracle.bits_per_token());
-    std::printf("%s: bits/byte of each path (columns) on each domain's %s documents, and how "
-                "many documents the router sends to each path:\n", name.c_str(), o.split.c_str());
+    std::printf(
+        "%s: the router picks a document's best path for %d of %zu; the oracle best "
+        "path scores %.4f bpb\n",
+        name.c_str(), agree, spans.size(), oracle.bits_per_token());
+    std::printf(
+        "%s: bits/byte of each path (columns) on each domain's %s documents, and how "
+        "many documents the router sends to each path:\n",
+        name.c_str(), o.split.c_str());
     json mat = json::object();
     for (auto& dname : domains) {
       std::printf("  %-28s", dname.substr(0, 28).c_str());
@@ -605,9 +630,10 @@ int main(int argc, char** argv) {
                   {"params_total", r.params_total},
                   {"train_bpb_curve", curve}});
   }
-  std::printf("evaluated: every row with its parameters after its final (outer) step; "
-              "scorer %s on %zu %s documents after a %d-byte prefix\n",
-              rule.name().c_str(), spans.size(), o.split.c_str(), o.prefix);
+  std::printf(
+      "evaluated: every row with its parameters after its final (outer) step; "
+      "scorer %s on %zu %s documents after a %d-byte prefix\n",
+      rule.name().c_str(), spans.size(), o.split.c_str(), o.prefix);
   std::printf("total wall time %.0f s\n", secs(t_all));
   std::printf("%s\n", json({{"bench", o.bench},
                             {"split", o.split},

@@ -145,9 +145,9 @@ inline nll sum_nats(const std::vector<double>& v, std::size_t from, std::size_t 
 }
 
 // Nats of seq[begin … end) by one θ (sequence scoring under the rule).
-inline nll sequence_nll(const nn::gpt& model, const float* theta,
-                        std::span<const std::int32_t> seq, std::size_t begin, std::size_t end,
-                        const sliding_window& rule, nn::gpt::workspace& ws) {
+inline nll sequence_nll(const nn::gpt& model, const float* theta, std::span<const std::int32_t> seq,
+                        std::size_t begin, std::size_t end, const sliding_window& rule,
+                        nn::gpt::workspace& ws) {
   auto v = token_nats(model, theta, {scored_span{seq, begin, end}}, rule, ws);
   return sum_nats(v[0], 0, v[0].size());
 }
@@ -210,11 +210,10 @@ inline std::vector<std::pair<std::size_t, std::size_t>> chunks_of(const scored_s
 // Frequent re-routing by a router: span j is cut into chunks of W tokens; chunk 0 is scored by
 // route(j, seq[0 … begin)) (the prefix), chunk i+1 by route(j, chunk i's tokens).
 // Requires: W ≥ 1; route returns a path in [0, thetas.size()).
-inline nll rerouted_nll(
-    const nn::gpt& model, std::span<const float* const> thetas,
-    const std::vector<scored_span>& spans, std::size_t W,
-    const std::function<int(std::size_t, std::span<const std::int32_t>)>& route,
-    const sliding_window& rule, nn::gpt::workspace& ws) {
+inline nll rerouted_nll(const nn::gpt& model, std::span<const float* const> thetas,
+                        const std::vector<scored_span>& spans, std::size_t W,
+                        const std::function<int(std::size_t, std::span<const std::int32_t>)>& route,
+                        const sliding_window& rule, nn::gpt::workspace& ws) {
   std::vector<std::vector<scored_span>> of(thetas.size());
   for (std::size_t j = 0; j < spans.size(); ++j) {
     const auto& sp = spans[j];

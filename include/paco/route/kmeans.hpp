@@ -34,8 +34,9 @@ class kmeans_router {
   // in that iteration.
   static result<kmeans_router> fit(const std::vector<float>& x, int n, int D, kmeans_options o) {
     if (o.k < 1 || n < o.k)
-      return error(errc::invalid_argument, "kmeans: need 1 ≤ k ≤ points, got k = " +
-                                               std::to_string(o.k) + ", points = " + std::to_string(n));
+      return error(errc::invalid_argument,
+                   "kmeans: need 1 ≤ k ≤ points, got k = " + std::to_string(o.k) +
+                       ", points = " + std::to_string(n));
     if (!o.init.empty() && o.init.size() != std::size_t(o.k) * std::size_t(D))
       return error(errc::invalid_argument, "kmeans: init holds " + std::to_string(o.init.size()) +
                                                " values, k × D = " + std::to_string(o.k * D));
@@ -53,7 +54,8 @@ class kmeans_router {
       std::vector<int> count(o.k, 0);
       for (int i = 0; i < n; ++i) {
         ++count[assign[i]];
-        for (int d = 0; d < D; ++d) sum[std::size_t(assign[i]) * D + d] += x[std::size_t(i) * D + d];
+        for (int d = 0; d < D; ++d)
+          sum[std::size_t(assign[i]) * D + d] += x[std::size_t(i) * D + d];
       }
       for (int j = 0; j < o.k; ++j) {
         if (count[j] > 0) continue;

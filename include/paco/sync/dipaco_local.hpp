@@ -19,7 +19,7 @@ namespace paco::sync {
 
 // A worker: which path it trains (its module id per level) and on which shard.
 struct worker_spec {
-  std::vector<int> modules;         // store module id per level
+  std::vector<int> modules;  // store module id per level
   const io::token_stream* shard = nullptr;
   std::uint64_t seed = 1;
 };
@@ -85,7 +85,8 @@ class local_run {
     local_run r(store);
     for (std::size_t i = 0; i < workers.size(); ++i) {
       std::vector<path::level_span> lv;
-      for (int m : workers[i].modules) lv.push_back(levels[std::size_t(module_level[std::size_t(m)])]);
+      for (int m : workers[i].modules)
+        lv.push_back(levels[std::size_t(module_level[std::size_t(m)])]);
       r.ws_.push_back(std::make_unique<worker>(int(i), model, lv, workers[i].modules, inner, cfg,
                                                *workers[i].shard, workers[i].seed));
       if (store.encoded()) {
@@ -172,8 +173,8 @@ status run_local(local_store<OuterOpt>& store, const Model& model,
                  const std::vector<worker_spec>& workers, InnerOpt inner, inner_config cfg,
                  int rounds, const std::function<void(const round_report&)>& on_round = {},
                  std::chrono::steady_clock::duration round_deadline = std::chrono::hours(1)) {
-  auto run = local_run<Model, InnerOpt, OuterOpt>::make(store, model, levels, module_level,
-                                                          workers, inner, cfg);
+  auto run = local_run<Model, InnerOpt, OuterOpt>::make(store, model, levels, module_level, workers,
+                                                        inner, cfg);
   if (!run) return run.error();
   return run->run(rounds, on_round, round_deadline);
 }
