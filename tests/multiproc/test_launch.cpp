@@ -109,6 +109,7 @@ TEST_CASE("the DiPaCo launcher neither wipes nor resumes a run silently", "[mult
   REQUIRE(code == 0);
   REQUIRE(slurp(r.dir / "store.safetensors") == store_before);
   fs::remove_all(r.dir);
+  fs::remove(r.dir.string() + ".out");
 }
 
 TEST_CASE("the DiPaCo launcher locks its run and leaves no process behind", "[multiproc][launch]") {
@@ -152,4 +153,5 @@ TEST_CASE("the DiPaCo launcher locks its run and leaves no process behind", "[mu
   }
   fs::remove_all(r.dir);
   fs::remove(r.dir.string() + ".launcher");
+  fs::remove(r.dir.string() + ".out");
 }

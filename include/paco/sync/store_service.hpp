@@ -15,7 +15,8 @@
 // partner's push, so an on-time push is never refused because another worker died. Late and
 // dead workers are left out; a round nobody pushed to closes with θ unchanged, so no round
 // waits forever. A worker whose transport link fails is marked dead; a "hello" (or a new link)
-// from it later marks it alive again and it joins at one round R for all its modules: a module
+// from it later marks it alive again and it joins at one round R for all its modules (so does a
+// worker whose modules a restarted store holds at different rounds): a module
 // of its path that nobody else is training and that holds no push (it only closed empty rounds,
 // which leave θ and the outer state unchanged) is re-aligned to R at once by closing its empty
 // rounds, so the worker pulls a consistent path and no partner waits for it more than a round.
@@ -294,17 +295,22 @@ class store_server {
     auto it = active_from_.find({w, m});
     return it == active_from_.end() || it->second <= store_.round(m);
   }
-  // A worker connects. The first time it is expected from the start. After it died it rejoins
-  // at round R, the first round not yet started on every one of its modules (rounds with
-  // pushes already in finish without it). A module of its path below R that holds no push and
-  // that no other live worker trains is re-aligned to R by closing its empty rounds (no-ops on
-  // θ), so the worker can pull all its modules at one round.
+  // A worker connects. The first time, with its modules at one round, it is expected from the
+  // start. After it died, or when its modules sit at different rounds (a store restarted from a
+  // checkpoint written between two of their closes), it joins at round R: the first round not
+  // yet started on every one of its modules (after a death, rounds with pushes already in finish
+  // without it). A module of its path below R that holds no push and that no other live worker
+  // trains is re-aligned to R by closing its empty rounds (no-ops on θ), so the worker can pull
+  // all its modules at one round; the others reach R with their live workers.
   void join(int w) {
     alive_.insert(w);
-    if (died_.count(w)) {
-      long R = 0;
-      for (int m : workers_.at(w))
-        R = std::max(R, store_.round(m) + (store_.pushed(m) > 0 ? 1 : 0));
+    const bool died = died_.count(w) > 0;
+    long R = 0, lo = -1;
+    for (int m : workers_.at(w)) {
+      R = std::max(R, store_.round(m) + (died && store_.pushed(m) > 0 ? 1 : 0));
+      lo = lo < 0 ? store_.round(m) : std::min(lo, store_.round(m));
+    }
+    if (died || lo < R) {
       for (int m : workers_.at(w)) {
         bool trained = false;
         for (auto& [v, mods] : workers_)
