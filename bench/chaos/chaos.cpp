@@ -10,7 +10,8 @@
 // After each trial: the run finished (exit 0, results table), every module's checkpointed θ
 // hashes to the hash the store logged at its last close and every module reached the last
 // round, no on-time push was refused (the store logs each refusal as on time or late), and for
-// the launcher trial no process of the run was left 10 s after the kill (orphans). max_close_s:
+// the launcher trial no process of the run was left 10 s after the kill (orphans), and for the
+// store trial no worker restart was counted against its budget. max_close_s:
 // the longest time a round stayed open, as the store logged it (a round open during a store
 // restart is timed from the restarted store's start).
 //
@@ -18,13 +19,15 @@
 //               [--round-timeout S (3)] [--seed X] [--keep]
 // The round timeout is short so that a killed worker's own (path-specific) module closes empty
 // rounds while it restarts, and its rejoin needs the store's re-alignment.
-// Exit status 1 if a trial did not finish, lost a module, refused an on-time push or left an
-// orphan. LAST line: {"bench":"chaos","rows":[...],"round_timeout_s":T}.
+// Exit status 1 if a trial did not finish, lost a module, refused an on-time push, left an
+// orphan or charged a store crash to the workers' restart budget. LAST line:
+// {"bench":"chaos","rows":[...],"round_timeout_s":T}.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <string>
@@ -59,6 +62,7 @@ struct row {
 struct trial_result {
   bool finished = false, hashes_ok = false;
   int ontime_refused = 0, orphans = 0;
+  int budget_used = 0;  // store trials: worker restarts counted against their budget
   double max_close_s = 0;
   std::string why;
 };
@@ -204,6 +208,13 @@ trial_result run_trial(const options& o, const std::string& kind, int trial, pac
   const std::string text = slurp(kind == "launcher" ? fs::path(dir.string() + ".resume.out") : out);
   t.finished = code == 0 && text.find("all (routed)") != std::string::npos;
   if (!t.finished) t.why = "paco_train exited with " + std::to_string(code);
+  if (kind == "store") {  // a store crash must not use up the workers' restarts
+    static const std::regex counted(R"(worker-\d+ stopped \([^)]*\); restarting it \(\d+ of)");
+    t.budget_used = int(std::distance(std::sregex_iterator(text.begin(), text.end(), counted),
+                                      std::sregex_iterator()));
+    if (t.budget_used && t.why.empty())
+      t.why = std::to_string(t.budget_used) + " worker restarts counted after the store kill";
+  }
   check_run(o, dir, t);
   std::printf(
       "[chaos] %-11s trial %2d: killed %s; finished %d, hashes %s, on-time pushes refused "
@@ -211,7 +222,7 @@ trial_result run_trial(const options& o, const std::string& kind, int trial, pac
       kind.c_str(), trial, what.c_str(), int(t.finished), t.hashes_ok ? "ok" : "BAD",
       t.ontime_refused, t.orphans, t.max_close_s, run_s, t.why.empty() ? "" : ": ", t.why.c_str());
   std::fflush(stdout);
-  if (t.finished && t.hashes_ok && !t.ontime_refused && !t.orphans && !o.keep) {
+  if (t.finished && t.hashes_ok && !t.ontime_refused && !t.orphans && !t.budget_used && !o.keep) {
     fs::remove_all(dir);
     fs::remove(out);
     fs::remove(dir.string() + ".resume.out");
@@ -269,7 +280,7 @@ int main(int argc, char** argv) {
       w.ontime_refused += t.ontime_refused;
       w.orphans += t.orphans;
       w.max_close_s = std::max(w.max_close_s, t.max_close_s);
-      all_good &= t.finished && t.hashes_ok && !t.ontime_refused && !t.orphans;
+      all_good &= t.finished && t.hashes_ok && !t.ontime_refused && !t.orphans && !t.budget_used;
     }
     rows.push_back(w);
   }
