@@ -2,7 +2,7 @@
 // job.mode = "dipaco") on a grid with a path-specific level (grid 1x4: level 0 shared by the
 // four paths, level 1 one module per path), one store and four worker processes over TCP.
 //
-// Kinds (each run for --trials trials, at a random moment after the first round):
+// Kinds (each run for --trials trials, at a random moment 0-1.2 s after the first round):
 //   worker       kill -9 of one random worker (the launcher restarts it; it rejoins)
 //   store        kill -9 of the store (the launcher restarts it from its checkpoint)
 //   launcher     kill -9 of the launcher; then the same command with --resume
@@ -60,7 +60,7 @@ struct row {
 };
 
 struct trial_result {
-  bool finished = false, hashes_ok = false;
+  bool finished = false, hashes_ok = false, missed = false;  // missed: the run ended first
   int ontime_refused = 0, orphans = 0;
   int budget_used = 0;  // store trials: worker restarts counted against their budget
   double max_close_s = 0;
@@ -166,7 +166,7 @@ trial_result run_trial(const options& o, const std::string& kind, int trial, pac
         return false;
       },
       120s);
-  std::this_thread::sleep_for(std::chrono::milliseconds(r.below(2000)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(r.below(1200)));
   const std::string d = dir.string();
   auto pid_of = [&](const std::vector<std::string>& needles) {
     auto v = find_processes(needles);
@@ -182,12 +182,14 @@ trial_result run_trial(const options& o, const std::string& kind, int trial, pac
       if (w > 0) {
         const pid_t p = pid_of({"--role worker", "--worker " + std::to_string(w), d});
         if (p > 0) ::kill(p, SIGKILL);
+        t.missed |= p <= 0;
         what += (what.empty() ? "worker " : " and ") + std::to_string(w) + (p > 0 ? "" : " (gone)");
       }
     code = finish(launcher);
   } else if (kind == "store") {
     const pid_t p = pid_of({"--role store", d});
     if (p > 0) ::kill(p, SIGKILL);
+    t.missed = p <= 0;
     what = p > 0 ? "the store" : "nothing (the store was gone)";
     code = finish(launcher);
   } else {
@@ -271,6 +273,7 @@ int main(int argc, char** argv) {
       o.trials, o.rounds, o.round_timeout_s);
   std::vector<row> rows;
   bool all_good = true;
+  int missed = 0;
   for (auto& k : o.kinds) {
     row w{k};
     for (int i = 0; i < o.trials; ++i) {
@@ -280,10 +283,12 @@ int main(int argc, char** argv) {
       w.ontime_refused += t.ontime_refused;
       w.orphans += t.orphans;
       w.max_close_s = std::max(w.max_close_s, t.max_close_s);
+      missed += t.missed;
       all_good &= t.finished && t.hashes_ok && !t.ontime_refused && !t.orphans && !t.budget_used;
     }
     rows.push_back(w);
   }
+  std::printf("[chaos] %d kill(s) found their process gone (the run had ended first)\n", missed);
   std::string json = "{\"bench\":\"chaos\",\"rows\":[";
   for (std::size_t i = 0; i < rows.size(); ++i) {
     char b[256];
