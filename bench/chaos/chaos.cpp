@@ -2,7 +2,7 @@
 // job.mode = "dipaco") on a grid with a path-specific level (grid 1x4: level 0 shared by the
 // four paths, level 1 one module per path), one store and four worker processes over TCP.
 //
-// Kinds (each run for --trials trials, at a random moment after the first round):
+// Kinds (each run for --trials trials, at a random moment 0-1.2 s after the first round):
 //   worker       kill -9 of one random worker (the launcher restarts it; it rejoins)
 //   store        kill -9 of the store (the launcher restarts it from its checkpoint)
 //   launcher     kill -9 of the launcher; then the same command with --resume
@@ -10,7 +10,8 @@
 // After each trial: the run finished (exit 0, results table), every module's checkpointed θ
 // hashes to the hash the store logged at its last close and every module reached the last
 // round, no on-time push was refused (the store logs each refusal as on time or late), and for
-// the launcher trial no process of the run was left 10 s after the kill (orphans). max_close_s:
+// the launcher trial no process of the run was left 10 s after the kill (orphans), and for the
+// store trial no worker restart was counted against its budget. max_close_s:
 // the longest time a round stayed open, as the store logged it (a round open during a store
 // restart is timed from the restarted store's start).
 //
@@ -18,13 +19,15 @@
 //               [--round-timeout S (3)] [--seed X] [--keep]
 // The round timeout is short so that a killed worker's own (path-specific) module closes empty
 // rounds while it restarts, and its rejoin needs the store's re-alignment.
-// Exit status 1 if a trial did not finish, lost a module, refused an on-time push or left an
-// orphan. LAST line: {"bench":"chaos","rows":[...],"round_timeout_s":T}.
+// Exit status 1 if a trial did not finish, lost a module, refused an on-time push, left an
+// orphan or charged a store crash to the workers' restart budget. LAST line:
+// {"bench":"chaos","rows":[...],"round_timeout_s":T}.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <string>
@@ -57,8 +60,9 @@ struct row {
 };
 
 struct trial_result {
-  bool finished = false, hashes_ok = false;
+  bool finished = false, hashes_ok = false, missed = false;  // missed: the run ended first
   int ontime_refused = 0, orphans = 0;
+  int budget_used = 0;  // store trials: worker restarts counted against their budget
   double max_close_s = 0;
   std::string why;
 };
@@ -162,7 +166,7 @@ trial_result run_trial(const options& o, const std::string& kind, int trial, pac
         return false;
       },
       120s);
-  std::this_thread::sleep_for(std::chrono::milliseconds(r.below(2000)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(r.below(1200)));
   const std::string d = dir.string();
   auto pid_of = [&](const std::vector<std::string>& needles) {
     auto v = find_processes(needles);
@@ -178,12 +182,14 @@ trial_result run_trial(const options& o, const std::string& kind, int trial, pac
       if (w > 0) {
         const pid_t p = pid_of({"--role worker", "--worker " + std::to_string(w), d});
         if (p > 0) ::kill(p, SIGKILL);
+        t.missed |= p <= 0;
         what += (what.empty() ? "worker " : " and ") + std::to_string(w) + (p > 0 ? "" : " (gone)");
       }
     code = finish(launcher);
   } else if (kind == "store") {
     const pid_t p = pid_of({"--role store", d});
     if (p > 0) ::kill(p, SIGKILL);
+    t.missed = p <= 0;
     what = p > 0 ? "the store" : "nothing (the store was gone)";
     code = finish(launcher);
   } else {
@@ -204,6 +210,13 @@ trial_result run_trial(const options& o, const std::string& kind, int trial, pac
   const std::string text = slurp(kind == "launcher" ? fs::path(dir.string() + ".resume.out") : out);
   t.finished = code == 0 && text.find("all (routed)") != std::string::npos;
   if (!t.finished) t.why = "paco_train exited with " + std::to_string(code);
+  if (kind == "store") {  // a store crash must not use up the workers' restarts
+    static const std::regex counted(R"(worker-\d+ stopped \([^)]*\); restarting it \(\d+ of)");
+    t.budget_used = int(std::distance(std::sregex_iterator(text.begin(), text.end(), counted),
+                                      std::sregex_iterator()));
+    if (t.budget_used && t.why.empty())
+      t.why = std::to_string(t.budget_used) + " worker restarts counted after the store kill";
+  }
   check_run(o, dir, t);
   std::printf(
       "[chaos] %-11s trial %2d: killed %s; finished %d, hashes %s, on-time pushes refused "
@@ -211,7 +224,7 @@ trial_result run_trial(const options& o, const std::string& kind, int trial, pac
       kind.c_str(), trial, what.c_str(), int(t.finished), t.hashes_ok ? "ok" : "BAD",
       t.ontime_refused, t.orphans, t.max_close_s, run_s, t.why.empty() ? "" : ": ", t.why.c_str());
   std::fflush(stdout);
-  if (t.finished && t.hashes_ok && !t.ontime_refused && !t.orphans && !o.keep) {
+  if (t.finished && t.hashes_ok && !t.ontime_refused && !t.orphans && !t.budget_used && !o.keep) {
     fs::remove_all(dir);
     fs::remove(out);
     fs::remove(dir.string() + ".resume.out");
@@ -260,6 +273,7 @@ int main(int argc, char** argv) {
       o.trials, o.rounds, o.round_timeout_s);
   std::vector<row> rows;
   bool all_good = true;
+  int missed = 0;
   for (auto& k : o.kinds) {
     row w{k};
     for (int i = 0; i < o.trials; ++i) {
@@ -269,10 +283,12 @@ int main(int argc, char** argv) {
       w.ontime_refused += t.ontime_refused;
       w.orphans += t.orphans;
       w.max_close_s = std::max(w.max_close_s, t.max_close_s);
-      all_good &= t.finished && t.hashes_ok && !t.ontime_refused && !t.orphans;
+      missed += t.missed;
+      all_good &= t.finished && t.hashes_ok && !t.ontime_refused && !t.orphans && !t.budget_used;
     }
     rows.push_back(w);
   }
+  std::printf("[chaos] %d kill(s) found their process gone (the run had ended first)\n", missed);
   std::string json = "{\"bench\":\"chaos\",\"rows\":[";
   for (std::size_t i = 0; i < rows.size(); ++i) {
     char b[256];

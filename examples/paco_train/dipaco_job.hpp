@@ -388,6 +388,13 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
     if (auto s = load_store(cfg, rd, store); !s)
       return std::fprintf(stderr, "store: cannot resume: %s\n", s.error().what().c_str()), 2;
     std::printf("store: resumed from %s at round %ld\n", rd.store().c_str(), store.round(0));
+    // Killed after the last close (the workers may be gone already): nothing is left to serve.
+    bool complete = true;
+    for (int m = 0; m < g.modules; ++m) complete &= store.round(m) >= cfg.dipaco.rounds;
+    if (complete) {
+      std::printf("store: every module is at round %d: the run is complete\n", cfg.dipaco.rounds);
+      return 0;
+    }
   } else {
     arena<host> a(model.layout());
     if (auto s = load_base(cfg, rd, model, a); !s)
@@ -503,6 +510,13 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
       return std::fprintf(stderr, "worker %d: cannot resume: %s\n", w, s.error().what().c_str()), 2;
     start_step = info->step;
     have_saved = true;
+    // Killed after its last round was saved: it has nothing left to do (the store may be done).
+    if (auto r = info->metadata.find("round");
+        r != info->metadata.end() && std::stol(r->second) + 1 >= cfg.dipaco.rounds) {
+      std::printf("worker %d: every round is done (checkpoint '%s')\n", w,
+                  rd.worker_state(w).c_str());
+      return 0;
+    }
     if (info->metadata.count("bytes_sent"))
       bytes_before = std::stoull(info->metadata.at("bytes_sent"));
   }
@@ -567,9 +581,11 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const std::size_t sent = bytes_before + client.bytes_sent();
-    if (auto s = io::save_checkpoint(
-            rd.worker_state(w), model.tensors(), worker.state(), worker.inner_step(),
-            {{"bytes_sent", std::to_string(sent)}, {"config", config_fingerprint(cfg)}});
+    if (auto s = io::save_checkpoint(rd.worker_state(w), model.tensors(), worker.state(),
+                                     worker.inner_step(),
+                                     {{"bytes_sent", std::to_string(sent)},
+                                      {"round", std::to_string(worker.round())},
+                                      {"config", config_fingerprint(cfg)}});
         !s)
       std::fprintf(stderr, "worker %d: checkpoint failed: %s\n", w, s.error().what().c_str());
     log->write({{"worker", w},

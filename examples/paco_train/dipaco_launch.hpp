@@ -450,6 +450,8 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
   bar.finish();
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) std::signal(sig, SIG_DFL);  // no child left to stop
+  if (stop_signal) return 128 + stop_signal;
   if (failed) {
     std::fprintf(stderr, "paco_train: a process failed; see the logs in %s\n", rd.dir.c_str());
     return 3;

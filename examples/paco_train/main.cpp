@@ -143,7 +143,13 @@ int main(int argc, char** argv) {
   fs::create_directories(cfg.output.dir);
   const fs::path ckpt = fs::path(cfg.output.dir) / "checkpoint.safetensors";
   long step = 0;
-  if (resume && fs::exists(ckpt)) {
+  if (resume && !fs::exists(ckpt)) {
+    std::fprintf(stderr,
+                 "paco_train: cannot resume: no checkpoint '%s' (run without --resume to start)\n",
+                 ckpt.c_str());
+    return 2;
+  }
+  if (resume) {
     auto info = io::load_checkpoint(ckpt, model.tensors(), a);
     if (!info) {
       std::fprintf(stderr, "paco_train: cannot resume: %s\n", info.error().what().c_str());

@@ -155,3 +155,24 @@ TEST_CASE("the DiPaCo launcher locks its run and leaves no process behind", "[mu
   fs::remove(r.dir.string() + ".launcher");
   fs::remove(r.dir.string() + ".out");
 }
+
+TEST_CASE("paco_train --resume without a checkpoint is an error", "[multiproc][launch]") {
+  const fs::path dir = fs::temp_directory_path() / ("paco_lm_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const fs::path out = dir.string() + ".out";
+  const pid_t pid = paco::testing::spawn_logged(
+      {(fs::path(PACO_BINARY_DIR) / "examples" / "paco_train" / "paco_train").string(), "-c",
+       (fs::path(PACO_SOURCE_DIR) / "examples" / "configs" / "lm_brown.toml").string(), "--set",
+       "output.dir=" + dir.string(), "--set", "model.d=32", "--set", "model.layers=1", "--set",
+       "model.heads=2", "--resume"},
+      out);
+  const int st = paco::testing::wait_exit(pid, 60s);
+  const std::string text = slurp(out);
+  INFO(text);
+  REQUIRE(st != -1);
+  REQUIRE(WIFEXITED(st));
+  REQUIRE(WEXITSTATUS(st) == 2);
+  REQUIRE(text.find("no checkpoint") != std::string::npos);
+  fs::remove_all(dir);
+  fs::remove(out);
+}
