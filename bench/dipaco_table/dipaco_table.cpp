@@ -54,7 +54,7 @@ struct options {
   std::string corpus = "brown", data;  // data: the corpus directory (default: Brown's)
   std::string split = "test";          // the documents every row is reported on
   int d = 64, ctx = 128, layers = 2, heads = 4, batch = 16;
-  int steps = 6000;     // S: inner steps per worker
+  int steps = 2000;     // S: inner steps per worker (sized so a table runs in < 40 min on 2 cores)
   int inner = 100;      // H: inner steps per round
   int pretrain = 3000;  // base model steps (shared by every row)
   int threads = 2;
@@ -68,7 +68,7 @@ struct options {
   std::string base_file;              // cache of the base model (loaded if it matches)
   std::string path_rescale = "none";  // routed rows' outer-gradient rescale (outer/delta.hpp)
   float outer_lr = 0.7f, outer_momentum = 0.9f;  // outer Nesterov of every multi-worker row
-  int reroutes = 8;  // discriminative re-routings over the rounds after the k-means third
+  int reroutes = 4;  // discriminative re-routings over the rounds after the k-means third
   std::uint64_t seed = 1;
   bool wants(std::string_view r) const {
     std::string_view s = rows;
