@@ -68,45 +68,9 @@ struct trial_result {
 };
 
 std::vector<std::string> job_args(const options& o, const fs::path& dir) {
-  const fs::path bin = fs::path(PACO_BINARY_DIR) / "examples" / "paco_train" / "paco_train";
-  const fs::path cfg = fs::path(PACO_SOURCE_DIR) / "examples" / "configs" / "dipaco_brown.toml";
-  char rt[32];
-  std::snprintf(rt, sizeof rt, "%g", o.round_timeout_s);
-  return {bin.string(),
-          "-c",
-          cfg.string(),
-          "--set",
-          "output.dir=" + dir.string(),
-          "--set",
-          "dipaco.grid=[1, 4]",
-          "--set",
-          "model.d=32",
-          "--set",
-          "model.layers=2",
-          "--set",
-          "model.heads=2",
-          "--set",
-          "model.ctx=64",
-          "--set",
-          "train.batch=4",
-          "--set",
-          "train.threads=1",
-          "--set",
-          "dipaco.rounds=" + std::to_string(o.rounds),
-          "--set",
-          "dipaco.inner_steps=30",
-          "--set",
-          "dipaco.pretrain_steps=5",
-          "--set",
-          "launch.peer_timeout_s=1",
-          "--set",
-          std::string("launch.round_timeout_s=") + rt,
-          "--set",
-          "launch.restarts=3",
-          "--set",
-          "train.warmup=2",
-          "--set",
-          "dipaco.reroute_every=0"};
+  return paco::testing::small_dipaco_job(
+      PACO_SOURCE_DIR, PACO_BINARY_DIR, dir, o.rounds, o.round_timeout_s,
+      {"--set", "dipaco.grid=[1, 4]", "--set", "launch.restarts=3"});
 }
 
 // Checks a finished run's directory: hashes, last rounds, refusals and round times.

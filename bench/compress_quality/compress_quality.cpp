@@ -35,6 +35,7 @@
 #include "paco/route/route.hpp"
 #include "paco/sync/diloco_allreduce.hpp"
 #include "paco/sync/dipaco_local.hpp"
+#include "paco/train/inner_loop.hpp"
 
 using namespace paco;
 using clk = std::chrono::steady_clock;
@@ -157,22 +158,20 @@ int main(int argc, char** argv) {
   arena<host> base(model.layout());
   model.init(base, o.seed);
   {
-    nn::replica<nn::gpt> rep(model, o.batch, o.ctx, o.threads);
-    optim::adamw opt{.lr = o.lr};
-    optim::warmup_cosine sch{.lr = o.lr, .min_lr = o.lr, .warmup = 50, .total = o.pretrain};
-    io::batch_sampler smp(all, o.batch, o.ctx, o.seed + 1);
-    std::vector<std::int32_t> x(std::size_t(o.batch) * o.ctx), y(x.size());
+    train::inner_loop<nn::gpt, optim::adamw> loop(
+        model,
+        {.batch = o.batch,
+         .ctx = o.ctx,
+         .grad_clip = 1.0f,
+         .schedule = {.lr = o.lr, .min_lr = o.lr, .warmup = 50, .total = o.pretrain},
+         .threads = o.threads},
+        all, o.seed + 1);
     io::progress bar("base model", o.pretrain);
-    for (int t = 1; t <= o.pretrain; ++t) {
-      smp.next(x.data(), y.data());
-      const double l = rep.forward_backward(base, x.data(), y.data());
-      auto g = base.get(plane::grad);
-      optim::clip_grad_norm(g.data(), g.size(), 1.0);
-      opt.step(base, t, sch.lr_at(t));
+    loop.run(base, optim::adamw{.lr = o.lr}, o.pretrain, [&](long t, double l) {
       char txt[48];
       std::snprintf(txt, sizeof txt, "loss %.3f", l);
       bar.update(t, txt);
-    }
+    });
   }
   const std::vector<float> theta0(base.get(plane::param).begin(), base.get(plane::param).end());
 
@@ -190,8 +189,8 @@ int main(int argc, char** argv) {
   std::printf("base model: val %.4f bpb\n", val_bpb(theta0));
 
   const auto levels = *path::split_gpt_levels(model.layout(), o.layers, 1);  // DiLoCo: 1 module
-  const auto grid = path::module_grid<1>::experts({1});
-  sync::inner_config icfg{
+  const auto plan = *path::path_plan::make(path::module_grid<1>::experts({1}), levels, K);
+  train::inner_config icfg{
       .batch = o.batch,
       .ctx = o.ctx,
       .steps = o.inner,
@@ -200,8 +199,7 @@ int main(int argc, char** argv) {
       .threads = std::max(1, o.threads / K)};
   const optim::adamw inner{.lr = o.lr};
   std::vector<sync::worker_spec> spec(K);
-  for (int w = 0; w < K; ++w)
-    spec[std::size_t(w)] = {{0}, &shards[std::size_t(w)], o.seed + 100 + w};
+  for (int w = 0; w < K; ++w) spec[std::size_t(w)] = {&shards[std::size_t(w)], o.seed + 100 + w};
   const double fp32_push = double(sync::store_wire::push_bytes(4 * levels[0].size));
 
   // ---- L-GreCo's view of a pseudo-gradient: one worker's Δ after H steps from the base ----
@@ -220,7 +218,7 @@ int main(int argc, char** argv) {
     const auto segs = *sync::module_segments(model, levels[0]);
     compress::quantize q;
     const std::vector<int> all_bits = compress::lgreco_bits();  // 2..8
-    std::vector<std::vector<double>> bytes, errs;                // [tensor][bits − 2]
+    std::vector<std::vector<double>> bytes, errs;               // [tensor][bits − 2]
     double e4 = 0, b4 = 0;
     std::vector<double> r24, r48;
     for (auto& sg : segs) {
@@ -346,16 +344,15 @@ int main(int argc, char** argv) {
                                     sync::allreduce_ring.cost(8 * std::size_t(K), K).bytes);
     } else {
       // ---- workers push to an in-process store ----
-      sync::local_store<outer_t> store(sync::grid_modules(grid, levels, spec), outer_opt,
-                                               {.weight_by_shard = false});
-      sync::init_modules(store, levels, {0}, theta0.data());
+      sync::local_store<outer_t> store(plan.module_table(), outer_opt, {.weight_by_shard = false});
+      sync::init_modules(store, plan, theta0.data());
       if (c.spec.kind != compress::codec_kind::identity)
         if (auto s = store.set_compression(c, model, {levels[0]}); !s) {
           std::fprintf(stderr, "compress_quality: %s\n", s.error().what().c_str());
           return 2;
         }
       double prev = 0;
-      auto st = sync::run_local(store, model, levels, {0}, spec, inner, icfg, o.rounds,
+      auto st = sync::run_local(store, model, plan, spec, inner, icfg, o.rounds,
                                 [&](const sync::round_report& rr) {
                                   double b = 0;
                                   for (int w = 0; w < K; ++w) b += double(store.bytes_sent(w)) / K;
@@ -375,7 +372,7 @@ int main(int argc, char** argv) {
       for (int w = 0; w < K; ++w) r.bytes_sent += double(store.bytes_sent(w)) / K;
       r.payload_bytes = r.bytes_sent - double(o.rounds) * sizeof(sync::store_wire::request);
       r.fp32_bytes = double(o.rounds) * fp32_push;
-      sync::assemble_path(store, levels, {0}, {0}, theta.data());
+      sync::assemble_path(store, plan, 0, theta.data());
     }
     bar.finish();
     r.val_bpb = val_bpb(theta);

@@ -40,8 +40,12 @@
 #include "paco/outer/outer.hpp"
 #include "paco/path/level_map.hpp"
 #include "paco/path/module_grid.hpp"
+#include "paco/path/path_plan.hpp"
 #include "paco/route/route.hpp"
 #include "paco/sync/dipaco_local.hpp"
+#include "paco/train/inner_loop.hpp"
+#include "paco/train/local_trainer.hpp"
+#include "paco/train/routing.hpp"
 
 using namespace paco;
 using clk = std::chrono::steady_clock;
@@ -101,33 +105,32 @@ io::token_stream stream_of(const std::vector<const std::vector<std::int32_t>*>& 
   return s;
 }
 
-// Dense training: n AdamW steps from θ (in place) on the stream; the loss every 1000 steps.
+// Dense training: n AdamW steps of the inner loop from θ (in place) on the stream; the mean loss
+// of every 1000 steps.
 std::vector<double> train_dense(const nn::gpt& m, arena<host>& a, const io::token_stream& s, int n,
                                 const options& o, float lr, float min_lr, std::uint64_t seed,
                                 const char* label) {
-  nn::replica<nn::gpt> rep(m, o.batch, o.ctx, o.threads);
-  optim::adamw opt{.lr = lr};
-  optim::warmup_cosine sch{.lr = lr, .min_lr = min_lr, .warmup = 50, .total = n};
-  io::batch_sampler smp(s, o.batch, o.ctx, seed);
-  std::vector<std::int32_t> x(std::size_t(o.batch) * o.ctx), y(x.size());
+  train::inner_loop<nn::gpt, optim::adamw> loop(
+      m,
+      {.batch = o.batch,
+       .ctx = o.ctx,
+       .grad_clip = 1.0f,
+       .schedule = {.lr = lr, .min_lr = min_lr, .warmup = 50, .total = n},
+       .threads = o.threads},
+      s, seed);
   a.zero(plane::moment1);
   a.zero(plane::moment2);
   io::progress bar(label, n);
   std::vector<double> curve;
   double ema = NAN, window = 0;
-  for (int t = 1; t <= n; ++t) {
-    smp.next(x.data(), y.data());
-    double l = rep.forward_backward(a, x.data(), y.data());
-    auto g = a.get(plane::grad);
-    optim::clip_grad_norm(g.data(), g.size(), 1.0);
-    opt.step(a, t, sch.lr_at(t));
+  loop.run(a, optim::adamw{.lr = lr}, n, [&](long t, double l) {
     ema = std::isnan(ema) ? l : 0.98 * ema + 0.02 * l;
     window += l;
     if (t % 1000 == 0) curve.push_back(window / 1000), window = 0;
     char txt[64];
     std::snprintf(txt, sizeof txt, "loss %.3f", ema);
     bar.update(t, txt);
-  }
+  });
   return curve;
 }
 
@@ -193,9 +196,8 @@ int main(int argc, char** argv) {
                  o.bench.c_str());
     return 2;
   }
-  if (const int r = o.steps / o.inner; o.reroutes > r - r / 3) {
-    std::fprintf(stderr, "%s: --reroutes %d: at most %d (the rounds after the first third)\n",
-                 o.bench.c_str(), o.reroutes, r - r / 3);
+  if (auto p = train::reroute_phases(o.steps / o.inner, o.reroutes); !p) {
+    std::fprintf(stderr, "%s: --reroutes: %s\n", o.bench.c_str(), p.error().what().c_str());
     return 2;
   }
   auto rule_or = route::sliding_window::make(o.ctx, o.stride);
@@ -317,16 +319,15 @@ int main(int argc, char** argv) {
   std::vector<int> km_train(train.size()), km_eval(spans.size());
   for (std::size_t i = 0; i < train.size(); ++i) km_train[i] = km->route(&ftrain[i * D]);
   for (std::size_t j = 0; j < spans.size(); ++j) km_eval[j] = km->route(&feval[j * D]);
-  // Shards from each document's set of paths (one path, or its top n: overlapping shards).
+  // Routed training's view of the training documents (train/routing.hpp): the tokens that go
+  // into shards, the held-out tails that label them, their prefix features.
+  train::routed_docs rdocs{.features = ftrain, .dim = D};
+  for (auto& d : train) {
+    rdocs.train.push_back(d.train);
+    rdocs.tail.push_back(d.router);
+  }
   auto shards_of_sets = [&](const std::vector<std::vector<int>>& r) {
-    std::vector<io::token_stream> s(K);
-    for (int k = 0; k < K; ++k) {
-      std::vector<const std::vector<std::int32_t>*> parts;
-      for (std::size_t i = 0; i < train.size(); ++i)
-        if (std::find(r[i].begin(), r[i].end(), k) != r[i].end()) parts.push_back(&train[i].train);
-      s[std::size_t(k)] = stream_of(parts);
-    }
-    return s;
+    return train::shards_of(rdocs, r, K);
   };
   std::vector<std::vector<int>> km_sets(train.size());
   for (std::size_t i = 0; i < train.size(); ++i) km_sets[i] = {km_train[i]};
@@ -363,7 +364,7 @@ int main(int argc, char** argv) {
   }
 
   const int rounds = o.steps / o.inner;
-  sync::inner_config icfg{
+  train::inner_config icfg{
       .batch = o.batch,
       .ctx = o.ctx,
       .steps = o.inner,
@@ -377,8 +378,8 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  // A multi-worker row: one worker per path of `grid` (worker w on path worker_path[w]) over a
-  // local store, trained for `rounds` rounds in phases (phases[i] = the round phase i ends at);
+  // A multi-worker row: `wpp` workers per path of `grid` (worker w on shards[w]) trained by
+  // train::local_trainer for `rounds` rounds in phases (phases[i] = the round phase i ends at);
   // before phase i > 0, reshard(i, θ of every path) gives the workers new shards (a re-routing;
   // the workers keep their inner state). Returns every path's θ after the final outer step.
   struct trained {
@@ -386,72 +387,46 @@ int main(int argc, char** argv) {
     double bytes = 0;                       // per worker
     std::vector<double> curve;
   };
-  auto run_grid = [&](const std::string& name, auto grid, const std::vector<int>& worker_path,
+  using trainer_t = train::local_trainer<nn::gpt, optim::adamw, outer::nesterov>;
+  auto run_grid = [&](const std::string& name, auto grid, int wpp,
                       std::vector<io::token_stream> shards, const std::vector<int>& phases,
-                      const std::function<std::vector<io::token_stream>(
-                          int, const std::vector<std::vector<float>>&)>& reshard,
-                      outer::delta_options dopt) {
+                      const trainer_t::reshard_fn& reshard, outer::delta_options dopt) {
     const int L = int(decltype(grid)::levels);
-    auto levels = *path::split_gpt_levels(model.layout(), o.layers, L);
-    std::vector<int> module_level;
-    for (int id = 0; id < grid.module_count(); ++id)
-      module_level.push_back(int(grid.module_at(id).first));
-    std::vector<sync::worker_spec> ws;
-    for (std::size_t w = 0; w < worker_path.size(); ++w)
-      ws.push_back({sync::path_modules(grid, worker_path[w]), &shards[w], o.seed + 100 + w});
-    sync::local_store<outer::nesterov> store(sync::grid_modules(grid, levels, ws), outer_opt, dopt);
-    sync::init_modules(store, levels, module_level, theta0.data());
-    auto run = sync::local_run<nn::gpt, optim::adamw, outer::nesterov>::make(
-        store, model, levels, module_level, ws, inner, icfg);
-    if (!run) throw error_exception(run.error());
-    auto thetas = [&] {
-      std::vector<std::vector<float>> th(std::size_t(grid.paths()), theta0);
-      for (int p = 0; p < grid.paths(); ++p)
-        sync::assemble_path(store, levels, module_level, sync::path_modules(grid, p),
-                            th[std::size_t(p)].data());
-      return th;
-    };
-    trained t;
+    auto plan =
+        path::path_plan::make(grid, *path::split_gpt_levels(model.layout(), o.layers, L), wpp);
+    if (!plan) throw error_exception(plan.error());
+    auto t = trainer_t::make(model, std::move(*plan), theta0, std::move(shards), inner,
+                             {.inner = icfg,
+                              .outer = outer_opt,
+                              .delta = dopt,
+                              .rounds = rounds,
+                              .phases = phases,
+                              .seed = o.seed + 100});
+    if (!t) throw error_exception(t.error());
+    trained r;
     io::progress bar(name.c_str(), rounds);
     double window = 0;
-    int done = 0;
-    for (std::size_t i = 0; i < phases.size(); ++i) {
-      if (i > 0) {
-        auto next = reshard(int(i), thetas());
-        std::vector<const io::token_stream*> ptr;
-        for (std::size_t w = 0; w < worker_path.size(); ++w)
-          ptr.push_back(&next[std::size_t(worker_path[w])]);
-        run->set_shards(ptr);
-        shards = std::move(next);  // the elements (and the workers' pointers) stay in place
-      }
-      auto st = run->run(phases[i] - done, [&](const sync::round_report& rr) {
-        double l = 0;
-        for (double x : rr.worker_loss) l += x / double(rr.worker_loss.size());
-        window += l;
-        if ((rr.round + 1) % 10 == 0) t.curve.push_back(window / 10), window = 0;
-        char txt[64];
-        std::snprintf(txt, sizeof txt, "inner loss %.3f", l);
-        bar.update(rr.round + 1, txt);
-      });
-      if (!st) throw error_exception(st.error());
-      done = phases[i];
-    }
-    std::size_t per_round = 0;
-    for (int m : ws[0].modules) per_round += levels[std::size_t(module_level[std::size_t(m)])].size;
-    t.bytes = double(rounds) * double(per_round) * 4.0;
-    t.theta = thetas();
-    return t;
+    auto st = (*t)->run(reshard, [&](const sync::round_report& rr) {
+      double l = 0;
+      for (double x : rr.worker_loss) l += x / double(rr.worker_loss.size());
+      window += l;
+      if ((rr.round + 1) % 10 == 0) r.curve.push_back(window / 10), window = 0;
+      char txt[64];
+      std::snprintf(txt, sizeof txt, "inner loss %.3f", l);
+      bar.update(rr.round + 1, txt);
+    });
+    if (!st) throw error_exception(st.error());
+    r.bytes = (*t)->fp32_bytes_per_worker();
+    r.theta = (*t)->path_thetas();
+    return r;
   };
-  const std::vector<int> one_phase{rounds}, four_paths{0, 1, 2, 3};
-  const auto no_reshard = [](int, const std::vector<std::vector<float>>&) {
-    return std::vector<io::token_stream>{};
-  };
+  const std::vector<int> one_phase{rounds};
 
   // ---- DiLoCo P=4: one module, 4 workers on the k-means shards ----
   if (o.wants("diloco_p4")) {
     const auto t0 = clk::now();
-    auto t = run_grid("diloco_p4", path::module_grid<1>::experts({1}), {0, 0, 0, 0}, km_shards,
-                      one_phase, no_reshard, {});
+    auto t =
+        run_grid("diloco_p4", path::module_grid<1>::experts({1}), K, km_shards, one_phase, {}, {});
     const auto n = route::routed_nll(model, pointers(t.theta), spans,
                                      std::vector<int>(spans.size(), 0), rule, ws_eval);
     add_row({"diloco_p4", n.bits_per_token(), t.bytes, dp_bytes(K), secs(t0), P, t.curve});
@@ -460,53 +435,35 @@ int main(int argc, char** argv) {
   // ---- flat MoE P=4: one level of 4 experts on the k-means shards, routed by k-means ----
   if (o.wants("moe_p4")) {
     const auto t0 = clk::now();
-    auto t = run_grid("moe_p4", path::module_grid<1>::experts({K}), four_paths, km_shards,
-                      one_phase, no_reshard, {});
+    auto t =
+        run_grid("moe_p4", path::module_grid<1>::experts({K}), 1, km_shards, one_phase, {}, {});
     const auto n = route::routed_nll(model, pointers(t.theta), spans, km_eval, rule, ws_eval);
     add_row({"moe_p4", n.bits_per_token(), t.bytes, 0, secs(t0), K * P, t.curve});
   }
 
   // ---- routed rows: top-n k-means shards, then discriminative re-routing phases ----
-  // Re-routing: label each training document by the path with the fewest nats on its held-out
-  // tail (the one scorer), fit the logistic router on prefix features, re-shard by its top n.
-  const int phase1 = rounds / 3;
-  std::vector<int> phases{phase1};
-  for (int q = 0; q < o.reroutes; ++q)
-    phases.push_back(phase1 + (rounds - phase1) * (q + 1) / o.reroutes);
+  // Re-routing (train/routing.hpp): label each training document by the path with the fewest
+  // nats on its held-out tail (the one scorer), fit the logistic router on prefix features,
+  // re-shard by its top n.
+  const auto phases = *train::reroute_phases(rounds, o.reroutes);
   std::vector<std::vector<int>> km_top(train.size());
   for (std::size_t i = 0; i < train.size(); ++i) km_top[i] = km->rank(&ftrain[i * D], o.overlap);
-  std::vector<route::scored_span> tails;
-  std::vector<std::size_t> tail_doc;
-  for (std::size_t i = 0; i < train.size(); ++i)
-    if (train[i].router.size() >= 2) {
-      tails.push_back({train[i].router, 1, train[i].router.size()});
-      tail_doc.push_back(i);
-    }
   auto routed_rows = [&](const std::string& name, auto grid, std::size_t params_total) {
     const auto t0 = clk::now();
     route::logistic_router lr;
     std::vector<int> routed_before = km_train;
     std::vector<std::size_t> path_tokens(K, 0);
     auto reshard = [&](int q, const std::vector<std::vector<float>>& th) {
-      auto per = route::per_path_nll(model, pointers(th), tails, rule, ws_eval);
-      auto best = route::best_paths(per);
-      std::vector<int> labels = routed_before;  // documents without a tail keep their path
-      for (std::size_t j = 0; j < tails.size(); ++j) labels[tail_doc[j]] = best[j];
-      auto fit = route::logistic_router::fit(ftrain, int(train.size()), D, labels, {.k = K});
-      if (!fit) throw error_exception(fit.error());
-      lr = std::move(*fit);
-      std::vector<std::vector<int>> top(train.size());
-      int moved = 0;
-      for (std::size_t i = 0; i < train.size(); ++i) {
-        top[i] = lr.rank(&ftrain[i * D], o.overlap);
-        moved += top[i][0] != routed_before[i];
-        routed_before[i] = top[i][0];
-      }
-      auto s = shards_of_sets(top);
+      auto rr = train::discriminative_reroute(model, pointers(th), rdocs, routed_before, rule,
+                                              ws_eval, {.overlap = o.overlap});
+      if (!rr) throw error_exception(rr.error());
+      lr = std::move(rr->router);
+      for (std::size_t i = 0; i < train.size(); ++i) routed_before[i] = rr->sets[i][0];
+      auto s = shards_of_sets(rr->sets);
       std::printf(
           "%s: re-routing %d at round %d: %d of %zu training documents changed path; "
           "shards (MB):",
-          name.c_str(), q, phases[std::size_t(q) - 1], moved, train.size());
+          name.c_str(), q, phases[std::size_t(q) - 1], rr->moved, train.size());
       for (int k = 0; k < K; ++k) {
         path_tokens[std::size_t(k)] = s[std::size_t(k)].ids.size();
         std::printf(" %.2f", s[std::size_t(k)].ids.size() / 1e6);
@@ -515,7 +472,7 @@ int main(int argc, char** argv) {
       return s;
     };
     auto t =
-        run_grid(name, grid, four_paths, shards_of_sets(km_top), phases, reshard,
+        run_grid(name, grid, 1, shards_of_sets(km_top), phases, reshard,
                  {.weight_by_shard = true, .rescale = *outer::parse_path_rescale(o.path_rescale)});
     const double train_s = secs(t0);
     const auto th = pointers(t.theta);

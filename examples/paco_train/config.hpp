@@ -3,8 +3,8 @@
 // "section.key=value" overrides. Unknown sections or keys and out-of-range values are errors
 // naming the field and the accepted range.
 
-#include <filesystem>
 #include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -17,6 +17,7 @@
 #include "paco/io/text_corpus.hpp"
 #include "paco/nn/gpt.hpp"
 #include "paco/optim/adamw.hpp"
+#include "paco/path/path_plan.hpp"
 #include "paco/sync/compression.hpp"
 
 namespace paco_train {
@@ -26,9 +27,9 @@ using paco::error;
 using paco::result;
 
 struct train_section {
-  int batch = 16;          // sequences per step
-  long steps = 0;          // 0: as many as fit in budget_s
-  double budget_s = 480;   // wall-clock budget for training when steps == 0
+  int batch = 16;         // sequences per step
+  long steps = 0;         // 0: as many as fit in budget_s
+  double budget_s = 480;  // wall-clock budget for training when steps == 0
   float lr = 2e-3f;
   float min_lr = 2e-4f;
   long warmup = 100;
@@ -61,39 +62,39 @@ struct job_section {
 
 // DiPaCo / DiLoCo runs (job.mode = "dipaco"). A grid [1] with workers_per_path = k is DiLoCo.
 struct dipaco_section {
-  std::vector<int> grid = {2, 2};  // experts per level (levels = entries, 1 or 2)
+  std::vector<int> grid = {2, 2};  // experts per level (levels = entries, 1 to 8)
   int workers_per_path = 1;
-  int rounds = 8;                  // outer steps
-  int inner_steps = 100;           // H
-  int pretrain_steps = 200;        // shared base model (also the router's feature extractor)
+  int rounds = 8;            // outer steps
+  int inner_steps = 100;     // H
+  int pretrain_steps = 200;  // shared base model (also the router's feature extractor)
   float outer_lr = 0.7f;
   float outer_momentum = 0.9f;
   std::string path_rescale = "none";  // none | sqrt_paths | inv_sqrt_paths
   bool weight_by_shard = true;
-  int prefix = 32;                 // routing prefix (bytes)
+  int prefix = 32;  // routing prefix (bytes)
   // Evaluation also re-routes every this many bytes to the path that best predicted the
   // previous chunk (DiPaCo's frequent re-routing); 0: only the prefix routing.
   int reroute_every = 64;
   // Codec of every push (docs/compression.md): fp32 (plain floats), bf16, fp16, int8 … int2
-  // (any width), topk:D, lgreco:int, lgreco:topk:D; lossy ones keep an error-feedback residual unless
-  // the string ends in "+noef". powersgd and sign_prune need the all-reduce DiLoCo.
+  // (any width), topk:D, lgreco:int, lgreco:topk:D; lossy ones keep an error-feedback residual
+  // unless the string ends in "+noef". powersgd and sign_prune need the all-reduce DiLoCo.
   std::string compress = "fp32";
-  int lgreco_every = 4;            // L-GreCo: rounds between choices of each tensor's level (F)
+  int lgreco_every = 4;  // L-GreCo: rounds between choices of each tensor's level (F)
 };
 
 struct launch_section {
-  std::string mode = "local";        // local: spawn store and workers here over TCP;
-                                     // manual: prepare the run, print one command per process
+  std::string mode = "local";  // local: spawn store and workers here over TCP;
+                               // manual: prepare the run, print one command per process
   std::string store_host = "127.0.0.1";
-  int base_port = 0;                 // store listens on base_port + worker; 0: free ports
-  double round_timeout_s = 120;      // a round closes this long after its first push
-  double peer_timeout_s = 5;         // silence after which a process is considered dead
-  int restarts = 3;                  // local: a crashed worker is restarted up to this often
+  int base_port = 0;             // store listens on base_port + worker; 0: free ports
+  double round_timeout_s = 120;  // a round closes this long after its first push
+  double peer_timeout_s = 5;     // silence after which a process is considered dead
+  int restarts = 3;              // local: a crashed worker is restarted up to this often
   // TLS on every store <-> worker link (mutual certificates from one CA; docs/transport.md).
   // PACO_TLS_CERT / PACO_TLS_KEY override cert and key, so machines can share one config.
   bool tls = false;
   std::string tls_ca, tls_cert, tls_key;
-  std::string tls_peer_name;         // optional: a DNS name every peer's certificate must carry
+  std::string tls_peer_name;  // optional: a DNS name every peer's certificate must carry
 };
 
 struct train_config {
@@ -233,73 +234,76 @@ inline paco::status validate(const train_config& c) {
   if (c.model.vocab != 256)
     return {errc::invalid_argument, "model.vocab must be 256 (the byte tokenizer)"};
   auto range = [](bool ok, const char* k, const char* r) {
-    return ok ? paco::status{} : paco::status(errc::invalid_argument, std::string(k) + " must be " + r);
+    return ok ? paco::status{}
+              : paco::status(errc::invalid_argument, std::string(k) + " must be " + r);
   };
   const auto& t = c.train;
-  for (auto s : {range(t.batch >= 1 && t.batch <= 4096, "train.batch", "in [1, 4096]"),
-                 range(t.steps >= 0, "train.steps", ">= 0 (0: fit the budget)"),
-                 range(t.budget_s > 0, "train.budget_s", "> 0"),
-                 range(t.lr > 0 && t.lr < 1, "train.lr", "in (0, 1)"),
-                 range(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr", "in [0, train.lr]"),
-                 range(t.warmup >= 0, "train.warmup", ">= 0"),
-                 range(t.grad_clip >= 0, "train.grad_clip", ">= 0"),
-                 range(t.threads >= 1 && t.threads <= 256, "train.threads", "in [1, 256]"),
-                 range(t.eval_every >= 1, "train.eval_every", ">= 1"),
-                 range(t.eval_batches >= 1, "train.eval_batches", ">= 1"),
-                 range(t.checkpoint_every >= 1, "train.checkpoint_every", ">= 1"),
-                 range(c.data.corpus == "brown" || c.data.corpus == "files", "data.corpus",
-                       "\"brown\" or \"files\""),
-                 range(c.data.dir.empty() || c.data.path.empty(), "data.dir",
-                       "unset when data.path is set (it is the older name of data.path)"),
-                 range(c.data.corpus != "files" || !data_path(c.data).empty(), "data.path",
-                       "a directory of text files or a JSONL file when data.corpus = \"files\""),
-                 range(!c.data.text_field.empty(), "data.text_field", "a JSONL field name"),
-                 range(c.job.mode == "lm" || c.job.mode == "dipaco", "job.mode",
-                       "\"lm\" or \"dipaco\"")})
+  for (auto s :
+       {range(t.batch >= 1 && t.batch <= 4096, "train.batch", "in [1, 4096]"),
+        range(t.steps >= 0, "train.steps", ">= 0 (0: fit the budget)"),
+        range(t.budget_s > 0, "train.budget_s", "> 0"),
+        range(t.lr > 0 && t.lr < 1, "train.lr", "in (0, 1)"),
+        range(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr", "in [0, train.lr]"),
+        range(t.warmup >= 0, "train.warmup", ">= 0"),
+        range(t.grad_clip >= 0, "train.grad_clip", ">= 0"),
+        range(t.threads >= 1 && t.threads <= 256, "train.threads", "in [1, 256]"),
+        range(t.eval_every >= 1, "train.eval_every", ">= 1"),
+        range(t.eval_batches >= 1, "train.eval_batches", ">= 1"),
+        range(t.checkpoint_every >= 1, "train.checkpoint_every", ">= 1"),
+        range(c.data.corpus == "brown" || c.data.corpus == "files", "data.corpus",
+              "\"brown\" or \"files\""),
+        range(c.data.dir.empty() || c.data.path.empty(), "data.dir",
+              "unset when data.path is set (it is the older name of data.path)"),
+        range(c.data.corpus != "files" || !data_path(c.data).empty(), "data.path",
+              "a directory of text files or a JSONL file when data.corpus = \"files\""),
+        range(!c.data.text_field.empty(), "data.text_field", "a JSONL field name"),
+        range(c.job.mode == "lm" || c.job.mode == "dipaco", "job.mode", "\"lm\" or \"dipaco\"")})
     if (!s) return s;
   if (c.job.mode == "dipaco") {
     const auto& d = c.dipaco;
     int paths = 1;
     for (int k : d.grid) paths *= k;
-    for (auto s : {range(d.grid.size() >= 1 && d.grid.size() <= 2, "dipaco.grid",
-                         "1 or 2 levels, e.g. [2, 2]"),
-                   range(std::all_of(d.grid.begin(), d.grid.end(), [](int k) { return k >= 1 && k <= 64; }),
-                         "dipaco.grid", "experts in [1, 64] per level"),
-                   range(int(d.grid.size()) <= c.model.layers, "dipaco.grid",
-                         "at most model.layers levels"),
-                   range(d.workers_per_path >= 1 && paths * d.workers_per_path <= 64,
-                         "dipaco.workers_per_path", "≥ 1 with at most 64 workers in all"),
-                   range(d.rounds >= 1, "dipaco.rounds", "≥ 1"),
-                   range(d.inner_steps >= 1, "dipaco.inner_steps", "≥ 1"),
-                   range(d.pretrain_steps >= 0, "dipaco.pretrain_steps", "≥ 0"),
-                   range(d.outer_lr > 0, "dipaco.outer_lr", "> 0"),
-                   range(d.outer_momentum >= 0 && d.outer_momentum < 1, "dipaco.outer_momentum", "in [0, 1)"),
-                   range(d.path_rescale == "none" || d.path_rescale == "sqrt_paths" ||
-                             d.path_rescale == "inv_sqrt_paths",
-                         "dipaco.path_rescale", "none, sqrt_paths or inv_sqrt_paths"),
-                   range(d.prefix >= 1 && d.prefix <= c.model.ctx, "dipaco.prefix", "in [1, model.ctx]"),
-                   range(d.reroute_every >= 0 && d.reroute_every <= c.model.ctx,
-                         "dipaco.reroute_every", "in [0, model.ctx] (0: off)"),
-                   range(!c.model.tie_weights || d.grid.size() == 1, "model.tie_weights",
-                         "false when the grid has several levels"),
-                   range(c.launch.mode == "local" || c.launch.mode == "manual", "launch.mode",
-                         "\"local\" or \"manual\""),
-                   range(c.launch.base_port >= 0 && c.launch.base_port < 65000, "launch.base_port", "in [0, 65000)"),
-                   range(c.launch.round_timeout_s > 0, "launch.round_timeout_s", "> 0"),
-                   range(c.launch.peer_timeout_s > 0.2, "launch.peer_timeout_s", "> 0.2"),
-                   range(c.launch.restarts >= 0, "launch.restarts", "≥ 0"),
-                   range(!c.launch.tls || !c.launch.tls_ca.empty(), "launch.tls_ca",
-                         "a CA certificate file when launch.tls = true"),
-                   range(d.lgreco_every >= 1 && d.lgreco_every <= 1000000, "dipaco.lgreco_every",
-                         "in [1, 1000000] (rounds)")})
+    for (auto s :
+         {range(d.grid.size() >= 1 && d.grid.size() <= paco::path::path_plan::max_levels,
+                "dipaco.grid", "1 to 8 levels, e.g. [2, 2]"),
+          range(std::all_of(d.grid.begin(), d.grid.end(), [](int k) { return k >= 1 && k <= 64; }),
+                "dipaco.grid", "experts in [1, 64] per level"),
+          range(int(d.grid.size()) <= c.model.layers, "dipaco.grid", "at most model.layers levels"),
+          range(d.workers_per_path >= 1 && paths * d.workers_per_path <= 64,
+                "dipaco.workers_per_path", "≥ 1 with at most 64 workers in all"),
+          range(d.rounds >= 1, "dipaco.rounds", "≥ 1"),
+          range(d.inner_steps >= 1, "dipaco.inner_steps", "≥ 1"),
+          range(d.pretrain_steps >= 0, "dipaco.pretrain_steps", "≥ 0"),
+          range(d.outer_lr > 0, "dipaco.outer_lr", "> 0"),
+          range(d.outer_momentum >= 0 && d.outer_momentum < 1, "dipaco.outer_momentum",
+                "in [0, 1)"),
+          range(d.path_rescale == "none" || d.path_rescale == "sqrt_paths" ||
+                    d.path_rescale == "inv_sqrt_paths",
+                "dipaco.path_rescale", "none, sqrt_paths or inv_sqrt_paths"),
+          range(d.prefix >= 1 && d.prefix <= c.model.ctx, "dipaco.prefix", "in [1, model.ctx]"),
+          range(d.reroute_every >= 0 && d.reroute_every <= c.model.ctx, "dipaco.reroute_every",
+                "in [0, model.ctx] (0: off)"),
+          range(!c.model.tie_weights || d.grid.size() == 1, "model.tie_weights",
+                "false when the grid has several levels"),
+          range(c.launch.mode == "local" || c.launch.mode == "manual", "launch.mode",
+                "\"local\" or \"manual\""),
+          range(c.launch.base_port >= 0 && c.launch.base_port < 65000, "launch.base_port",
+                "in [0, 65000)"),
+          range(c.launch.round_timeout_s > 0, "launch.round_timeout_s", "> 0"),
+          range(c.launch.peer_timeout_s > 0.2, "launch.peer_timeout_s", "> 0.2"),
+          range(c.launch.restarts >= 0, "launch.restarts", "≥ 0"),
+          range(!c.launch.tls || !c.launch.tls_ca.empty(), "launch.tls_ca",
+                "a CA certificate file when launch.tls = true"),
+          range(d.lgreco_every >= 1 && d.lgreco_every <= 1000000, "dipaco.lgreco_every",
+                "in [1, 1000000] (rounds)")})
       if (!s) return s;
     auto comp = paco::sync::parse_compression(d.compress, std::size_t(d.lgreco_every));
     if (!comp) return {errc::invalid_argument, "dipaco." + comp.error().message};
     if (auto s = paco::sync::check_store_compression(*comp); !s)
       return {errc::invalid_argument, "dipaco." + s.error().message};
   }
-  paco::optim::adamw o{.lr = t.lr, .beta1 = t.beta1, .beta2 = t.beta2,
-                       .weight_decay = t.weight_decay};
+  paco::optim::adamw o{
+      .lr = t.lr, .beta1 = t.beta1, .beta2 = t.beta2, .weight_decay = t.weight_decay};
   return o.validate();
 }
 
@@ -327,7 +331,8 @@ inline result<train_config> load_config(const std::filesystem::path& path,
       for (auto& [key, val] : *sub) {
         const std::string k = s + "." + std::string(key.str());
         auto it = f.find(k);
-        if (it == f.end()) return {errc::invalid_argument, origin + ": unknown setting '" + k + "'"};
+        if (it == f.end())
+          return {errc::invalid_argument, origin + ": unknown setting '" + k + "'"};
         if (auto st = it->second.set(val); !st)
           return {errc::invalid_argument, origin + ": " + st.error().message};
       }
@@ -339,7 +344,8 @@ inline result<train_config> load_config(const std::filesystem::path& path,
     if (!std::filesystem::is_regular_file(path, ec))
       return error(errc::not_found, "config file '" + path.string() + "' does not exist");
     auto r = parse_toml(path.string(), true);
-    if (!r) return error(errc::invalid_argument, "config '" + path.string() + "': " + r.error().message);
+    if (!r)
+      return error(errc::invalid_argument, "config '" + path.string() + "': " + r.error().message);
     if (auto s = apply(*r, "config '" + path.string() + "'"); !s) return s.error();
   }
   for (auto& o : overrides) {

@@ -44,10 +44,11 @@
 #include "paco/optim/optim.hpp"
 #include "paco/outer/outer.hpp"
 #include "paco/path/level_map.hpp"
-#include "paco/path/module_grid.hpp"
+#include "paco/path/path_plan.hpp"
 #include "paco/route/route.hpp"
 #include "paco/sync/path_worker.hpp"
 #include "paco/sync/store_service.hpp"
+#include "paco/train/inner_loop.hpp"
 
 extern char** environ;
 
@@ -58,52 +59,6 @@ using namespace paco;
 using json = nlohmann::json;
 
 constexpr double ln2 = 0.6931471805599453;
-
-// ---- the grid at run time ----
-struct grid_plan {
-  int levels = 1, paths = 1, modules = 1, workers = 1, workers_per_path = 1;
-  std::vector<std::vector<int>> path_modules;  // per path: module id per level
-  std::vector<int> module_level;               // per module
-  std::vector<int> module_paths;               // per module: paths through it
-  // Worker ids are 1 … workers; worker w trains path (w − 1) / workers_per_path.
-  int path_of(int w) const { return (w - 1) / workers_per_path; }
-  std::string path_name(int p) const {
-    std::string s = "(";
-    for (int l = 0; l < levels; ++l) {
-      if (l) s += ",";
-      s += std::to_string(path_modules[p][l] - (l ? level_first[l] : 0));
-    }
-    return s + ")";
-  }
-  std::vector<int> level_first;
-};
-
-template <std::size_t L>
-grid_plan plan_of(const path::module_grid<L>& g, int wpp) {
-  grid_plan p;
-  p.levels = int(L);
-  p.paths = g.paths();
-  p.modules = g.module_count();
-  p.workers_per_path = wpp;
-  p.workers = g.paths() * wpp;
-  for (int i = 0; i < g.paths(); ++i) {
-    auto m = g.modules_of(i);
-    p.path_modules.push_back({m.begin(), m.end()});
-  }
-  for (int id = 0; id < g.module_count(); ++id) {
-    auto [l, e] = g.module_at(id);
-    p.module_level.push_back(int(l));
-    p.module_paths.push_back(g.paths_through(l, e));
-  }
-  for (std::size_t l = 0; l < L; ++l) p.level_first.push_back(g.module_id(l, 0));
-  return p;
-}
-
-inline grid_plan make_plan(const dipaco_section& d) {
-  if (d.grid.size() == 1)
-    return plan_of(path::module_grid<1>::experts({d.grid[0]}), d.workers_per_path);
-  return plan_of(path::module_grid<2>::experts({d.grid[0], d.grid[1]}), d.workers_per_path);
-}
 
 // ---- files of a run ----
 struct run_dir {
@@ -152,12 +107,13 @@ inline outer::nesterov outer_of(const train_config& cfg) {
   return {.lr = cfg.dipaco.outer_lr, .momentum = cfg.dipaco.outer_momentum};
 }
 
-inline std::vector<path::module_info> module_table(const grid_plan& g,
-                                                   const std::vector<path::level_span>& lv) {
-  std::vector<path::module_info> t;
-  for (int m = 0; m < g.modules; ++m)
-    t.push_back({m, lv[g.module_level[m]].size, g.module_paths[m] * g.workers_per_path});
-  return t;
+// The run's plan: the configured grid over the model's levels, workers_per_path workers per
+// path. Worker ids of the job are 1 … workers; worker w is the plan's worker w − 1.
+inline path::path_plan make_plan(const train_config& cfg) {
+  nn::gpt model(cfg.model);
+  return path::path_plan::make_runtime(cfg.dipaco.grid, levels_of(model, cfg),
+                                       cfg.dipaco.workers_per_path)
+      .value_or_throw();
 }
 
 // The environment variable `name`, or `fallback` when it is unset or empty.
@@ -230,7 +186,7 @@ inline int port_of(const train_config& cfg, const json& routing, int worker) {
 
 // ---- prepare: base model + routing ----
 inline status prepare(const train_config& cfg, const run_dir& rd, const job_data& data,
-                      const grid_plan& g) {
+                      const path::path_plan& g) {
   fs::create_directories(rd.dir);
   nn::gpt model(cfg.model);
   arena<host> a(model.layout());
@@ -239,26 +195,26 @@ inline status prepare(const train_config& cfg, const run_dir& rd, const job_data
   const int B = tc.batch, T = cfg.model.ctx;
   if (cfg.dipaco.pretrain_steps > 0) {
     auto all = stream_of(data, {}, -1);
-    nn::replica<nn::gpt> rep(model, B, T, tc.threads);
-    optim::adamw opt{
+    train::inner_loop<nn::gpt, optim::adamw> loop(model,
+                                                  {.batch = B,
+                                                   .ctx = T,
+                                                   .grad_clip = tc.grad_clip,
+                                                   .schedule = {.lr = tc.lr,
+                                                                .min_lr = tc.lr,
+                                                                .warmup = tc.warmup,
+                                                                .total = cfg.dipaco.pretrain_steps},
+                                                   .threads = tc.threads},
+                                                  all, std::uint64_t(tc.seed) * 31 + 7);
+    const optim::adamw opt{
         .lr = tc.lr, .beta1 = tc.beta1, .beta2 = tc.beta2, .weight_decay = tc.weight_decay};
-    optim::warmup_cosine sch{
-        .lr = tc.lr, .min_lr = tc.lr, .warmup = tc.warmup, .total = cfg.dipaco.pretrain_steps};
-    io::batch_sampler smp(all, B, T, std::uint64_t(tc.seed) * 31 + 7);
-    std::vector<std::int32_t> x(std::size_t(B) * T), y(x.size());
     a.zero(plane::moment1);
     a.zero(plane::moment2);
     io::progress bar("base model", cfg.dipaco.pretrain_steps);
-    for (int t = 1; t <= cfg.dipaco.pretrain_steps; ++t) {
-      smp.next(x.data(), y.data());
-      double l = rep.forward_backward(a, x.data(), y.data());
-      auto gr = a.get(plane::grad);
-      optim::clip_grad_norm(gr.data(), gr.size(), tc.grad_clip);
-      opt.step(a, t, sch.lr_at(t));
+    loop.run(a, opt, cfg.dipaco.pretrain_steps, [&](long t, double l) {
       char txt[48];
       std::snprintf(txt, sizeof txt, "loss %.3f", l);
       bar.update(t, txt);
-    }
+    });
   }
   // Router: k-means over the base model's prefix features, one cluster per path.
   const float* theta = a.get(plane::param).data();
@@ -269,9 +225,9 @@ inline status prepare(const train_config& cfg, const run_dir& rd, const job_data
   auto ft = route::prefix_features(model, theta, tr, P),
        fv = route::prefix_features(model, theta, va, P);
   std::vector<int> train_route(data.train.size(), 0), val_route(data.val.size(), 0);
-  if (g.paths > 1) {
+  if (g.paths() > 1) {
     auto km = route::kmeans_router::fit(ft, int(tr.size()), D,
-                                        {.k = g.paths, .seed = std::uint64_t(tc.seed)});
+                                        {.k = g.paths(), .seed = std::uint64_t(tc.seed)});
     if (!km) return km.error();
     for (std::size_t i = 0; i < tr.size(); ++i) train_route[i] = km->route(&ft[i * D]);
     for (std::size_t i = 0; i < va.size(); ++i) val_route[i] = km->route(&fv[i * D]);
@@ -282,7 +238,7 @@ inline status prepare(const train_config& cfg, const run_dir& rd, const job_data
           rd.base(), t, {{"format", "paco-base-1"}, {"config", config_fingerprint(cfg)}});
       !s)
     return s;
-  json r = {{"paths", g.paths}, {"train_route", train_route}, {"val_route", val_route}};
+  json r = {{"paths", g.paths()}, {"train_route", train_route}, {"val_route", val_route}};
   return io::write_file_atomic(rd.routing(), r.dump());
 }
 
@@ -371,13 +327,12 @@ status load_store(const train_config& cfg, const run_dir& rd, Store& st) {
 inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
   if (auto s = require_token("store"); !s)
     return std::fprintf(stderr, "%s\n", s.error().what().c_str()), 2;
-  const auto g = make_plan(cfg.dipaco);
+  const auto g = make_plan(cfg);
   nn::gpt model(cfg.model);
-  auto lv = levels_of(model, cfg);
   auto routing = read_routing(rd);
   if (!routing) return std::fprintf(stderr, "store: %s\n", routing.error().what().c_str()), 2;
   path::module_store<outer::nesterov> store(
-      module_table(g, lv), outer_of(cfg),
+      g.module_table(), outer_of(cfg),
       {.weight_by_shard = cfg.dipaco.weight_by_shard,
        .rescale = *outer::parse_path_rescale(cfg.dipaco.path_rescale)});
   if (resume && !fs::exists(rd.store()))
@@ -390,7 +345,7 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
     std::printf("store: resumed from %s at round %ld\n", rd.store().c_str(), store.round(0));
     // Killed after the last close (the workers may be gone already): nothing is left to serve.
     bool complete = true;
-    for (int m = 0; m < g.modules; ++m) complete &= store.round(m) >= cfg.dipaco.rounds;
+    for (int m = 0; m < g.modules(); ++m) complete &= store.round(m) >= cfg.dipaco.rounds;
     if (complete) {
       std::printf("store: every module is at round %d: the run is complete\n", cfg.dipaco.rounds);
       return 0;
@@ -399,8 +354,8 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
     arena<host> a(model.layout());
     if (auto s = load_base(cfg, rd, model, a); !s)
       return std::fprintf(stderr, "store: %s\n", s.error().what().c_str()), 2;
-    for (int m = 0; m < g.modules; ++m) {
-      const auto& sp = lv[g.module_level[m]];
+    for (int m = 0; m < g.modules(); ++m) {
+      const auto& sp = g.span_of(m);
       store.set(m, std::span<const float>(a.get(plane::param).data() + sp.offset, sp.size));
     }
     if (auto s = save_store(cfg, rd, store); !s)
@@ -408,14 +363,12 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
   }
   const std::string token = token_from_env();
   std::map<int, std::vector<int>> mods;
-  for (int w = 1; w <= g.workers; ++w) mods[w] = g.path_modules[g.path_of(w)];
+  for (int w = 1; w <= g.workers(); ++w) mods[w] = g.worker_modules(w - 1);
   // Decoders of the workers' encoded pushes, one per module (none for fp32 pushes).
   const auto comp = compression_of(cfg);
   std::shared_ptr<const std::vector<compress::module_codec>> codecs;
   if (comp.spec.kind != compress::codec_kind::identity) {
-    std::vector<path::level_span> spans;
-    for (int m = 0; m < g.modules; ++m) spans.push_back(lv[g.module_level[m]]);
-    auto c = sync::make_codecs(comp, model, spans);
+    auto c = sync::make_codecs(comp, model, g.module_spans());
     if (!c) return std::fprintf(stderr, "store: %s\n", c.error().what().c_str()), 2;
     codecs = std::make_shared<const std::vector<compress::module_codec>>(std::move(*c));
   }
@@ -441,7 +394,7 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
   std::vector<std::thread> acceptors;
   std::mutex keep_mu;
   std::vector<std::unique_ptr<net::asio_tcp>> keep;
-  for (int w = 1; w <= g.workers; ++w)
+  for (int w = 1; w <= g.workers(); ++w)
     acceptors.emplace_back([&, w] {
       const int port = port_of(cfg, *routing, w);
       while (!done) {
@@ -456,7 +409,7 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
         while (!done && raw->alive(1)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     });
-  std::printf("store: serving %d modules to %d workers; pushes %s\n", g.modules, g.workers,
+  std::printf("store: serving %d modules to %d workers; pushes %s\n", g.modules(), g.workers(),
               comp.name().c_str());
   server.serve();
   done = true;
@@ -470,10 +423,10 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
 inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
   if (auto s = require_token("worker"); !s)
     return std::fprintf(stderr, "%s\n", s.error().what().c_str()), 2;
-  const auto g = make_plan(cfg.dipaco);
-  if (w < 1 || w > g.workers)
-    return std::fprintf(stderr, "worker: --worker must be in [1, %d]\n", g.workers), 2;
-  const int p = g.path_of(w);
+  const auto g = make_plan(cfg);
+  if (w < 1 || w > g.workers())
+    return std::fprintf(stderr, "worker: --worker must be in [1, %d]\n", g.workers()), 2;
+  const int p = g.path_of_worker(w - 1);
   auto data = load_job_data(cfg);
   if (!data) return std::fprintf(stderr, "worker: %s\n", data.error().what().c_str()), 2;
   auto routing = read_routing(rd);
@@ -482,18 +435,16 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
   if (shard.ids.size() <= std::size_t(cfg.model.ctx) + 1)
     return std::fprintf(stderr, "worker %d: path %d has no training documents\n", w, p), 2;
   nn::gpt model(cfg.model);
-  auto lv_all = levels_of(model, cfg);
-  std::vector<path::level_span> lv;
-  for (int m : g.path_modules[p]) lv.push_back(lv_all[g.module_level[m]]);
+  const auto lv = g.path_spans(p);
   const auto& tc = cfg.train;
   const long total = long(cfg.dipaco.rounds) * cfg.dipaco.inner_steps;
-  sync::inner_config icfg{
+  train::inner_config icfg{
       .batch = tc.batch,
       .ctx = cfg.model.ctx,
       .steps = cfg.dipaco.inner_steps,
       .grad_clip = tc.grad_clip,
       .schedule = {.lr = tc.lr, .min_lr = tc.min_lr, .warmup = tc.warmup, .total = total},
-      .threads = std::max(1, tc.threads / g.workers)};
+      .threads = std::max(1, tc.threads / g.workers())};
   // Resume the inner optimizer state (moments and step) if this worker ran before.
   long start_step = 0;
   arena<host> saved(model.layout());
@@ -524,7 +475,7 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
   optim::adamw opt{
       .lr = tc.lr, .beta1 = tc.beta1, .beta2 = tc.beta2, .weight_decay = tc.weight_decay};
   sync::path_worker<nn::gpt, optim::adamw> worker(
-      w, model, lv, g.path_modules[p], opt, icfg, shard,
+      w, model, lv, g.path_modules(p), opt, icfg, shard,
       std::uint64_t(tc.seed) * 1000 + std::uint64_t(w) * 7 + std::uint64_t(start_step));
   const auto comp = compression_of(cfg);
   if (comp.spec.kind != compress::codec_kind::identity) {
@@ -573,7 +524,7 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
                    s.error().what().c_str());
       continue;
     }
-    for (int m : g.path_modules[p])
+    for (int m : g.path_modules(p))
       if (auto s =
               client.wait_closed(m, worker.round(), std::chrono::steady_clock::now() + deadline);
           !s)

@@ -130,7 +130,8 @@ inline std::vector<fs::path> previous_run_files(const run_dir& rd, int workers) 
 // --resume: every checkpoint a resumed run would read is verified (present where it must be,
 // complete, checksum, configuration). Returns whether a store checkpoint exists (without one
 // and without any worker checkpoint the store starts from the base model: nothing was trained).
-inline result<bool> verify_resume(const train_config& cfg, const run_dir& rd, const grid_plan& g) {
+inline result<bool> verify_resume(const train_config& cfg, const run_dir& rd,
+                                  const path::path_plan& g) {
   for (auto& f : {rd.routing(), rd.base()})
     if (!fs::exists(f))
       return error(errc::not_found, "--resume: '" + f.string() +
@@ -140,7 +141,7 @@ inline result<bool> verify_resume(const train_config& cfg, const run_dir& rd, co
   if (auto s = load_base(cfg, rd, model, a); !s)
     return error(s.error().code, "--resume: " + s.error().message);
   bool any_worker = false;
-  for (int w = 1; w <= g.workers; ++w) {
+  for (int w = 1; w <= g.workers(); ++w) {
     if (!fs::exists(rd.worker_state(w))) continue;
     any_worker = true;
     arena<host> ws(model.layout());
@@ -155,8 +156,7 @@ inline result<bool> verify_resume(const train_config& cfg, const run_dir& rd, co
                                         "' is missing while workers have checkpoints");
     return false;
   }
-  auto lv = levels_of(model, cfg);
-  path::module_store<outer::nesterov> store(module_table(g, lv), outer_of(cfg));
+  path::module_store<outer::nesterov> store(g.module_table(), outer_of(cfg));
   if (auto s = load_store(cfg, rd, store); !s)
     return error(s.error().code, "--resume: " + s.error().message);
   return true;
@@ -187,10 +187,10 @@ inline std::map<int, json> latest_records(const run_dir& rd, int workers) {
 }
 
 // Loss curves per path to a PNG with gnuplot (skipped with a message when gnuplot is missing).
-inline std::string plot_curves(const run_dir& rd, const grid_plan& g) {
+inline std::string plot_curves(const run_dir& rd, const path::path_plan& g) {
   const fs::path data = rd.dir / "loss_curves.dat", png = rd.dir / "loss_curves.png";
   std::ofstream out(data);
-  for (int w = 1; w <= g.workers; ++w) {
+  for (int w = 1; w <= g.workers(); ++w) {
     out << "# worker " << w << "\n";
     std::ifstream in(rd.worker_log(w));
     std::string line;
@@ -204,11 +204,12 @@ inline std::string plot_curves(const run_dir& rd, const grid_plan& g) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) return "(gnuplot not installed)";
   std::ofstream gp(rd.dir / "loss_curves.gp");
   gp << "set terminal png size 900,560\nset output '" << png.string() << "'\n"
-     << "set title 'DiPaCo " << g.paths << " paths: training loss per path'\n"
+     << "set title 'DiPaCo " << g.paths() << " paths: training loss per path'\n"
      << "set xlabel 'inner step'\nset ylabel 'bits per byte'\nset grid\nplot ";
-  for (int w = 1; w <= g.workers; ++w)
+  for (int w = 1; w <= g.workers(); ++w)
     gp << (w > 1 ? ", " : "") << "'" << data.string() << "' index " << (w - 1)
-       << " with linespoints title 'worker " << w << " path " << g.path_name(g.path_of(w)) << "'";
+       << " with linespoints title 'worker " << w << " path "
+       << g.path_name(g.path_of_worker(w - 1)) << "'";
   gp << "\n";
   gp.close();
   const std::string cmd = "gnuplot '" + (rd.dir / "loss_curves.gp").string() + "' 2>/dev/null";
@@ -217,7 +218,7 @@ inline std::string plot_curves(const run_dir& rd, const grid_plan& g) {
 
 inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::string& config_path,
                         const std::vector<std::string>& overrides, bool resume, bool fresh) {
-  const auto g = make_plan(cfg.dipaco);
+  const auto g = make_plan(cfg);
   const auto t_start = std::chrono::steady_clock::now();
   if (resume && fresh)
     return std::fprintf(stderr, "paco_train: --resume and --fresh exclude each other\n"), 2;
@@ -225,7 +226,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   auto lock = run_lock::acquire(rd.dir);
   if (!lock) return std::fprintf(stderr, "paco_train: %s\n", lock.error().what().c_str()), 2;
   if (!resume && !fresh) {
-    const auto prev = previous_run_files(rd, g.workers);
+    const auto prev = previous_run_files(rd, g.workers());
     if (!prev.empty())
       return std::fprintf(stderr,
                           "paco_train: the run directory '%s' holds a previous run (%s, ...): pass "
@@ -260,11 +261,11 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
         return s;
       }()
           .c_str(),
-      g.paths, g.modules, g.workers, cfg.dipaco.rounds, cfg.dipaco.inner_steps,
+      g.paths(), g.modules(), g.workers(), cfg.dipaco.rounds, cfg.dipaco.inner_steps,
       cfg.dipaco.compress.c_str(), data->train.size(), data->val.size());
   if (!resume) {
     std::error_code ec;
-    for (int w = 1; w <= g.workers; ++w) {
+    for (int w = 1; w <= g.workers(); ++w) {
       fs::remove(rd.worker_state(w), ec);
       fs::remove(rd.worker_log(w), ec);
     }
@@ -277,15 +278,15 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   // Ports: one per worker link on the store.
   if (cfg.launch.base_port == 0) {
     std::set<int> ports;
-    while (int(ports.size()) < g.workers) ports.insert(net::free_loopback_port());
+    while (int(ports.size()) < g.workers()) ports.insert(net::free_loopback_port());
     (*routing)["ports"] = std::vector<int>(ports.begin(), ports.end());
     if (auto s = io::write_file_atomic(rd.routing(), routing->dump()); !s)
       return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
   }
-  std::vector<int> per_path(g.paths, 0);
+  std::vector<int> per_path(g.paths(), 0);
   for (int r : (*routing)["train_route"].get<std::vector<int>>()) ++per_path[r];
   std::printf("paco_train: k-means routing, training documents per path:");
-  for (int p = 0; p < g.paths; ++p) std::printf(" %s %d", g.path_name(p).c_str(), per_path[p]);
+  for (int p = 0; p < g.paths(); ++p) std::printf(" %s %d", g.path_name(p).c_str(), per_path[p]);
   std::printf("\n");
 
   std::vector<std::string> common = {"paco_train", "--run-dir", rd.dir.string()};
@@ -304,7 +305,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
     auto store_args = common;
     store_args.insert(store_args.end(), {"--role", "store"});
     std::printf("  store:    %s\n", join(store_args).c_str());
-    for (int w = 1; w <= g.workers; ++w) {
+    for (int w = 1; w <= g.workers(); ++w) {
       auto a = common;
       a.insert(a.end(), {"--role", "worker", "--worker", std::to_string(w)});
       std::printf("  worker %d: %s\n", w, join(a).c_str());
@@ -320,7 +321,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
     if (store_resumes) s.args.push_back("--resume");
     kids.push_back(s);
   }
-  for (int w = 1; w <= g.workers; ++w) {
+  for (int w = 1; w <= g.workers(); ++w) {
     child c{"worker-" + std::to_string(w), common};
     c.args.insert(c.args.end(), {"--role", "worker", "--worker", std::to_string(w)});
     kids.push_back(c);
@@ -356,9 +357,9 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
     }
   }
   std::printf("paco_train: started the store and %d workers over TCP on %s (logs in %s)\n",
-              g.workers, cfg.launch.store_host.c_str(), rd.dir.c_str());
+              g.workers(), cfg.launch.store_host.c_str(), rd.dir.c_str());
 
-  io::progress bar("dipaco rounds", long(cfg.dipaco.rounds) * g.workers);
+  io::progress bar("dipaco rounds", long(cfg.dipaco.rounds) * g.workers());
   bool failed = false;
   std::string last_text;
   // Store restarts so far, and for each child the count when it was last started: a worker
@@ -419,14 +420,14 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
             }
           }
         }
-    auto rec = latest_records(rd, g.workers);
+    auto rec = latest_records(rd, g.workers());
     long done_rounds = 0;
     std::string text;
-    for (int p = 0; p < g.paths; ++p) {
+    for (int p = 0; p < g.paths(); ++p) {
       double loss = NAN;
       long r = 0;
-      for (int w = 1; w <= g.workers; ++w)
-        if (g.path_of(w) == p && rec.count(w)) {
+      for (int w = 1; w <= g.workers(); ++w)
+        if (g.path_of_worker(w - 1) == p && rec.count(w)) {
           loss = rec[w]["bpb"].get<double>();
           r = rec[w]["round"].get<long>() + 1;
         }
@@ -440,7 +441,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
     }
     for (auto& [w, j] : rec) done_rounds += j["round"].get<long>() + 1;
     if (text != last_text) {  // one line per change (rounds are minutes apart)
-      bar.update(std::min(done_rounds, long(cfg.dipaco.rounds) * g.workers), text + " bpb");
+      bar.update(std::min(done_rounds, long(cfg.dipaco.rounds) * g.workers()), text + " bpb");
       last_text = text;
     }
     bool all = true;
@@ -462,8 +463,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   // ---- evaluation: every path on the validation documents routed to it ----
   std::printf("paco_train: evaluating every path on its routed validation documents...\n");
   nn::gpt model(cfg.model);
-  auto lv = levels_of(model, cfg);
-  path::module_store<outer::nesterov> store(module_table(g, lv), outer_of(cfg));
+  path::module_store<outer::nesterov> store(g.module_table(), outer_of(cfg));
   if (auto s = load_store(cfg, rd, store); !s)
     return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
   auto val_route = (*routing)["val_route"].get<std::vector<int>>();
@@ -472,10 +472,10 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   auto ws = model.make_workspace({cfg.train.batch, cfg.model.ctx});
   std::vector<arena<host>> thetas;  // every path's parameters after the final outer step
   std::vector<const float*> th;
-  for (int p = 0; p < g.paths; ++p) {
+  for (int p = 0; p < g.paths(); ++p) {
     auto& a = thetas.emplace_back(model.layout());
-    for (int m : g.path_modules[p]) {
-      const auto& sp = lv[g.module_level[m]];
+    for (int m : g.path_modules(p)) {
+      const auto& sp = g.span_of(m);
       store.pull(m, std::span<float>(a.get(plane::param).data() + sp.offset, sp.size));
     }
   }
@@ -487,10 +487,10 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
       spans.push_back({data->val[i], std::size_t(cfg.dipaco.prefix), data->val[i].size()});
       routed.push_back(val_route[i]);
     }
-  std::vector<route::nll> per(g.paths);
-  std::vector<int> docs(g.paths, 0);
+  std::vector<route::nll> per(g.paths());
+  std::vector<int> docs(g.paths(), 0);
   route::nll total;
-  for (int p = 0; p < g.paths; ++p) {
+  for (int p = 0; p < g.paths(); ++p) {
     std::vector<route::scored_span> mine;
     for (std::size_t j = 0; j < spans.size(); ++j)
       if (routed[j] == p) mine.push_back(spans[j]), ++docs[p];
@@ -502,46 +502,46 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   // reroute_every bytes scored by the path that best predicted the previous chunk.
   route::nll rerouted;
   const std::size_t W = std::size_t(cfg.dipaco.reroute_every);
-  if (W > 0 && g.paths > 1) {
-    std::printf("paco_train: re-routing every %zu bytes by likelihood (%d paths score each chunk)...\n",
-                W, g.paths);
+  if (W > 0 && g.paths() > 1) {
+    std::printf(
+        "paco_train: re-routing every %zu bytes by likelihood (%d paths score each chunk)...\n", W,
+        g.paths());
     rerouted = route::likelihood_rerouted_nll(model, th, spans, W, rule, ws);
   }
-  auto rec = latest_records(rd, g.workers);
+  auto rec = latest_records(rd, g.workers());
   double bytes = 0;
   for (auto& [w, j] : rec) bytes += j["bytes_sent"].get<double>();
   const std::size_t P = model.param_count();
   const long steps = long(cfg.dipaco.rounds) * cfg.dipaco.inner_steps;
   const double dp =
-      double(steps) * 2.0 * (g.workers - 1) / std::max(g.workers, 1) * double(P) * 4.0;
+      double(steps) * 2.0 * (g.workers() - 1) / std::max(g.workers(), 1) * double(P) * 4.0;
   const std::string png = plot_curves(rd, g);
 
   // What fp32 pushes of the same rounds would have sent (request header + 4 bytes per float).
   const auto comp = compression_of(cfg);
   double fp32_bytes = 0;
-  for (int w = 1; w <= g.workers; ++w)
-    for (int m : g.path_modules[g.path_of(w)])
-      fp32_bytes += double(cfg.dipaco.rounds) *
-                    double(sync::store_wire::push_bytes(4 * lv[g.module_level[m]].size));
+  for (int w = 1; w <= g.workers(); ++w)
+    for (int m : g.worker_modules(w - 1))
+      fp32_bytes +=
+          double(cfg.dipaco.rounds) * double(sync::store_wire::push_bytes(4 * g.span_of(m).size));
   const std::string sent_col = "sent (" + comp.name() + ")";
   const int sw = std::max(14, int(sent_col.size()));  // width of the bytes column
   std::printf("\n| %-14s | %-9s | %-14s | %-*s |\n", "path", "val docs", "val bits/byte", sw,
               sent_col.c_str());
   std::printf("|%s|%s|%s|%s|\n", std::string(16, '-').c_str(), std::string(11, '-').c_str(),
               std::string(16, '-').c_str(), std::string(std::size_t(sw) + 2, '-').c_str());
-  for (int p = 0; p < g.paths; ++p) {
+  for (int p = 0; p < g.paths(); ++p) {
     double b = 0;
     for (auto& [w, j] : rec)
-      if (g.path_of(w) == p) b += j["bytes_sent"].get<double>();
+      if (g.path_of_worker(w - 1) == p) b += j["bytes_sent"].get<double>();
     std::printf("| %-14s | %9d | %14.4f | %*.3f MB |\n", g.path_name(p).c_str(), docs[p],
                 per[p].bits_per_token(), sw - 3, b / 1e6);
   }
   std::printf("| %-14s | %9zu | %14.4f | %*.3f MB |\n", "all (routed)", data->val.size(),
               total.bits_per_token(), sw - 3, bytes / 1e6);
   if (rerouted.tokens)
-    std::printf("| %-14s | %9zu | %14.4f | %*s |\n",
-                ("re-routed/" + std::to_string(W)).c_str(), data->val.size(),
-                rerouted.bits_per_token(), sw, "");
+    std::printf("| %-14s | %9zu | %14.4f | %*s |\n", ("re-routed/" + std::to_string(W)).c_str(),
+                data->val.size(), rerouted.bits_per_token(), sw, "");
   std::printf("(scorer %s; routed: each document by its first %d bytes, scored on the rest",
               rule.name().c_str(), cfg.dipaco.prefix);
   if (rerouted.tokens)
@@ -553,7 +553,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   std::printf(
       "\nper-path model %.2fM parameters, %d modules of %.2fM; %ld inner steps per worker; "
       "%.0f s in all\n",
-      P / 1e6, g.modules, lv[0].size / 1e6, steps, train_s);
+      P / 1e6, g.modules(), g.level(0).size / 1e6, steps, train_s);
   std::printf(
       "codec %s%s: bytes sent per worker %.3f MB (payloads and request headers, as "
       "sent); fp32 pushes would send %.2f MB (%.2fx more)\n",
@@ -561,9 +561,9 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
       comp.spec.kind == compress::codec_kind::identity ? ""
       : comp.spec.error_feedback                       ? " with error feedback"
                                                        : " without error feedback",
-      bytes / g.workers / 1e6, fp32_bytes / g.workers / 1e6, fp32_bytes / std::max(bytes, 1.0));
+      bytes / g.workers() / 1e6, fp32_bytes / g.workers() / 1e6, fp32_bytes / std::max(bytes, 1.0));
   std::printf("a data-parallel run of the same steps would send %.1f MB per worker (%.0fx more)\n",
-              dp / 1e6, dp / std::max(bytes / g.workers, 1.0));
+              dp / 1e6, dp / std::max(bytes / g.workers(), 1.0));
   std::printf("loss curves: %s; store checkpoint: %s\n", png.c_str(), rd.store().c_str());
   return 0;
 }

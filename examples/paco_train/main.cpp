@@ -18,6 +18,7 @@
 #include "paco/nn/nn.hpp"
 #include "paco/optim/optim.hpp"
 #include "paco/route/evaluate.hpp"
+#include "paco/train/inner_loop.hpp"
 
 namespace fs = std::filesystem;
 using namespace paco;
@@ -81,7 +82,7 @@ int main(int argc, char** argv) {
       if (role == "prepare") {
         auto data = paco_train::load_job_data(cfg);
         if (!data) return std::fprintf(stderr, "paco_train: %s\n", data.error().what().c_str()), 2;
-        auto s = paco_train::prepare(cfg, rd, *data, paco_train::make_plan(cfg.dipaco));
+        auto s = paco_train::prepare(cfg, rd, *data, paco_train::make_plan(cfg));
         if (!s) return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
         std::printf("paco_train: prepared %s\n", rd.dir.c_str());
         return 0;
@@ -129,16 +130,11 @@ int main(int argc, char** argv) {
   a.zero(plane::moment1);
   a.zero(plane::moment2);
   const int B = tc.batch, T = cfg.model.ctx;
-  nn::replica<nn::gpt> rep(model, B, T, tc.threads);
   const auto rule = route::sliding_window::make(T).value_or_throw();
   auto eval_ws = model.make_workspace({B, T});
   auto bpb = [&](const std::vector<std::vector<std::int32_t>>& docs, std::size_t budget) {
     return score_bpb(model, a.get(plane::param).data(), docs, budget, rule, eval_ws);
   };
-  std::printf("paco_train: GPT d=%d layers=%d heads=%d ctx=%d, %.2fM parameters, batch %d, "
-              "%d threads, GEMM %s\n",
-              cfg.model.d, cfg.model.layers, cfg.model.heads, T, model.param_count() / 1e6, B,
-              rep.threads(), nn::gemm_backend());
 
   fs::create_directories(cfg.output.dir);
   const fs::path ckpt = fs::path(cfg.output.dir) / "checkpoint.safetensors";
@@ -166,21 +162,17 @@ int main(int argc, char** argv) {
 
   optim::adamw opt{
       .lr = tc.lr, .beta1 = tc.beta1, .beta2 = tc.beta2, .weight_decay = tc.weight_decay};
-  io::batch_sampler sampler(train_s, B, T, std::uint64_t(tc.seed) * 7919 + std::uint64_t(step));
-  std::vector<std::int32_t> x(std::size_t(B) * T), y(x.size());
-
-  auto train_step = [&](long t, float lr) {
-    sampler.next(x.data(), y.data());
-    double l = rep.forward_backward(a, x.data(), y.data());
-    auto g = a.get(plane::grad);
-    if (tc.grad_clip > 0) optim::clip_grad_norm(g.data(), g.size(), tc.grad_clip);
-    auto th = a.get(plane::param);
-    float *m = a.get(plane::moment1).data(), *v = a.get(plane::moment2).data();
-    rep.for_chunks(th.size(), [&](std::size_t b, std::size_t e) {
-      opt.step(th.data() + b, g.data() + b, m + b, v + b, e - b, t, lr);
-    });
-    return l;
-  };
+  // The one inner loop (train/inner_loop.hpp), continuing the step count of a resumed run; the
+  // learning rate of each step is chosen below (by step, or by elapsed time).
+  train::inner_loop<nn::gpt, optim::adamw> loop(
+      model,
+      {.batch = B, .ctx = T, .grad_clip = tc.grad_clip, .threads = tc.threads, .start_step = step},
+      train_s, std::uint64_t(tc.seed) * 7919 + std::uint64_t(step));
+  std::printf(
+      "paco_train: GPT d=%d layers=%d heads=%d ctx=%d, %.2fM parameters, batch %d, "
+      "%d threads, GEMM %s\n",
+      cfg.model.d, cfg.model.layers, cfg.model.heads, T, model.param_count() / 1e6, B,
+      loop.replica().threads(), nn::gemm_backend());
 
   // Steps: a fixed count with a cosine schedule over steps, or (steps == 0) a wall-clock budget
   // with the cosine schedule over elapsed time: training ends when budget_s has passed.
@@ -199,7 +191,7 @@ int main(int argc, char** argv) {
     if (timed ? el0 >= tc.budget_s : step >= tc.steps) break;
     ++step;
     const float lr = timed ? sched.lr_at_fraction(step, el0 / tc.budget_s) : sched.lr_at(step);
-    last_loss = train_step(step, lr);
+    last_loss = loop.step(a, opt, lr);
     tokens += long(B) * T;
     loss_ema = std::isnan(loss_ema) ? last_loss : 0.95 * loss_ema + 0.05 * last_loss;
     const double el = elapsed();
@@ -230,8 +222,11 @@ int main(int argc, char** argv) {
   std::printf("paco_train: final evaluation on the whole validation and test splits...\n");
   const double val_final = bpb(val_tokens, 0);
   const double test_final = bpb(test_tokens, 0);
-  metrics->write({{"final", true}, {"val_bpb", val_final}, {"test_bpb", test_final},
-                  {"steps", step}, {"train_s", train_s_elapsed}});
+  metrics->write({{"final", true},
+                  {"val_bpb", val_final},
+                  {"test_bpb", test_final},
+                  {"steps", step},
+                  {"train_s", train_s_elapsed}});
 
   std::printf("\n");
   std::printf("| %-32s | %-28s |\n", "result", "value");

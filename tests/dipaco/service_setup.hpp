@@ -29,42 +29,39 @@ struct service_setup {
   static constexpr int rounds = 3;
   nn::gpt model{{.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2}};
   arena<host> a0{model.layout()};
-  std::vector<path::level_span> levels;
-  path::module_grid<2> grid = path::module_grid<2>::experts({2, 2});
-  std::vector<int> module_level = {0, 0, 1, 1};
+  std::vector<path::level_span> levels = *path::split_gpt_levels(model.layout(), 2, 2);
+  path::path_plan plan = *path::path_plan::make(path::module_grid<2>::experts({2, 2}), levels);
   std::vector<io::token_stream> shards{service_stream(1), service_stream(2, 2000),
                                        service_stream(3), service_stream(4, 5000)};
   std::vector<sync::worker_spec> ws;
-  sync::inner_config cfg{.batch = 2, .ctx = 16, .steps = 3, .grad_clip = 1.0f,
-                         .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 2, .total = 9}};
+  train::inner_config cfg{.batch = 2,
+                          .ctx = 16,
+                          .steps = 3,
+                          .grad_clip = 1.0f,
+                          .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 2, .total = 9}};
   optim::adamw inner{.lr = 1e-2f};
   path::module_store<outer::nesterov> store;
   std::optional<sync::compression> comp;  // none: fp32 pushes
 
-  service_setup()
-      : levels(*path::split_gpt_levels(model.layout(), 2, 2)),
-        store(make_table(), outer::nesterov{}) {
+  service_setup() : store(plan.module_table(), outer::nesterov{}) {
     model.init(a0, 5);
-    for (int m = 0; m < 4; ++m) {
-      const auto& sp = levels[module_level[m]];
+    for (int p = 0; p < 4; ++p) ws.push_back({&shards[std::size_t(p)], 30u + std::uint64_t(p)});
+    for (int m = 0; m < plan.modules(); ++m) {
+      const auto& sp = plan.span_of(m);
       store.set(m, std::span<const float>(a0.get(plane::param).data() + sp.offset, sp.size));
     }
   }
   explicit service_setup(sync::compression c) : service_setup() { comp = c; }
 
   // Every module's level span, by module id.
-  std::vector<path::level_span> module_spans() const {
-    std::vector<path::level_span> s;
-    for (int m = 0; m < 4; ++m) s.push_back(levels[module_level[m]]);
-    return s;
-  }
+  std::vector<path::level_span> module_spans() const { return plan.module_spans(); }
 
   // The module hashes of the same run over local_store (threads in this process).
   std::vector<std::uint64_t> reference_hashes() {
-    sync::local_store<outer::nesterov> ref(sync::grid_modules(grid, levels, ws), outer::nesterov{});
-    sync::init_modules(ref, levels, module_level, a0.get(plane::param).data());
+    sync::local_store<outer::nesterov> ref(plan.module_table(), outer::nesterov{});
+    sync::init_modules(ref, plan, a0.get(plane::param).data());
     if (comp && !ref.set_compression(*comp, model, module_spans()).ok()) return {};
-    auto s = sync::run_local(ref, model, levels, module_level, ws, inner, cfg, rounds);
+    auto s = sync::run_local(ref, model, plan, ws, inner, cfg, rounds);
     if (!s) return {};
     std::vector<std::uint64_t> h;
     for (int m = 0; m < 4; ++m) h.push_back(ref.store().hash(m));
@@ -77,7 +74,7 @@ struct service_setup {
   status run_rank(T& t, int r, std::size_t* sent = nullptr) {
     if (r == 0) {
       std::map<int, std::vector<int>> by_rank;
-      for (int p = 0; p < 4; ++p) by_rank[p + 1] = ws[std::size_t(p)].modules;
+      for (int p = 0; p < 4; ++p) by_rank[p + 1] = plan.path_modules(p);
       sync::store_server_options o;
       if (comp) {
         auto c = sync::make_codecs(*comp, model, module_spans());
@@ -90,8 +87,8 @@ struct service_setup {
     }
     const int p = r - 1;
     sync::store_client<T> client(t, sync::store_layout{{0}}, r);
-    std::vector<path::level_span> lv{levels[0], levels[1]};
-    sync::path_worker<nn::gpt, optim::adamw> w(r, model, lv, ws[std::size_t(p)].modules, inner, cfg,
+    const auto lv = plan.path_spans(p);
+    sync::path_worker<nn::gpt, optim::adamw> w(r, model, lv, plan.path_modules(p), inner, cfg,
                                                shards[std::size_t(p)], 30u + std::uint64_t(p));
     if (comp) {
       auto c = sync::make_codecs(*comp, model, lv);
@@ -116,14 +113,6 @@ struct service_setup {
     std::size_t per_round = 0;
     for (auto& x : *c) per_round += sync::store_wire::push_bytes(x.payload_bytes());
     return rounds * per_round;
-  }
-
- private:
-  std::vector<path::module_info> make_table() {
-    levels = *path::split_gpt_levels(model.layout(), 2, 2);
-    for (int p = 0; p < 4; ++p)
-      ws.push_back({sync::path_modules(grid, p), &shards[std::size_t(p)], 30u + std::uint64_t(p)});
-    return sync::grid_modules(grid, levels, ws);
   }
 };
 

@@ -28,36 +28,28 @@ struct grid_run {
   nn::gpt model{{.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2}};
   arena<host> a0{model.layout()};
   std::vector<path::level_span> levels = *path::split_gpt_levels(model.layout(), 2, 2);
-  path::module_grid<2> grid = path::module_grid<2>::experts({2, 2});
-  std::vector<int> module_level = {0, 0, 1, 1};
+  path::path_plan plan = *path::path_plan::make(path::module_grid<2>::experts({2, 2}), levels);
   std::vector<io::token_stream> shards{stream(1), stream(2, 2000), stream(3), stream(4, 4000)};
   std::vector<sync::worker_spec> ws;
-  sync::inner_config cfg{.batch = 2,
-                         .ctx = 16,
-                         .steps = 3,
-                         .grad_clip = 1.0f,
-                         .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 2, .total = 9}};
+  train::inner_config cfg{.batch = 2,
+                          .ctx = 16,
+                          .steps = 3,
+                          .grad_clip = 1.0f,
+                          .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 2, .total = 9}};
   static constexpr int rounds = 3;
 
   grid_run() {
     model.init(a0, 9);
-    for (int p = 0; p < 4; ++p)
-      ws.push_back({sync::path_modules(grid, p), &shards[std::size_t(p)], 60u + std::uint64_t(p)});
+    for (int p = 0; p < 4; ++p) ws.push_back({&shards[std::size_t(p)], 60u + std::uint64_t(p)});
   }
-  std::vector<path::level_span> module_spans() const {
-    std::vector<path::level_span> s;
-    for (int l : module_level) s.push_back(levels[std::size_t(l)]);
-    return s;
-  }
+  std::vector<path::level_span> module_spans() const { return plan.module_spans(); }
   // Runs and returns the store's module hashes (and the store for more checks).
   std::unique_ptr<sync::local_store<outer::nesterov>> run(const sync::compression* comp) {
-    auto st = std::make_unique<sync::local_store<outer::nesterov>>(
-        sync::grid_modules(grid, levels, ws), outer::nesterov{});
-    sync::init_modules(*st, levels, module_level, a0.get(plane::param).data());
+    auto st = std::make_unique<sync::local_store<outer::nesterov>>(plan.module_table(),
+                                                                   outer::nesterov{});
+    sync::init_modules(*st, plan, a0.get(plane::param).data());
     if (comp) REQUIRE(st->set_compression(*comp, model, module_spans()).ok());
-    REQUIRE(sync::run_local(*st, model, levels, module_level, ws, optim::adamw{.lr = 1e-2f}, cfg,
-                            rounds)
-                .ok());
+    REQUIRE(sync::run_local(*st, model, plan, ws, optim::adamw{.lr = 1e-2f}, cfg, rounds).ok());
     return st;
   }
 };
@@ -146,8 +138,7 @@ TEST_CASE("lgreco:int over local_store: every push decodes, never more bytes tha
 TEST_CASE("stores refuse codecs they cannot combine, naming the alternative",
           "[dipaco][compress]") {
   grid_run g;
-  sync::local_store<outer::nesterov> st(sync::grid_modules(g.grid, g.levels, g.ws),
-                                        outer::nesterov{});
+  sync::local_store<outer::nesterov> st(g.plan.module_table(), outer::nesterov{});
   for (const char* t : {"powersgd:4", "sign_prune:0.5"}) {
     auto s = st.set_compression(comp_of(t), g.model, g.module_spans());
     REQUIRE_FALSE(s.ok());

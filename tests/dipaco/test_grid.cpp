@@ -8,6 +8,7 @@
 #include "paco/path/level_map.hpp"
 #include "paco/path/module_grid.hpp"
 #include "paco/path/module_store.hpp"
+#include "paco/path/path_plan.hpp"
 
 using namespace paco;
 using namespace paco::path;
@@ -61,9 +62,59 @@ TEST_CASE("level maps split a GPT into contiguous spans covering every module", 
   auto bad = make_level_map(m.layout(), {{"embed", "block.1"}, {"block.0"}});
   REQUIRE(!bad.ok());
   REQUIRE(bad.error().message.find("consecutive") != std::string::npos);
-  REQUIRE(!make_level_map(m.layout(), {{"embed"}}).ok());              // modules left over
-  REQUIRE(!make_level_map(m.layout(), {{"embed", "nope"}}).ok());      // unknown name
+  REQUIRE(!make_level_map(m.layout(), {{"embed"}}).ok());          // modules left over
+  REQUIRE(!make_level_map(m.layout(), {{"embed", "nope"}}).ok());  // unknown name
   REQUIRE(!split_gpt_levels(m.layout(), 4, 5).ok());
+}
+
+TEST_CASE("path_plan: modules, spans, paths and the store's table from a grid and a level map",
+          "[path]") {
+  nn::gpt m({.vocab = 16, .ctx = 8, .d = 8, .layers = 3, .heads = 2});
+  auto lv = *split_gpt_levels(m.layout(), 3, 3);
+  // Three levels: 2 experts, shared, path-specific; 2 workers per path.
+  auto plan = path_plan::make(module_grid<3>({level_spec{.experts = 2}, level_spec{.experts = 1},
+                                              level_spec{.path_specific = true}}),
+                              lv, 2);
+  REQUIRE(plan.ok());
+  REQUIRE(plan->levels() == 3);
+  REQUIRE(plan->paths() == 2);
+  REQUIRE(plan->modules() == 5);  // 2 + 1 + 2
+  REQUIRE(plan->workers() == 4);
+  REQUIRE(plan->path_modules(0) == std::vector<int>{0, 2, 3});
+  REQUIRE(plan->path_modules(1) == std::vector<int>{1, 2, 4});
+  REQUIRE(plan->path_name(1) == "(1,0,1)");
+  REQUIRE(plan->describe() == "2x1xP");
+  REQUIRE(plan->level_of(2) == 1);
+  REQUIRE(plan->expert_of(4) == 1);
+  REQUIRE(plan->span_of(4).offset == lv[2].offset);
+  REQUIRE(plan->paths_through(2) == 2);
+  REQUIRE(plan->paths_through(3) == 1);
+  REQUIRE(plan->path_of_worker(3) == 1);
+  const auto t = plan->module_table();
+  REQUIRE(t.size() == 5);
+  REQUIRE(t[2].paths_through == 4);  // the shared module: both paths × 2 workers
+  REQUIRE(t[0].paths_through == 2);
+  REQUIRE(t[1].size == lv[0].size);
+  // A path's view of a plane: its modules' spans, in level order.
+  std::vector<float> th(m.layout().total(), 0.0f);
+  plan->assemble(1, th.data(), [](int mod, std::span<float> dst) {
+    std::fill(dst.begin(), dst.end(), float(mod));
+  });
+  REQUIRE(th[lv[0].offset] == 1.0f);
+  REQUIRE(th[lv[1].offset] == 2.0f);
+  REQUIRE(th[lv[2].offset + lv[2].size - 1] == 4.0f);
+  // The same grid from run-time level specs.
+  auto rt = path_plan::make_runtime(
+      std::vector<level_spec>{{.experts = 2}, {.experts = 1}, {.path_specific = true}}, lv, 2);
+  REQUIRE(rt.ok());
+  REQUIRE(rt->path_modules(1) == plan->path_modules(1));
+  // Errors name the problem.
+  REQUIRE(!path_plan::make(module_grid<2>::experts({2, 2}), lv).ok());  // 3 spans, 2 levels
+  auto bad = path_plan::make_runtime(std::vector<int>{2, 0, 1}, lv);
+  REQUIRE(!bad.ok());
+  REQUIRE(bad.error().message.find("level 1") != std::string::npos);
+  REQUIRE(!path_plan::make_runtime(std::vector<int>{}, {}).ok());
+  REQUIRE(!path_plan::make(module_grid<1>::experts({1}), {lv[0]}, 0).ok());
 }
 
 TEST_CASE("module_store: weighted mean of arrived deltas, outer step, hash, late push refused",
@@ -91,7 +142,8 @@ TEST_CASE("module_store: weighted mean of arrived deltas, outer step, hash, late
   auto late = st.push(0, 0, 0, std::vector<float>{1, 1, 1}, 1.0);
   REQUIRE(late.error().code == errc::mismatch);
   REQUIRE(st.push(1, 0, 0, std::vector<float>{NAN, 0}, 1.0).error().code == errc::invalid_argument);
-  REQUIRE(st.push(1, 0, 0, std::vector<float>{1, 0, 0}, 1.0).error().code == errc::invalid_argument);
+  REQUIRE(st.push(1, 0, 0, std::vector<float>{1, 0, 0}, 1.0).error().code ==
+          errc::invalid_argument);
   // A round where nobody pushed advances without changing θ.
   auto before = st.hash(1);
   auto r1 = st.close(1);

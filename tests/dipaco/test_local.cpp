@@ -16,7 +16,9 @@
 using namespace paco;
 
 namespace {
-nn::gpt_config small() { return {.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2}; }
+nn::gpt_config small() {
+  return {.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2};
+}
 
 io::token_stream stream(std::uint64_t seed, std::size_t n = 4000) {
   return paco::testing::synthetic_stream(seed, n, 7, 5);
@@ -36,21 +38,25 @@ TEST_CASE("DiLoCo with outer sgd(lr=1) is FedAvg", "[dipaco][known-answer]") {
   auto levels = *path::split_gpt_levels(model.layout(), 2, 1);
   auto grid = path::module_grid<1>::experts({1});
   std::vector<io::token_stream> shards{stream(1), stream(2), stream(3)};
+  const auto plan = *path::path_plan::make(grid, levels, 3);
   std::vector<sync::worker_spec> ws;
-  for (int i = 0; i < 3; ++i) ws.push_back({sync::path_modules(grid, 0), &shards[i], 10u + i});
-  sync::inner_config cfg{.batch = 2, .ctx = 16, .steps = 4, .grad_clip = 0,
-                         .schedule = {.lr = 1e-2f, .min_lr = 1e-2f, .warmup = 0, .total = 100}};
+  for (int i = 0; i < 3; ++i) ws.push_back({&shards[i], 10u + i});
+  train::inner_config cfg{.batch = 2,
+                          .ctx = 16,
+                          .steps = 4,
+                          .grad_clip = 0,
+                          .schedule = {.lr = 1e-2f, .min_lr = 1e-2f, .warmup = 0, .total = 100}};
   optim::adamw inner{.lr = 1e-2f};
-  sync::local_store<outer::sgd> store(sync::grid_modules(grid, levels, ws), outer::sgd{.lr = 1.0f},
+  sync::local_store<outer::sgd> store(plan.module_table(), outer::sgd{.lr = 1.0f},
                                       {.weight_by_shard = false});
   REQUIRE(store.store().info(0).paths_through == 3);
-  sync::init_modules(store, levels, {0}, a0.get(plane::param).data());
-  REQUIRE(sync::run_local(store, model, levels, {0}, ws, inner, cfg, 1)
-              .ok());
+  sync::init_modules(store, plan, a0.get(plane::param).data());
+  REQUIRE(sync::run_local(store, model, plan, ws, inner, cfg, 1).ok());
   // Reference: three independent workers from θ0, then the plain mean of θ_end.
   std::vector<float> mean(model.layout().total(), 0.0f);
   for (int i = 0; i < 3; ++i) {
-    sync::path_worker<nn::gpt, optim::adamw> w(i, model, levels, {0}, inner, cfg, shards[i], 10u + i);
+    sync::path_worker<nn::gpt, optim::adamw> w(i, model, levels, {0}, inner, cfg, shards[i],
+                                               10u + i);
     auto th = w.state().get(plane::param);
     std::copy(a0.get(plane::param).begin(), a0.get(plane::param).end(), th.begin());
     w.train();
@@ -58,7 +64,8 @@ TEST_CASE("DiLoCo with outer sgd(lr=1) is FedAvg", "[dipaco][known-answer]") {
   }
   std::vector<float> got(model.layout().total());
   store.pull(0, std::span<float>(got.data() + levels[0].offset, levels[0].size));
-  const double d = max_diff(got.data() + levels[0].offset, mean.data() + levels[0].offset, levels[0].size);
+  const double d =
+      max_diff(got.data() + levels[0].offset, mean.data() + levels[0].offset, levels[0].size);
   INFO("max |θ_store − mean θ_i| = " << d);
   REQUIRE(d < 1e-6);
   REQUIRE(store.store().round(0) == 1);
@@ -72,16 +79,18 @@ TEST_CASE("H=1, inner SGD, outer sgd(lr=1) is one data-parallel step on the unio
   auto levels = *path::split_gpt_levels(model.layout(), 2, 1);
   auto grid = path::module_grid<1>::experts({1});
   std::vector<io::token_stream> shards{stream(4), stream(5)};
-  std::vector<sync::worker_spec> ws{{{0}, &shards[0], 7}, {{0}, &shards[1], 8}};
+  const auto plan = *path::path_plan::make(grid, levels, 2);
+  std::vector<sync::worker_spec> ws{{&shards[0], 7}, {&shards[1], 8}};
   const float lr = 0.1f;
-  sync::inner_config cfg{.batch = 3, .ctx = 16, .steps = 1, .grad_clip = 0,
-                         .schedule = {.lr = lr, .min_lr = lr, .warmup = 0, .total = 10}};
-  sync::local_store<outer::sgd> store(sync::grid_modules(grid, levels, ws), outer::sgd{.lr = 1.0f},
+  train::inner_config cfg{.batch = 3,
+                          .ctx = 16,
+                          .steps = 1,
+                          .grad_clip = 0,
+                          .schedule = {.lr = lr, .min_lr = lr, .warmup = 0, .total = 10}};
+  sync::local_store<outer::sgd> store(plan.module_table(), outer::sgd{.lr = 1.0f},
                                       {.weight_by_shard = false});
-  sync::init_modules(store, levels, {0}, a0.get(plane::param).data());
-  REQUIRE(sync::run_local(store, model, levels, {0}, ws,
-                          optim::sgd{.lr = lr}, cfg, 1)
-              .ok());
+  sync::init_modules(store, plan, a0.get(plane::param).data());
+  REQUIRE(sync::run_local(store, model, plan, ws, optim::sgd{.lr = lr}, cfg, 1).ok());
   // The union batch: worker 0's batch then worker 1's, as their samplers draw them.
   std::vector<std::int32_t> x(6 * 16), y(6 * 16);
   io::batch_sampler s0(shards[0], 3, 16, 7), s1(shards[1], 3, 16, 8);
@@ -95,7 +104,8 @@ TEST_CASE("H=1, inner SGD, outer sgd(lr=1) is one data-parallel step on the unio
   optim::sgd{.lr = lr}.step(dp, 1, lr);
   std::vector<float> got(model.layout().total());
   store.pull(0, std::span<float>(got.data() + levels[0].offset, levels[0].size));
-  const double d = max_diff(got.data() + levels[0].offset, th.data() + levels[0].offset, levels[0].size);
+  const double d =
+      max_diff(got.data() + levels[0].offset, th.data() + levels[0].offset, levels[0].size);
   INFO("max |θ_DiLoCo − θ_DP| = " << d);
   REQUIRE(d < 1e-6);
 }
@@ -105,26 +115,31 @@ TEST_CASE("DiPaCo with a single path equals DiLoCo with k=1", "[dipaco][known-an
   arena<host> a0(model.layout());
   model.init(a0, 3);
   auto shard = stream(9);
-  sync::inner_config cfg{.batch = 2, .ctx = 16, .steps = 3, .grad_clip = 1.0f,
-                         .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 2, .total = 9}};
+  train::inner_config cfg{.batch = 2,
+                          .ctx = 16,
+                          .steps = 3,
+                          .grad_clip = 1.0f,
+                          .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 2, .total = 9}};
   optim::adamw inner{.lr = 1e-2f};
   // DiLoCo k = 1: one module (the whole model).
   auto l1 = *path::split_gpt_levels(model.layout(), 2, 1);
   auto g1 = path::module_grid<1>::experts({1});
-  std::vector<sync::worker_spec> w1{{{0}, &shard, 5}};
-  sync::local_store<outer::nesterov> s1(sync::grid_modules(g1, l1, w1), outer::nesterov{});
-  sync::init_modules(s1, l1, {0}, a0.get(plane::param).data());
-  REQUIRE(sync::run_local(s1, model, l1, {0}, w1, inner, cfg, 3).ok());
+  const auto p1 = *path::path_plan::make(g1, l1);
+  std::vector<sync::worker_spec> w1{{&shard, 5}};
+  sync::local_store<outer::nesterov> s1(p1.module_table(), outer::nesterov{});
+  sync::init_modules(s1, p1, a0.get(plane::param).data());
+  REQUIRE(sync::run_local(s1, model, p1, w1, inner, cfg, 3).ok());
   // DiPaCo 1×1 with two levels: two modules, one path.
   auto l2 = *path::split_gpt_levels(model.layout(), 2, 2);
   auto g2 = path::module_grid<2>::experts({1, 1});
-  std::vector<sync::worker_spec> w2{{sync::path_modules(g2, 0), &shard, 5}};
-  sync::local_store<outer::nesterov> s2(sync::grid_modules(g2, l2, w2), outer::nesterov{});
-  sync::init_modules(s2, l2, {0, 1}, a0.get(plane::param).data());
-  REQUIRE(sync::run_local(s2, model, l2, {0, 1}, w2, inner, cfg, 3).ok());
+  const auto p2 = *path::path_plan::make(g2, l2);
+  std::vector<sync::worker_spec> w2{{&shard, 5}};
+  sync::local_store<outer::nesterov> s2(p2.module_table(), outer::nesterov{});
+  sync::init_modules(s2, p2, a0.get(plane::param).data());
+  REQUIRE(sync::run_local(s2, model, p2, w2, inner, cfg, 3).ok());
   std::vector<float> t1(model.layout().total()), t2(model.layout().total());
-  sync::assemble_path(s1, l1, {0}, {0}, t1.data());
-  sync::assemble_path(s2, l2, {0, 1}, {0, 1}, t2.data());
+  sync::assemble_path(s1, p1, 0, t1.data());
+  sync::assemble_path(s2, p2, 0, t2.data());
   REQUIRE(std::equal(t1.begin(), t1.end(), t2.begin()));  // bit-identical
   REQUIRE(s2.store().round(1) == 3);
 }
@@ -136,25 +151,26 @@ TEST_CASE("DiPaCo 2x2: each module averages the paths through it", "[dipaco]") {
   auto levels = *path::split_gpt_levels(model.layout(), 2, 2);
   auto grid = path::module_grid<2>::experts({2, 2});
   std::vector<io::token_stream> shards{stream(11), stream(12, 3000), stream(13), stream(14, 5000)};
+  const auto plan = *path::path_plan::make(grid, levels);
   std::vector<sync::worker_spec> ws;
-  for (int p = 0; p < 4; ++p) ws.push_back({sync::path_modules(grid, p), &shards[p], 20u + p});
-  std::vector<int> module_level = {0, 0, 1, 1};
-  sync::inner_config cfg{.batch = 2, .ctx = 16, .steps = 2, .grad_clip = 0,
-                         .schedule = {.lr = 1e-2f, .min_lr = 1e-2f, .warmup = 0, .total = 10}};
+  for (int p = 0; p < 4; ++p) ws.push_back({&shards[p], 20u + p});
+  train::inner_config cfg{.batch = 2,
+                          .ctx = 16,
+                          .steps = 2,
+                          .grad_clip = 0,
+                          .schedule = {.lr = 1e-2f, .min_lr = 1e-2f, .warmup = 0, .total = 10}};
   optim::adamw inner{.lr = 1e-2f};
-  sync::local_store<outer::sgd> store(sync::grid_modules(grid, levels, ws), outer::sgd{.lr = 1.0f},
+  sync::local_store<outer::sgd> store(plan.module_table(), outer::sgd{.lr = 1.0f},
                                       {.weight_by_shard = true});
   for (int m = 0; m < 4; ++m) REQUIRE(store.store().info(m).paths_through == 2);
-  sync::init_modules(store, levels, module_level, a0.get(plane::param).data());
-  REQUIRE(sync::run_local(store, model, levels, module_level, ws,
-                          inner, cfg, 1)
-              .ok());
+  sync::init_modules(store, plan, a0.get(plane::param).data());
+  REQUIRE(sync::run_local(store, model, plan, ws, inner, cfg, 1).ok());
   // Module (0,0) = id 0 is on paths 0 and 1 (level 0 most significant): with outer sgd(lr=1)
   // and shard weights it must be the shard-weighted mean of those two paths' θ_end.
   std::vector<float> ref(levels[0].size, 0.0f);
   const double w0 = shards[0].ids.size(), w1 = shards[1].ids.size();
   for (int p : {0, 1}) {
-    sync::path_worker<nn::gpt, optim::adamw> w(p, model, levels, ws[p].modules, inner, cfg,
+    sync::path_worker<nn::gpt, optim::adamw> w(p, model, levels, plan.path_modules(p), inner, cfg,
                                                shards[p], 20u + p);
     auto th = w.state().get(plane::param);
     std::copy(a0.get(plane::param).begin(), a0.get(plane::param).end(), th.begin());
@@ -173,27 +189,32 @@ TEST_CASE("DiPaCo 2x2: each module averages the paths through it", "[dipaco]") {
 #include "paco/net/inproc.hpp"
 #include "paco/sync/diloco_allreduce.hpp"
 
-TEST_CASE("DiLoCo over a ring all-reduce matches the store-based DiLoCo and keeps replicas identical",
-          "[dipaco][known-answer]") {
+TEST_CASE(
+    "DiLoCo over a ring all-reduce matches the store-based DiLoCo and keeps replicas identical",
+    "[dipaco][known-answer]") {
   nn::gpt model(small());
   arena<host> a0(model.layout());
   model.init(a0, 6);
   auto levels = *path::split_gpt_levels(model.layout(), 2, 1);
   auto grid = path::module_grid<1>::experts({1});
   std::vector<io::token_stream> shards{stream(21), stream(22), stream(23)};
-  sync::inner_config cfg{.batch = 2, .ctx = 16, .steps = 3, .grad_clip = 1.0f,
-                         .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 1, .total = 9}};
+  train::inner_config cfg{.batch = 2,
+                          .ctx = 16,
+                          .steps = 3,
+                          .grad_clip = 1.0f,
+                          .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 1, .total = 9}};
   optim::adamw inner{.lr = 1e-2f};
   const int rounds = 3;
   // Reference: the store-based run, uniform weights (DiLoCo's plain mean).
+  const auto plan = *path::path_plan::make(grid, levels, 3);
   std::vector<sync::worker_spec> ws;
-  for (int i = 0; i < 3; ++i) ws.push_back({{0}, &shards[i], 40u + i});
-  sync::local_store<outer::nesterov> ref(sync::grid_modules(grid, levels, ws), outer::nesterov{},
+  for (int i = 0; i < 3; ++i) ws.push_back({&shards[i], 40u + i});
+  sync::local_store<outer::nesterov> ref(plan.module_table(), outer::nesterov{},
                                          {.weight_by_shard = false});
-  sync::init_modules(ref, levels, {0}, a0.get(plane::param).data());
-  REQUIRE(sync::run_local(ref, model, levels, {0}, ws, inner, cfg, rounds).ok());
+  sync::init_modules(ref, plan, a0.get(plane::param).data());
+  REQUIRE(sync::run_local(ref, model, plan, ws, inner, cfg, rounds).ok());
   std::vector<float> want(model.layout().total());
-  sync::assemble_path(ref, levels, {0}, {0}, want.data());
+  sync::assemble_path(ref, plan, 0, want.data());
 
   auto world = net::inproc::world(3);
   std::vector<std::vector<float>> got(3);
@@ -201,12 +222,14 @@ TEST_CASE("DiLoCo over a ring all-reduce matches the store-based DiLoCo and keep
   std::vector<std::thread> th;
   for (int r = 0; r < 3; ++r)
     th.emplace_back([&, r] {
-      sync::path_worker<nn::gpt, optim::adamw> w(r, model, levels, {0}, inner, cfg, shards[r], 40u + r);
+      sync::path_worker<nn::gpt, optim::adamw> w(r, model, levels, {0}, inner, cfg, shards[r],
+                                                 40u + r);
       auto p = w.state().get(plane::param);
       std::copy(a0.get(plane::param).begin(), a0.get(plane::param).end(), p.begin());
       outer::nesterov o;
       std::vector<float> state(p.size(), 0.0f);
-      for (int k = 0; k < rounds && errs[r].ok(); ++k) errs[r] = sync::diloco_round(world[r], w, o, state);
+      for (int k = 0; k < rounds && errs[r].ok(); ++k)
+        errs[r] = sync::diloco_round(world[r], w, o, state);
       got[r].assign(p.begin(), p.end());
     });
   for (auto& t : th) t.join();
@@ -225,14 +248,17 @@ TEST_CASE("local_run: inner state survives a re-routing; a run cut into phases i
   model.init(a0, 8);
   auto levels = *path::split_gpt_levels(model.layout(), 2, 2);
   auto grid = path::module_grid<2>::experts({2, 2});
-  const std::vector<int> module_level = {0, 0, 1, 1};
+  const auto plan = *path::path_plan::make(grid, levels);
   std::vector<io::token_stream> shards{stream(31), stream(32), stream(33), stream(34)};
   std::vector<io::token_stream> moved{stream(41), stream(42), stream(43), stream(44)};
-  sync::inner_config cfg{.batch = 2, .ctx = 16, .steps = 3, .grad_clip = 1.0f,
-                         .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 1, .total = 18}};
+  train::inner_config cfg{.batch = 2,
+                          .ctx = 16,
+                          .steps = 3,
+                          .grad_clip = 1.0f,
+                          .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 1, .total = 18}};
   optim::adamw inner{.lr = 1e-2f};
   std::vector<sync::worker_spec> ws;
-  for (int w = 0; w < 4; ++w) ws.push_back({sync::path_modules(grid, w), &shards[w], 50u + w});
+  for (int w = 0; w < 4; ++w) ws.push_back({&shards[w], 50u + w});
   using run_t = sync::local_run<nn::gpt, optim::adamw, outer::nesterov>;
   struct outcome {
     std::unique_ptr<sync::local_store<outer::nesterov>> store;
@@ -241,10 +267,10 @@ TEST_CASE("local_run: inner state survives a re-routing; a run cut into phases i
   };
   auto train = [&](bool split, bool reroute) {
     outcome o;
-    o.store = std::make_unique<sync::local_store<outer::nesterov>>(
-        sync::grid_modules(grid, levels, ws), outer::nesterov{});
-    sync::init_modules(*o.store, levels, module_level, a0.get(plane::param).data());
-    auto run = run_t::make(*o.store, model, levels, module_level, ws, inner, cfg);
+    o.store = std::make_unique<sync::local_store<outer::nesterov>>(plan.module_table(),
+                                                                   outer::nesterov{});
+    sync::init_modules(*o.store, plan, a0.get(plane::param).data());
+    auto run = run_t::make(*o.store, model, plan, ws, inner, cfg);
     REQUIRE(run.ok());
     o.run = std::make_unique<run_t>(std::move(*run));
     if (split) {
@@ -257,8 +283,7 @@ TEST_CASE("local_run: inner state survives a re-routing; a run cut into phases i
     const std::size_t n = model.layout().total();
     o.theta.resize(n * 4);
     for (int p = 0; p < 4; ++p)
-      sync::assemble_path(*o.store, levels, module_level, sync::path_modules(grid, p),
-                          o.theta.data() + std::size_t(p) * n);
+      sync::assemble_path(*o.store, plan, p, o.theta.data() + std::size_t(p) * n);
     return o;
   };
   // Two phases on unchanged shards are bit-identical to one run: nothing is reset in between.
@@ -277,24 +302,29 @@ TEST_CASE("local_run: inner state survives a re-routing; a run cut into phases i
   }
 }
 
-TEST_CASE("local_run: a push for a round that already closed leaves the worker out of that "
-          "round, the run goes on",
-          "[dipaco][local_run]") {
+TEST_CASE(
+    "local_run: a push for a round that already closed leaves the worker out of that "
+    "round, the run goes on",
+    "[dipaco][local_run]") {
   nn::gpt model(small());
   arena<host> a0(model.layout());
   model.init(a0, 9);
   auto levels = *path::split_gpt_levels(model.layout(), 2, 1);
   std::vector<io::token_stream> shards{stream(61), stream(62)};
-  std::vector<sync::worker_spec> ws{{{0}, &shards[0], 70u}, {{0}, &shards[1], 71u}};
+  const auto plan = *path::path_plan::make(path::module_grid<1>::experts({1}), levels, 2);
+  std::vector<sync::worker_spec> ws{{&shards[0], 70u}, {&shards[1], 71u}};
   // The store expects one push per round and both workers pull the round before either pushes:
   // whichever pushes second is late, every round.
   sync::local_store<outer::nesterov> store({path::module_info{0, levels[0].size, 1}},
                                            outer::nesterov{});
-  sync::init_modules(store, levels, {0}, a0.get(plane::param).data());
-  sync::inner_config cfg{.batch = 2, .ctx = 16, .steps = 20, .grad_clip = 1.0f,
-                         .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 1, .total = 100}};
+  sync::init_modules(store, plan, a0.get(plane::param).data());
+  train::inner_config cfg{.batch = 2,
+                          .ctx = 16,
+                          .steps = 20,
+                          .grad_clip = 1.0f,
+                          .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 1, .total = 100}};
   auto run = sync::local_run<nn::gpt, optim::adamw, outer::nesterov>::make(
-      store, model, levels, {0}, ws, optim::adamw{.lr = 1e-2f}, cfg);
+      store, model, plan, ws, optim::adamw{.lr = 1e-2f}, cfg);
   REQUIRE(run.ok());
   auto s = run->run(3);
   INFO((s.ok() ? std::string("ok") : s.error().what()));

@@ -19,43 +19,11 @@ using paco::testing::slurp;
 namespace {
 
 struct small_run {
-  fs::path dir, bin = fs::path(PACO_BINARY_DIR) / "examples" / "paco_train" / "paco_train";
+  fs::path dir;
   int rounds = 3;
   std::vector<std::string> args(const std::vector<std::string>& extra = {}) const {
-    std::vector<std::string> a = {
-        bin.string(),
-        "-c",
-        (fs::path(PACO_SOURCE_DIR) / "examples" / "configs" / "dipaco_brown.toml").string(),
-        "--set",
-        "output.dir=" + dir.string(),
-        "--set",
-        "model.d=32",
-        "--set",
-        "model.layers=2",
-        "--set",
-        "model.heads=2",
-        "--set",
-        "model.ctx=64",
-        "--set",
-        "train.batch=4",
-        "--set",
-        "train.threads=1",
-        "--set",
-        "dipaco.rounds=" + std::to_string(rounds),
-        "--set",
-        "dipaco.inner_steps=30",
-        "--set",
-        "dipaco.pretrain_steps=5",
-        "--set",
-        "launch.peer_timeout_s=1",
-        "--set",
-        "launch.round_timeout_s=10",
-        "--set",
-        "train.warmup=2",
-        "--set",
-        "dipaco.reroute_every=0"};
-    a.insert(a.end(), extra.begin(), extra.end());
-    return a;
+    return paco::testing::small_dipaco_job(PACO_SOURCE_DIR, PACO_BINARY_DIR, dir, rounds, 10,
+                                           extra);
   }
   // Runs to the end; returns (exit code, output).
   std::pair<int, std::string> run(const std::vector<std::string>& extra = {},

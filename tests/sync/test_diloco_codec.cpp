@@ -27,11 +27,11 @@ struct diloco_case {
   arena<host> a0{model.layout()};
   std::vector<path::level_span> levels = *path::split_gpt_levels(model.layout(), 2, 1);
   std::vector<io::token_stream> shards{stream(21), stream(22), stream(23)};
-  sync::inner_config cfg{.batch = 2,
-                         .ctx = 16,
-                         .steps = 3,
-                         .grad_clip = 1.0f,
-                         .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 1, .total = 9}};
+  train::inner_config cfg{.batch = 2,
+                          .ctx = 16,
+                          .steps = 3,
+                          .grad_clip = 1.0f,
+                          .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 1, .total = 9}};
   diloco_case() { model.init(a0, 6); }
 
   struct outcome {

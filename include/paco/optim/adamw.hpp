@@ -50,11 +50,16 @@ struct adamw {
     }
   }
 
-  // Whole-arena step: θ (plane::param) from ∇ (plane::grad) with moments in moment1/moment2.
+  // Step over elements [begin, end) of the arena's planes: θ (plane::param) from ∇ (plane::grad)
+  // with moments in moment1/moment2. Disjoint ranges may run in parallel.
+  void step(arena<host>& a, std::size_t begin, std::size_t end, long t, float lr_t) const {
+    step(a.get(plane::param).data() + begin, a.get(plane::grad).data() + begin,
+         a.get(plane::moment1).data() + begin, a.get(plane::moment2).data() + begin, end - begin, t,
+         lr_t);
+  }
+  // Whole-arena step.
   void step(arena<host>& a, long t, float lr_t) const {
-    auto th = a.get(plane::param);
-    step(th.data(), a.get(plane::grad).data(), a.get(plane::moment1).data(),
-         a.get(plane::moment2).data(), th.size(), t, lr_t);
+    step(a, 0, a.get(plane::param).size(), t, lr_t);
   }
 };
 

@@ -34,10 +34,15 @@ struct sgd {
       theta[i] -= lr_t * g;
     }
   }
+  // Step over elements [begin, end) of the arena's planes (momentum in moment1). Disjoint
+  // ranges may run in parallel.
+  void step(arena<host>& a, std::size_t begin, std::size_t end, long t, float lr_t) const {
+    step(a.get(plane::param).data() + begin, a.get(plane::grad).data() + begin,
+         momentum > 0 ? a.get(plane::moment1).data() + begin : nullptr, end - begin, t, lr_t);
+  }
+  // Whole-arena step.
   void step(arena<host>& a, long t, float lr_t) const {
-    auto th = a.get(plane::param);
-    step(th.data(), a.get(plane::grad).data(),
-         momentum > 0 ? a.get(plane::moment1).data() : nullptr, th.size(), t, lr_t);
+    step(a, 0, a.get(plane::param).size(), t, lr_t);
   }
 };
 

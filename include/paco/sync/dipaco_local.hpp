@@ -3,7 +3,10 @@
 // local_store. DiLoCo is the grid 1×1 with k workers on path 0; a flat MoE is one level of P
 // experts; DiPaCo is any grid with one (or more) workers per path.
 //
-//   auto run = dipaco_local<Model, InnerOpt, OuterOpt>(model, grid_modules, levels, workers, ...)
+//   auto plan = path::path_plan::make(grid, levels, workers_per_path);
+//   sync::local_store<outer::nesterov> store(plan->module_table(), outer_opt);
+//   sync::init_modules(store, *plan, theta0);
+//   auto run = sync::local_run<Model, InnerOpt, OuterOpt>::make(store, model, *plan, specs, ...);
 
 #include <barrier>
 #include <functional>
@@ -11,53 +14,29 @@
 #include <thread>
 #include <vector>
 
-#include "paco/path/module_grid.hpp"
+#include "paco/path/path_plan.hpp"
 #include "paco/sync/local_store.hpp"
 #include "paco/sync/path_worker.hpp"
 
 namespace paco::sync {
 
-// A worker: which path it trains (its module id per level) and on which shard.
+// A worker of a local run: its shard and its sampler's seed. Worker w trains the plan's path
+// plan.path_of_worker(w).
 struct worker_spec {
-  std::vector<int> modules;  // store module id per level
   const io::token_stream* shard = nullptr;
   std::uint64_t seed = 1;
 };
-
-// The module table of a grid for the given workers: module (l, e) has the size of level l's span
-// and expects one push per worker whose path goes through it.
-template <std::size_t L>
-std::vector<path::module_info> grid_modules(const path::module_grid<L>& g,
-                                            const std::vector<path::level_span>& levels,
-                                            const std::vector<worker_spec>& workers) {
-  std::vector<path::module_info> m(g.module_count());
-  for (int id = 0; id < g.module_count(); ++id) {
-    auto [l, e] = g.module_at(id);
-    m[id] = {id, levels[l].size, 0};
-  }
-  for (auto& w : workers)
-    for (int id : w.modules) ++m[id].paths_through;
-  return m;
-}
-
-// Module ids of path i of grid g, one per level.
-template <std::size_t L>
-std::vector<int> path_modules(const path::module_grid<L>& g, int i) {
-  auto a = g.modules_of(i);
-  return {a.begin(), a.end()};
-}
 
 struct round_report {
   long round = 0;
   std::vector<double> worker_loss;  // mean inner loss of each worker in this round
 };
 
-// Sets every module from θ0: module m takes the span of its level (module_level[m]).
+// Sets every module from θ0 (a full plane of the model's arena): module m takes its span.
 template <class OuterOpt>
-void init_modules(local_store<OuterOpt>& store, const std::vector<path::level_span>& levels,
-                  const std::vector<int>& module_level, const float* theta0) {
-  for (int m = 0; m < store.store().module_count(); ++m) {
-    const auto& sp = levels[module_level[m]];
+void init_modules(local_store<OuterOpt>& store, const path::path_plan& plan, const float* theta0) {
+  for (int m = 0; m < plan.modules(); ++m) {
+    const auto& sp = plan.span_of(m);
     store.store().set(m, std::span<const float>(theta0 + sp.offset, sp.size));
   }
 }
@@ -75,19 +54,26 @@ class local_run {
  public:
   using worker = path_worker<Model, InnerOpt>;
 
-  // One path_worker per spec, with codecs of the store's compression when it is encoded
-  // (error-feedback residuals and L-GreCo state start afresh). Errors: make_codecs', set_codecs'.
+  // One path_worker per spec (worker w on the plan's path_of_worker(w)), with codecs of the
+  // store's compression when it is encoded (error-feedback residuals and L-GreCo state start
+  // afresh). Errors: invalid_argument unless there is one spec per worker of the plan, each
+  // with a shard; make_codecs', set_codecs'.
   static result<local_run> make(local_store<OuterOpt>& store, const Model& model,
-                                const std::vector<path::level_span>& levels,
-                                const std::vector<int>& module_level,
+                                const path::path_plan& plan,
                                 const std::vector<worker_spec>& workers, InnerOpt inner,
-                                inner_config cfg) {
+                                train::inner_config cfg) {
+    if (int(workers.size()) != plan.workers())
+      return error(errc::invalid_argument, "local_run: " + std::to_string(workers.size()) +
+                                               " worker specs for a plan of " +
+                                               std::to_string(plan.workers()) + " workers");
     local_run r(store);
     for (std::size_t i = 0; i < workers.size(); ++i) {
-      std::vector<path::level_span> lv;
-      for (int m : workers[i].modules)
-        lv.push_back(levels[std::size_t(module_level[std::size_t(m)])]);
-      r.ws_.push_back(std::make_unique<worker>(int(i), model, lv, workers[i].modules, inner, cfg,
+      if (!workers[i].shard)
+        return error(errc::invalid_argument,
+                     "local_run: worker " + std::to_string(i) + " has no shard");
+      const int p = plan.path_of_worker(int(i));
+      auto lv = plan.path_spans(p);
+      r.ws_.push_back(std::make_unique<worker>(int(i), model, lv, plan.path_modules(p), inner, cfg,
                                                *workers[i].shard, workers[i].seed));
       if (store.encoded()) {
         auto codecs = make_codecs(store.compress_config(), model, lv);
@@ -168,26 +154,21 @@ class local_run {
 // after an earlier run: a run can be continued, but its workers start with fresh inner state —
 // use local_run itself to keep it across phases). Errors: local_run's.
 template <class Model, class InnerOpt, class OuterOpt>
-status run_local(local_store<OuterOpt>& store, const Model& model,
-                 const std::vector<path::level_span>& levels, const std::vector<int>& module_level,
-                 const std::vector<worker_spec>& workers, InnerOpt inner, inner_config cfg,
+status run_local(local_store<OuterOpt>& store, const Model& model, const path::path_plan& plan,
+                 const std::vector<worker_spec>& workers, InnerOpt inner, train::inner_config cfg,
                  int rounds, const std::function<void(const round_report&)>& on_round = {},
                  std::chrono::steady_clock::duration round_deadline = std::chrono::hours(1)) {
-  auto run = local_run<Model, InnerOpt, OuterOpt>::make(store, model, levels, module_level, workers,
-                                                        inner, cfg);
+  auto run = local_run<Model, InnerOpt, OuterOpt>::make(store, model, plan, workers, inner, cfg);
   if (!run) return run.error();
   return run->run(rounds, on_round, round_deadline);
 }
 
-// Copies path `modules`' current global parameters into θ (a full arena plane).
+// Path p's current global parameters, written into θ (a full plane of the model's arena; the
+// parts no module covers are left as they are).
 template <class OuterOpt>
-void assemble_path(const local_store<OuterOpt>& store, const std::vector<path::level_span>& levels,
-                   const std::vector<int>& module_level, const std::vector<int>& modules,
+void assemble_path(const local_store<OuterOpt>& store, const path::path_plan& plan, int p,
                    float* theta) {
-  for (int m : modules) {
-    const auto& sp = levels[module_level[m]];
-    store.pull(m, std::span<float>(theta + sp.offset, sp.size));
-  }
+  plan.assemble(p, theta, [&](int m, std::span<float> dst) { store.pull(m, dst); });
 }
 
 }  // namespace paco::sync

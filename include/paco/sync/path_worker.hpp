@@ -23,37 +23,28 @@
 #include "paco/compress/module_codec.hpp"
 #include "paco/core/arena.hpp"
 #include "paco/core/hash.hpp"
-#include "paco/io/batches.hpp"
-#include "paco/nn/replica.hpp"
-#include "paco/optim/clip.hpp"
-#include "paco/optim/schedule.hpp"
 #include "paco/path/level_map.hpp"
 #include "paco/sync/local_store.hpp"
+#include "paco/train/inner_loop.hpp"
 
 namespace paco::sync {
-
-struct inner_config {
-  int batch = 16;             // sequences per inner step
-  int ctx = 128;              // tokens per sequence
-  int steps = 100;            // H: inner steps per round
-  float grad_clip = 1.0f;     // 0 disables
-  optim::warmup_cosine schedule{};  // over the worker's global inner step count
-  int threads = 1;            // cores per worker
-  long start_step = 0;        // inner steps already taken (a run continued on new shards)
-};
 
 template <class Model, class InnerOpt>
 class path_worker {
  public:
   // modules[l] is the store's id of this worker's module at level l; levels[l] its span.
   path_worker(int id, const Model& model, std::vector<path::level_span> levels,
-              std::vector<int> modules, InnerOpt opt, inner_config cfg,
+              std::vector<int> modules, InnerOpt opt, train::inner_config cfg,
               const io::token_stream& shard, std::uint64_t seed)
-      : id_(id), model_(model), levels_(std::move(levels)), modules_(std::move(modules)),
-        opt_(opt), cfg_(cfg), arena_(model.layout()),
-        replica_(model, cfg.batch, cfg.ctx, cfg.threads),
-        sampler_(shard, cfg.batch, cfg.ctx, seed), shard_tokens_(double(shard.ids.size())),
-        x_(std::size_t(cfg.batch) * cfg.ctx), y_(x_.size()), step_(cfg.start_step) {
+      : id_(id),
+        model_(model),
+        levels_(std::move(levels)),
+        modules_(std::move(modules)),
+        opt_(opt),
+        cfg_(cfg),
+        arena_(model.layout()),
+        loop_(model, cfg, shard, seed),
+        shard_tokens_(double(shard.ids.size())) {
     PACO_ASSERT(levels_.size() == modules_.size(), "one module per level");
     arena_.get(plane::moment1);
     arena_.get(plane::moment2);
@@ -64,7 +55,7 @@ class path_worker {
   arena<host>& state() noexcept { return arena_; }
   const std::vector<int>& modules() const noexcept { return modules_; }
   double shard_tokens() const noexcept { return shard_tokens_; }
-  long inner_step() const noexcept { return step_; }
+  long inner_step() const noexcept { return loop_.step_count(); }
   long round() const noexcept { return round_; }
   double last_loss() const noexcept { return last_loss_; }
 
@@ -73,7 +64,7 @@ class path_worker {
   // pushes are weighted by the new shard's tokens. Requires: shard outlives its use and holds
   // more than ctx tokens (checked: throws error_exception).
   void set_shard(const io::token_stream& shard) {
-    sampler_.rebind(shard);
+    loop_.rebind(shard);
     shard_tokens_ = double(shard.ids.size());
   }
 
@@ -116,8 +107,8 @@ class path_worker {
         return {errc::mismatch, "module " + std::to_string(modules_[l]) +
                                     " arrived with a different hash than the store's"};
       if (r >= 0 && round != r)
-        return {errc::mismatch, "modules of worker " + std::to_string(id_) +
-                                    " are at different rounds"};
+        return {errc::mismatch,
+                "modules of worker " + std::to_string(id_) + " are at different rounds"};
       r = round;
     }
     round_ = r;
@@ -126,20 +117,11 @@ class path_worker {
     return {};
   }
 
-  // Runs n inner steps (H by default). Returns the mean loss over them.
+  // Runs n inner steps (H by default) of the one inner loop (train/inner_loop.hpp). Returns
+  // the mean loss over them.
   double train(int n = -1) {
     if (n < 0) n = cfg_.steps;
-    double sum = 0;
-    for (int i = 0; i < n; ++i) {
-      sampler_.next(x_.data(), y_.data());
-      const double l = replica_.forward_backward(arena_, x_.data(), y_.data());
-      auto g = arena_.get(plane::grad);
-      if (cfg_.grad_clip > 0) optim::clip_grad_norm(g.data(), g.size(), cfg_.grad_clip);
-      ++step_;
-      opt_.step(arena_, step_, cfg_.schedule.lr_at(step_));
-      sum += l;
-    }
-    last_loss_ = n ? sum / n : last_loss_;
+    if (n > 0) last_loss_ = loop_.run(arena_, opt_, n);
     return last_loss_;
   }
 
@@ -198,17 +180,14 @@ class path_worker {
   std::vector<path::level_span> levels_;
   std::vector<int> modules_;
   InnerOpt opt_;
-  inner_config cfg_;
+  train::inner_config cfg_;
   arena<host> arena_;
-  nn::replica<Model> replica_;
-  io::batch_sampler sampler_;
+  train::inner_loop<Model, InnerOpt> loop_;
   double shard_tokens_;
-  std::vector<std::int32_t> x_, y_;
   std::vector<float> delta_;
   std::vector<compress::module_codec> codecs_;  // one per level, or none (fp32 pushes)
   std::vector<std::byte> payload_;              // the last encoded payload (capacity reused)
   std::size_t payload_bytes_ = 0;
-  long step_ = 0;
   long round_ = 0;
   double last_loss_ = 0;
 };

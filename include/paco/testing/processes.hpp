@@ -102,3 +102,35 @@ inline int wait_exit(pid_t pid, std::chrono::milliseconds timeout) {
 }
 
 }  // namespace paco::testing
+
+namespace paco::testing {
+
+// The command line of a small DiPaCo run of paco_train for process-level tests and the chaos
+// suite: the Brown config with a tiny GPT (d 32, 2 layers, ctx 64, batch 4, one thread),
+// `rounds` rounds of 30 inner steps from a 5-step base model, peer timeout 1 s, the given
+// round timeout, no re-routing. `extra` is appended (more --set items, --fresh, --resume).
+inline std::vector<std::string> small_dipaco_job(const std::filesystem::path& source_dir,
+                                                 const std::filesystem::path& binary_dir,
+                                                 const std::filesystem::path& out_dir, int rounds,
+                                                 double round_timeout_s,
+                                                 const std::vector<std::string>& extra = {}) {
+  std::ostringstream rt;
+  rt << round_timeout_s;
+  std::vector<std::string> a = {
+      (binary_dir / "examples" / "paco_train" / "paco_train").string(), "-c",
+      (source_dir / "examples" / "configs" / "dipaco_brown.toml").string()};
+  for (const std::string& kv :
+       {"output.dir=" + out_dir.string(), std::string("model.d=32"), std::string("model.layers=2"),
+        std::string("model.heads=2"), std::string("model.ctx=64"), std::string("train.batch=4"),
+        std::string("train.threads=1"), "dipaco.rounds=" + std::to_string(rounds),
+        std::string("dipaco.inner_steps=30"), std::string("dipaco.pretrain_steps=5"),
+        std::string("launch.peer_timeout_s=1"), "launch.round_timeout_s=" + rt.str(),
+        std::string("train.warmup=2"), std::string("dipaco.reroute_every=0")}) {
+    a.push_back("--set");
+    a.push_back(kv);
+  }
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+}  // namespace paco::testing

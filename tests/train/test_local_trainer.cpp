@@ -1,0 +1,112 @@
+// train/local_trainer.hpp: the trainer is the store + local_run + phases written out by hand.
+#include <catch2/catch.hpp>
+
+#include "paco/nn/gpt.hpp"
+#include "paco/optim/optim.hpp"
+#include "paco/outer/outer.hpp"
+#include "paco/testing/token_streams.hpp"
+#include "paco/train/local_trainer.hpp"
+
+using namespace paco;
+
+namespace {
+io::token_stream stream(std::uint64_t seed) {
+  return testing::synthetic_stream(seed, 3000, 5, 4);
+}
+}  // namespace
+
+TEST_CASE("local_trainer: a DiPaCo 2x2 run with a re-routing equals the run built by hand",
+          "[train][local_trainer]") {
+  nn::gpt model({.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2});
+  arena<host> a0(model.layout());
+  model.init(a0, 3);
+  const std::vector<float> theta0(a0.get(plane::param).begin(), a0.get(plane::param).end());
+  const auto plan = *path::path_plan::make(path::module_grid<2>::experts({2, 2}),
+                                           *path::split_gpt_levels(model.layout(), 2, 2));
+  std::vector<io::token_stream> first{stream(1), stream(2), stream(3), stream(4)};
+  std::vector<io::token_stream> second{stream(5), stream(6), stream(7), stream(8)};
+  const train::inner_config icfg{
+      .batch = 2,
+      .ctx = 16,
+      .steps = 3,
+      .grad_clip = 1.0f,
+      .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 1, .total = 15}};
+  const optim::adamw inner{.lr = 1e-2f};
+  const outer::delta_options dopt{.weight_by_shard = true};
+
+  using trainer_t = train::local_trainer<nn::gpt, optim::adamw, outer::nesterov>;
+  auto t =
+      trainer_t::make(model, plan, theta0, first, inner,
+                      {.inner = icfg, .delta = dopt, .rounds = 5, .phases = {2, 5}, .seed = 40});
+  REQUIRE(t.ok());
+  int reshards = 0, rounds_seen = 0;
+  std::vector<std::vector<float>> at_reshard;
+  REQUIRE((*t)->run(
+                  [&](int phase, const std::vector<std::vector<float>>& th) {
+                    ++reshards;
+                    REQUIRE(phase == 1);
+                    at_reshard = th;
+                    return second;
+                  },
+                  [&](const sync::round_report&) { ++rounds_seen; })
+              .ok());
+  REQUIRE(reshards == 1);
+  REQUIRE(rounds_seen == 5);
+  REQUIRE((*t)->rounds_done() == 5);
+  REQUIRE((*t)->fp32_bytes_per_worker() ==
+          5.0 * double(plan.level(0).size + plan.level(1).size) * 4.0);
+
+  // By hand: store, modules from θ0, local_run, two phases with set_shards in between.
+  sync::local_store<outer::nesterov> store(plan.module_table(), outer::nesterov{}, dopt);
+  sync::init_modules(store, plan, theta0.data());
+  std::vector<sync::worker_spec> ws;
+  for (int w = 0; w < 4; ++w) ws.push_back({&first[std::size_t(w)], 40u + std::uint64_t(w)});
+  auto run = sync::local_run<nn::gpt, optim::adamw, outer::nesterov>::make(store, model, plan, ws,
+                                                                           inner, icfg);
+  REQUIRE(run.ok());
+  REQUIRE(run->run(2).ok());
+  std::vector<std::vector<float>> mid(4, theta0);
+  for (int p = 0; p < 4; ++p) sync::assemble_path(store, plan, p, mid[std::size_t(p)].data());
+  REQUIRE(mid == at_reshard);  // reshard saw every path's parameters after round 2
+  run->set_shards({&second[0], &second[1], &second[2], &second[3]});
+  REQUIRE(run->run(3).ok());
+  const auto got = (*t)->path_thetas();
+  for (int p = 0; p < 4; ++p) {
+    std::vector<float> want(theta0);
+    sync::assemble_path(store, plan, p, want.data());
+    REQUIRE(got[std::size_t(p)] == want);  // bit-identical
+  }
+}
+
+TEST_CASE("local_trainer: a wrong shard count, θ0 or phase list is an error naming it",
+          "[train][local_trainer]") {
+  nn::gpt model({.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2});
+  arena<host> a0(model.layout());
+  const std::vector<float> theta0(a0.get(plane::param).begin(), a0.get(plane::param).end());
+  const auto plan = *path::path_plan::make(path::module_grid<1>::experts({1}),
+                                           *path::split_gpt_levels(model.layout(), 2, 1), 2);
+  using trainer_t = train::local_trainer<nn::gpt, optim::adamw, outer::nesterov>;
+  const train::inner_config icfg{.batch = 2, .ctx = 16, .steps = 2};
+  auto one = trainer_t::make(model, plan, theta0, {stream(1)}, {}, {.inner = icfg, .rounds = 2});
+  REQUIRE(!one.ok());
+  REQUIRE(one.error().message.find("1 shards for 2 workers") != std::string::npos);
+  auto short_theta = trainer_t::make(model, plan, std::span(theta0).first(10),
+                                     {stream(1), stream(2)}, {}, {.inner = icfg, .rounds = 2});
+  REQUIRE(!short_theta.ok());
+  auto phases = trainer_t::make(model, plan, theta0, {stream(1), stream(2)}, {},
+                                {.inner = icfg, .rounds = 4, .phases = {3, 2, 4}});
+  REQUIRE(!phases.ok());
+  REQUIRE(phases.error().message.find("phase") != std::string::npos);
+  auto ok = trainer_t::make(model, plan, theta0, {stream(1), stream(2)}, {},
+                            {.inner = icfg, .rounds = 2});
+  REQUIRE(ok.ok());
+  // A reshard giving the wrong number of shards stops the run with an error.
+  auto bad = trainer_t::make(model, plan, theta0, {stream(1), stream(2)}, {},
+                             {.inner = icfg, .rounds = 2, .phases = {1, 2}});
+  REQUIRE(bad.ok());
+  auto s = (*bad)->run([&](int, const std::vector<std::vector<float>>&) {
+    return std::vector<io::token_stream>{stream(3)};
+  });
+  REQUIRE(!s.ok());
+  REQUIRE(s.error().message.find("1 shards for 2 workers") != std::string::npos);
+}
