@@ -49,6 +49,7 @@
 #include "paco/sync/path_worker.hpp"
 #include "paco/sync/store_service.hpp"
 #include "paco/train/inner_loop.hpp"
+#include "paco/train/worker_loop.hpp"
 
 extern char** environ;
 
@@ -500,55 +501,38 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
     return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), 3;
   auto log = io::metrics_log::open(rd.worker_log(w), true);
   if (!log) return std::fprintf(stderr, "worker %d: %s\n", w, log.error().what().c_str()), 2;
-  const auto deadline = std::chrono::milliseconds(long(cfg.launch.round_timeout_s * 2000));
-  for (;;) {
-    // The path's modules can be at different rounds for a moment (after a restart, one module's
-    // round may close before another's): retry until they agree.
-    status pulled_ok;
-    const int max_tries = int(cfg.launch.round_timeout_s * 20) + 50;  // ≈ 2 round timeouts
-    for (int tries = 0; tries < max_tries; ++tries) {
-      pulled_ok = worker.pull(client);
-      if (pulled_ok.ok() || pulled_ok.error().code != errc::mismatch) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    if (!pulled_ok)
-      return std::fprintf(stderr, "worker %d: %s\n", w, pulled_ok.error().what().c_str()), 3;
-    if (worker.round() >= cfg.dipaco.rounds) break;
-    const auto t0 = std::chrono::steady_clock::now();
-    const double loss = worker.train();
-    if (auto s = worker.push(client); !s) {
-      // A refused push (the round closed without us) is not fatal: pull and go on.
-      if (s.error().code != errc::mismatch)
-        return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), 3;
-      std::fprintf(stderr, "worker %d: %s; continuing with the next round\n", w,
-                   s.error().what().c_str());
-      continue;
-    }
-    for (int m : g.path_modules(p))
-      if (auto s =
-              client.wait_closed(m, worker.round(), std::chrono::steady_clock::now() + deadline);
-          !s)
-        return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), 3;
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const std::size_t sent = bytes_before + client.bytes_sent();
-    if (auto s = io::save_checkpoint(rd.worker_state(w), model.tensors(), worker.state(),
-                                     worker.inner_step(),
-                                     {{"bytes_sent", std::to_string(sent)},
-                                      {"round", std::to_string(worker.round())},
-                                      {"config", config_fingerprint(cfg)}});
-        !s)
-      std::fprintf(stderr, "worker %d: checkpoint failed: %s\n", w, s.error().what().c_str());
-    log->write({{"worker", w},
-                {"path", p},
-                {"round", worker.round()},
-                {"loss", loss},
-                {"bpb", loss / ln2},
-                {"step", worker.inner_step()},
-                {"bytes_sent", sent},
-                {"codec", comp.name()},
-                {"round_s", secs}});
-  }
+  // The round loop (train/worker_loop.hpp): pull (retried while the path's modules sit at
+  // different rounds), H inner steps, push (a refused late push is not fatal), wait; after each
+  // round a checkpoint of the inner optimizer state and a metrics record.
+  const train::worker_loop_options lo{
+      .rounds = cfg.dipaco.rounds,
+      .round_deadline = std::chrono::milliseconds(long(cfg.launch.round_timeout_s * 2000)),
+      .pull_tries = int(cfg.launch.round_timeout_s * 20) + 50};  // ≈ 2 round timeouts
+  auto st = train::run_worker(
+      worker, client, lo,
+      [&](const train::worker_round& r) {
+        const std::size_t sent = bytes_before + client.bytes_sent();
+        if (auto s = io::save_checkpoint(rd.worker_state(w), model.tensors(), worker.state(),
+                                         worker.inner_step(),
+                                         {{"bytes_sent", std::to_string(sent)},
+                                          {"round", std::to_string(r.round)},
+                                          {"config", config_fingerprint(cfg)}});
+            !s)
+          std::fprintf(stderr, "worker %d: checkpoint failed: %s\n", w, s.error().what().c_str());
+        log->write({{"worker", w},
+                    {"path", p},
+                    {"round", r.round},
+                    {"loss", r.loss},
+                    {"bpb", r.loss / ln2},
+                    {"step", worker.inner_step()},
+                    {"bytes_sent", sent},
+                    {"codec", comp.name()},
+                    {"round_s", r.seconds}});
+      },
+      [&](const error& e) {
+        std::fprintf(stderr, "worker %d: %s; continuing with the next round\n", w, e.what().c_str());
+      });
+  if (!st) return std::fprintf(stderr, "worker %d: %s\n", w, st.error().what().c_str()), 3;
   client.bye();
   (*link)->close();
   return 0;

@@ -21,6 +21,7 @@
 #include "paco/nn/lm_head.hpp"
 #include "paco/nn/residual.hpp"
 #include "paco/nn/seq.hpp"
+#include "paco/train/concepts.hpp"
 
 namespace paco::nn {
 
@@ -42,12 +43,12 @@ inline transformer_block make_block(int C, int NH, int H, float init_std, float 
 }
 
 struct gpt_config {
-  int vocab = 256;      // bytes
-  int ctx = 256;        // maximum sequence length
-  int d = 256;          // channels
+  int vocab = 256;  // bytes
+  int ctx = 256;    // maximum sequence length
+  int d = 256;      // channels
   int layers = 4;
   int heads = 4;
-  int mlp_mult = 4;     // MLP hidden = mlp_mult · d
+  int mlp_mult = 4;  // MLP hidden = mlp_mult · d
   bool tie_weights = false;
   float init_std = 0.02f;
 
@@ -70,6 +71,8 @@ struct gpt_config {
 
 class gpt {
  public:
+  using model_tag = void;  // models train::Model
+
   // Requires: cfg.validate().ok() (checked: throws error_exception otherwise).
   explicit gpt(gpt_config cfg) : cfg_(cfg) {
     cfg.validate().throw_if_error();
@@ -104,8 +107,8 @@ class gpt {
   // Per-thread memory for batches of shape d: caches, activations, logits, scratch.
   struct workspace {
     dims d;
-    buffer<float> cache;   // embed out, L × (block cache, block out), ln_f cache + out
-    buffer<float> logits;  // (N,V); also dlogits
+    buffer<float> cache;           // embed out, L × (block cache, block out), ln_f cache + out
+    buffer<float> logits;          // (N,V); also dlogits
     buffer<float> grad_a, grad_b;  // (N,C) gradient ping-pong between blocks
     context ctx;
   };
@@ -169,7 +172,8 @@ class gpt {
     float* g = w.grad_a.data();
     float* g2 = w.grad_b.data();
     std::fill(g2, g2 + N * C, 0.0f);
-    head_.backward(head_theta(theta), xf, logits, g2, grad_head(grad), static_cast<float*>(nullptr), d, w.ctx);
+    head_.backward(head_theta(theta), xf, logits, g2, grad_head(grad), static_cast<float*>(nullptr),
+                   d, w.ctx);
     std::fill(g, g + N * C, 0.0f);
     ln_f_.backward(theta + off("ln_f"), xL, g2, g, grad + off("ln_f"), cache_f, d, w.ctx);
     for (int l = cfg_.layers - 1; l >= 0; --l) {
@@ -180,8 +184,8 @@ class gpt {
                       w.ctx);
       std::swap(g, g2);
     }
-    embed_.backward(theta + off("embed"), tokens, g, static_cast<float*>(nullptr), grad + off("embed"), static_cast<const float*>(nullptr), d,
-                    w.ctx);
+    embed_.backward(theta + off("embed"), tokens, g, static_cast<float*>(nullptr),
+                    grad + off("embed"), static_cast<const float*>(nullptr), d, w.ctx);
     return l;
   }
 
@@ -228,7 +232,9 @@ class gpt {
 
  private:
   static std::string block_name(int l) { return "block." + std::to_string(l); }
-  std::size_t off(const std::string& name) const { return layout_.entry(*layout_.find(name)).offset; }
+  std::size_t off(const std::string& name) const {
+    return layout_.entry(*layout_.find(name)).offset;
+  }
   float* ptr(float* theta, const std::string& name) const { return theta + off(name); }
   const float* head_theta(const float* theta) const {
     return theta + (cfg_.tie_weights ? off("embed") : off("head"));
@@ -246,3 +252,5 @@ class gpt {
 };
 
 }  // namespace paco::nn
+
+static_assert(paco::train::Model<paco::nn::gpt>);

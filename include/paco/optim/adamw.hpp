@@ -8,10 +8,13 @@
 #include <cstddef>
 
 #include "paco/core/arena.hpp"
+#include "paco/optim/concepts.hpp"
 
 namespace paco::optim {
 
 struct adamw {
+  using inner_optimizer_tag = void;
+
   float lr = 4e-4f;
   float beta1 = 0.9f;
   float beta2 = 0.95f;
@@ -62,5 +65,7 @@ struct adamw {
     step(a, 0, a.get(plane::param).size(), t, lr_t);
   }
 };
+
+static_assert(RangedInnerOptimizer<adamw>);
 
 }  // namespace paco::optim

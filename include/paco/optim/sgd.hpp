@@ -5,10 +5,13 @@
 #include <cstddef>
 
 #include "paco/core/arena.hpp"
+#include "paco/optim/concepts.hpp"
 
 namespace paco::optim {
 
 struct sgd {
+  using inner_optimizer_tag = void;
+
   float lr = 0.1f;
   float momentum = 0.0f;
   float weight_decay = 0.0f;
@@ -45,5 +48,7 @@ struct sgd {
     step(a, 0, a.get(plane::param).size(), t, lr_t);
   }
 };
+
+static_assert(RangedInnerOptimizer<sgd>);
 
 }  // namespace paco::optim

@@ -11,6 +11,7 @@
 
 #include "paco/core/error.hpp"
 #include "paco/core/rng.hpp"
+#include "paco/route/concepts.hpp"
 
 namespace paco::route {
 
@@ -23,6 +24,8 @@ struct kmeans_options {
 
 class kmeans_router {
  public:
+  using router_tag = void;
+
   kmeans_router() = default;
   kmeans_router(int k, int dim, std::vector<float> centroids)
       : k_(k), dim_(dim), c_(std::move(centroids)) {}
@@ -153,6 +156,8 @@ class kmeans_router {
 // → i·k2 + j: k1·k2 shards from k1 + k2 centroids.
 class product_kmeans_router {
  public:
+  using router_tag = void;
+
   static result<product_kmeans_router> fit(const std::vector<float>& x, int n, int D, int k1,
                                            int k2, kmeans_options o = {}) {
     if (D < 2) return error(errc::invalid_argument, "product_kmeans: dimension must be ≥ 2");
@@ -184,5 +189,8 @@ class product_kmeans_router {
   kmeans_router a_, b_;
   int h_ = 0;
 };
+
+static_assert(RankingRouter<kmeans_router>);
+static_assert(Router<product_kmeans_router>);
 
 }  // namespace paco::route

@@ -12,21 +12,24 @@
 
 #include "paco/core/error.hpp"
 #include "paco/core/rng.hpp"
+#include "paco/route/concepts.hpp"
 
 namespace paco::route {
 
 struct logistic_options {
   int k = 4;
-  int epochs = 300;          // full-batch gradient steps
+  int epochs = 300;  // full-batch gradient steps
   double lr = 0.5;
   double l2 = 1e-3;
-  int bias_iterations = 500;  // rounds of bias fitting to the target distribution
+  int bias_iterations = 500;   // rounds of bias fitting to the target distribution
   std::vector<double> target;  // target fraction per path (empty: uniform)
   std::uint64_t seed = 1;
 };
 
 class logistic_router {
  public:
+  using router_tag = void;
+
   // x: (n, D) features; labels in [0, k). Errors: invalid_argument on empty data, bad labels or
   // a target of the wrong size.
   static result<logistic_router> fit(const std::vector<float>& x, int n, int D,
@@ -70,7 +73,8 @@ class logistic_router {
         p[labels[i]] -= 1.0;
         for (int c = 0; c < o.k; ++c) {
           gb[c] += p[c] / n;
-          for (int d = 0; d < D; ++d) gw[std::size_t(c) * D + d] += p[c] * z[std::size_t(i) * D + d] / n;
+          for (int d = 0; d < D; ++d)
+            gw[std::size_t(c) * D + d] += p[c] * z[std::size_t(i) * D + d] / n;
         }
       }
       for (std::size_t j = 0; j < m.w_.size(); ++j) m.w_[j] -= o.lr * (gw[j] + o.l2 * m.w_[j]);
@@ -182,5 +186,7 @@ class logistic_router {
   int k_ = 0, d_ = 0;
   std::vector<double> mean_, inv_std_, w_, b_;
 };
+
+static_assert(RankingRouter<logistic_router>);
 
 }  // namespace paco::route

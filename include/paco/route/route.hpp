@@ -1,5 +1,6 @@
 #pragma once
 // paco/route: document routers (k-means, product k-means, discriminative logistic) and features.
+#include "paco/route/concepts.hpp"
 #include "paco/route/evaluate.hpp"
 #include "paco/route/features.hpp"
 #include "paco/route/kmeans.hpp"

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "paco/outer/concepts.hpp"
 #include "paco/path/path_plan.hpp"
 #include "paco/sync/local_store.hpp"
 #include "paco/sync/path_worker.hpp"
@@ -49,7 +50,7 @@ void init_modules(local_store<OuterOpt>& store, const path::path_plan& plan, con
 // A worker whose push is refused because its round already closed without it (a waiter's
 // deadline passed: it was late) is left out of that round, as the store service leaves it out,
 // and goes on with the next round; left_out() counts such rounds.
-template <class Model, class InnerOpt, class OuterOpt>
+template <train::Model Model, optim::InnerOptimizer InnerOpt, outer::OuterOptimizer OuterOpt>
 class local_run {
  public:
   using worker = path_worker<Model, InnerOpt>;

@@ -15,21 +15,19 @@
 #include <mutex>
 #include <vector>
 
+#include "paco/outer/nesterov.hpp"
 #include "paco/path/module_store.hpp"
 #include "paco/sync/compression.hpp"
+#include "paco/sync/concepts.hpp"
 #include "paco/sync/store_wire.hpp"
 
 namespace paco::sync {
 
-// What a pull returns besides the parameters: the module's round and the hash of θ.
-struct pulled {
-  long round = 0;
-  std::uint64_t hash = 0;
-};
-
 template <class OuterOpt>
 class local_store {
  public:
+  using module_store_tag = void;
+
   local_store(std::vector<path::module_info> modules, OuterOpt opt, outer::delta_options d = {})
       : store_(std::move(modules), opt, d) {}
 
@@ -94,8 +92,8 @@ class local_store {
     const auto& codec = (*decoders_)[std::size_t(m)];
     if (auto s = codec.decode(payload, slice<float>(delta.data(), delta.size())); !s)
       return paco::error{s.error().code, "push of module " + std::to_string(m) + " from worker " +
-                                             std::to_string(worker) + " refused: " +
-                                             s.error().message};
+                                             std::to_string(worker) +
+                                             " refused: " + s.error().message};
     std::unique_lock lk(mu_);
     return push_locked(m, worker, round, delta, weight);
   }
@@ -142,5 +140,7 @@ class local_store {
   std::shared_ptr<const std::vector<compress::module_codec>> decoders_;
   std::map<int, std::size_t> sent_;
 };
+
+static_assert(EncodedModuleStore<local_store<outer::nesterov>>);
 
 }  // namespace paco::sync

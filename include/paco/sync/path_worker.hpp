@@ -9,10 +9,9 @@
 // pushed as bytes (push_encoded); the error-feedback residual of module m stays here, in this
 // worker's arena (plane::residual, module m's span), and L-GreCo's state in its codec.
 //
-// Store requires: pull(m, span<float>) → result<pulled> (round, hash); push(m, worker, round,
-// span<const float>, weight) → status; wait_closed(m, round, until) → status; with codecs also
-// push_encoded(m, worker, round, span<const std::byte>, weight) → status. Models: local_store
-// (threads of one process), store_client (a store service over any Transport).
+// Store models sync::ModuleStore (sync/concepts.hpp); encoded pushes need an
+// EncodedModuleStore. Models: local_store (threads of one process), store_client (a store
+// service over any Transport). Model models train::Model, InnerOpt optim::InnerOptimizer.
 
 #include <array>
 #include <chrono>
@@ -24,12 +23,13 @@
 #include "paco/core/arena.hpp"
 #include "paco/core/hash.hpp"
 #include "paco/path/level_map.hpp"
+#include "paco/sync/concepts.hpp"
 #include "paco/sync/local_store.hpp"
 #include "paco/train/inner_loop.hpp"
 
 namespace paco::sync {
 
-template <class Model, class InnerOpt>
+template <train::Model Model, optim::InnerOptimizer InnerOpt>
 class path_worker {
  public:
   // modules[l] is the store's id of this worker's module at level l; levels[l] its span.
@@ -94,7 +94,7 @@ class path_worker {
 
   // Pulls every module of the path into θ and θ_start. Errors: mismatch if the modules are not
   // all at the same round or a copy's hash differs from the store's.
-  template <class Store>
+  template <ModuleStore Store>
   status pull(Store& store) {
     auto th = arena_.get(plane::param);
     long r = -1;
@@ -129,7 +129,7 @@ class path_worker {
   // span, or its codec's payload. Every module is tried even if one push fails (e.g. its round
   // closed without us); the first error is returned. With error feedback, the part of Δ a
   // payload did not carry stays in the residual even if the store refuses the push.
-  template <class Store>
+  template <ModuleStore Store>
   status push(Store& store) {
     auto th = arena_.get(plane::param);
     auto an = arena_.get(plane::anchor);
@@ -141,9 +141,7 @@ class path_worker {
       status s;
       if (codecs_.empty()) {
         s = store.push(modules_[l], id_, round_, std::span<const float>(delta_), shard_tokens_);
-      } else if constexpr (requires(std::span<const std::byte> b) {
-                             store.push_encoded(0, 0, 0L, b, 0.0);
-                           }) {
+      } else if constexpr (EncodedModuleStore<Store>) {
         auto& c = codecs_[l];
         const auto res =
             c.error_feedback() ? arena_.get(plane::residual).sub(o, n) : slice<float>{};
@@ -163,7 +161,7 @@ class path_worker {
   }
 
   // One synchronous round: pull, H inner steps, push, wait for every module's round to close.
-  template <class Store>
+  template <ModuleStore Store>
   status run_round(Store& store, std::chrono::steady_clock::duration round_deadline) {
     if (auto s = pull(store); !s) return s;
     train();

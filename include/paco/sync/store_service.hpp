@@ -397,6 +397,8 @@ class store_server {
 template <net::Transport T>
 class store_client {
  public:
+  using module_store_tag = void;
+
   // One world: store id s is rank s of t.
   store_client(T& t, store_layout layout, int worker,
                std::chrono::milliseconds io_timeout = std::chrono::milliseconds(10000))

@@ -2,11 +2,21 @@
 // Archetypes: the smallest types that model each paco concept, compiled in the tests so that a
 // concept never asks more of its models than documented. Each folder adds its own section.
 
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <system_error>
+#include <vector>
 
+#include "paco/core/arena.hpp"
+#include "paco/core/hash.hpp"
 #include "paco/net/concepts.hpp"
+#include "paco/optim/concepts.hpp"
+#include "paco/route/concepts.hpp"
+#include "paco/sync/concepts.hpp"
+#include "paco/train/concepts.hpp"
 
 namespace paco::testing {
 
@@ -34,5 +44,77 @@ struct transport_archetype {
 
 static_assert(net::Request<request_archetype>);
 static_assert(net::Transport<transport_archetype>);
+
+// ---- train: Model ----------------------------------------------------------------------------
+
+// A model of one 8-element tensor whose loss is 0 and whose gradient is 0. Models train::Model
+// and nothing more.
+struct model_archetype {
+  using model_tag = void;
+  struct workspace {
+    nn::dims d;
+  };
+  model_archetype() { layout_.add("w", 8); }
+  const param_layout& layout() const { return layout_; }
+  std::size_t param_count() const { return layout_.used(); }
+  std::vector<named_tensor> tensors() const { return {}; }
+  void init(arena<host>&, std::uint64_t) const {}
+  workspace make_workspace(nn::dims d) const { return {d}; }
+  double forward_backward(const float*, float*, const std::int32_t*, const std::int32_t*,
+                          workspace&, float) const {
+    return 0.0;
+  }
+  double loss(const float*, const std::int32_t*, const std::int32_t*, workspace&) const {
+    return 0.0;
+  }
+
+ private:
+  param_layout layout_;
+};
+
+// ---- optim: InnerOptimizer --------------------------------------------------------------------
+
+// An optimizer that leaves θ as it is. Models optim::InnerOptimizer and nothing more.
+struct inner_optimizer_archetype {
+  using inner_optimizer_tag = void;
+  void step(arena<host>&, long, float) const {}
+  status validate() const { return {}; }
+};
+
+// ---- route: Router, RankingRouter -------------------------------------------------------------
+
+// One path for every document. Models route::Router and nothing more.
+struct router_archetype {
+  using router_tag = void;
+  int k() const { return 1; }
+  int route(const float*) const { return 0; }
+};
+
+// Models route::RankingRouter and nothing more.
+struct ranking_router_archetype : router_archetype {
+  std::vector<int> rank(const float*, int) const { return {0}; }
+};
+
+// ---- sync: ModuleStore ------------------------------------------------------------------------
+
+// Every module all zeros at round 0; every push accepted, every round closed. Models
+// sync::ModuleStore and nothing more.
+struct module_store_archetype {
+  using module_store_tag = void;
+  result<sync::pulled> pull(int, std::span<float> dst) {
+    std::fill(dst.begin(), dst.end(), 0.0f);
+    return sync::pulled{0, hash64(dst.data(), dst.size_bytes())};
+  }
+  status push(int, int, long, std::span<const float>, double) { return {}; }
+  status wait_closed(int, long, std::chrono::steady_clock::time_point) { return {}; }
+};
+
+static_assert(train::Model<model_archetype>);
+static_assert(optim::InnerOptimizer<inner_optimizer_archetype>);
+static_assert(!optim::RangedInnerOptimizer<inner_optimizer_archetype>);
+static_assert(route::Router<router_archetype> && !route::RankingRouter<router_archetype>);
+static_assert(route::RankingRouter<ranking_router_archetype>);
+static_assert(sync::ModuleStore<module_store_archetype>);
+static_assert(!sync::EncodedModuleStore<module_store_archetype>);
 
 }  // namespace paco::testing

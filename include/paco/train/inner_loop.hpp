@@ -14,9 +14,8 @@
 // overlapped outer sync's trigger point), step() takes the learning rate explicitly (time-based
 // schedules), and the replica is reachable for local-loss chunking.
 //
-// InnerOpt requires: step(arena<host>&, long t, float lr) (optim::adamw, optim::sgd); with
-// step(arena<host>&, size_t begin, size_t end, long t, float lr) the step runs on the replica's
-// threads over disjoint ranges (the same result: every update is elementwise).
+// M models train::Model, InnerOpt optim::InnerOptimizer; a RangedInnerOptimizer's step runs on
+// the replica's threads over disjoint ranges (the same result: every update is elementwise).
 
 #include <cstdint>
 #include <functional>
@@ -26,7 +25,9 @@
 #include "paco/io/batches.hpp"
 #include "paco/nn/replica.hpp"
 #include "paco/optim/clip.hpp"
+#include "paco/optim/concepts.hpp"
 #include "paco/optim/schedule.hpp"
+#include "paco/train/concepts.hpp"
 
 namespace paco::train {
 
@@ -40,12 +41,12 @@ struct inner_config {
   long start_step = 0;              // inner steps already taken (a resumed or continued run)
 };
 
-template <class Model, class InnerOpt>
+template <Model M, optim::InnerOptimizer InnerOpt>
 class inner_loop {
  public:
   // Requires: shard outlives the loop (or the next rebind) and holds more than ctx tokens
   // (checked by the sampler: throws error_exception).
-  inner_loop(const Model& model, const inner_config& cfg, const io::token_stream& shard,
+  inner_loop(const M& model, const inner_config& cfg, const io::token_stream& shard,
              std::uint64_t seed)
       : cfg_(cfg),
         replica_(model, cfg.batch, cfg.ctx, cfg.threads),
@@ -62,7 +63,7 @@ class inner_loop {
     auto g = a.get(plane::grad);
     if (cfg_.grad_clip > 0) optim::clip_grad_norm(g.data(), g.size(), cfg_.grad_clip);
     ++step_;
-    if constexpr (requires { opt.step(a, std::size_t{}, std::size_t{}, long{}, float{}); }) {
+    if constexpr (optim::RangedInnerOptimizer<InnerOpt>) {
       if (replica_.threads() > 1) {
         replica_.for_chunks(g.size(),
                             [&](std::size_t b, std::size_t e) { opt.step(a, b, e, step_, lr); });
@@ -92,11 +93,11 @@ class inner_loop {
 
   long step_count() const noexcept { return step_; }
   const inner_config& config() const noexcept { return cfg_; }
-  nn::replica<Model>& replica() noexcept { return replica_; }
+  nn::replica<M>& replica() noexcept { return replica_; }
 
  private:
   inner_config cfg_;
-  nn::replica<Model> replica_;
+  nn::replica<M> replica_;
   io::batch_sampler sampler_;
   std::vector<std::int32_t> x_, y_;
   long step_ = 0;

@@ -42,7 +42,7 @@ struct local_trainer_config {
   std::uint64_t seed = 1;        // worker w samples its shard with seed + w
 };
 
-template <class Model, class InnerOpt, class OuterOpt>
+template <train::Model Model, optim::InnerOptimizer InnerOpt, outer::OuterOptimizer OuterOpt>
 class local_trainer {
  public:
   using workers_t = sync::local_run<Model, InnerOpt, OuterOpt>;

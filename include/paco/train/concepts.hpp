@@ -1,0 +1,34 @@
+#pragma once
+// The Model concept: what the inner loop, nn::replica, path workers, checkpoints and the one
+// scorer ask of a trainable model. Its parameters live in an arena laid out by layout(); named
+// tensors() say which span is which tensor (checkpoints, export); a workspace made for a batch
+// shape (its member d) holds activations; forward_backward(θ, ∇, tokens, targets, ws, scale)
+// ACCUMULATES scale·∇θ of the mean loss into a full plane and returns the loss (nats per token);
+// loss() is the forward pass alone. Opt in with `using model_tag = void;`. Model: nn::gpt.
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+
+#include "paco/core/arena.hpp"
+#include "paco/core/param_layout.hpp"
+#include "paco/nn/concepts.hpp"
+
+namespace paco::train {
+
+template <class M>
+concept Model = requires(const M& m, arena<host>& a, std::uint64_t seed, nn::dims d,
+                         const float* th, float* g, const std::int32_t* tok,
+                         typename M::workspace& ws) {
+  typename M::model_tag;
+  { m.layout() } -> std::convertible_to<const param_layout&>;
+  { m.param_count() } -> std::convertible_to<std::size_t>;
+  m.tensors();
+  m.init(a, seed);
+  { m.make_workspace(d) } -> std::same_as<typename M::workspace>;
+  { ws.d } -> std::convertible_to<nn::dims>;
+  { m.forward_backward(th, g, tok, tok, ws, 1.0f) } -> std::convertible_to<double>;
+  { m.loss(th, tok, tok, ws) } -> std::convertible_to<double>;
+};
+
+}  // namespace paco::train

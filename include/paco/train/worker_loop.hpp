@@ -1,0 +1,77 @@
+#pragma once
+// worker_loop: the round loop of one path worker against a store that other workers share and
+// that may be slow, restarted or behind: what a worker process of a DiPaCo run (paco_train's
+// worker role) does, in the library.
+//
+//   for each round until the path's modules reach `rounds`:
+//     pull      every module of the path, hash-checked; while the modules sit at different
+//               rounds (after a restart one module's round can close before another's) pull
+//               again every pull_retry, up to pull_tries times
+//     train     H inner steps (train::inner_loop: the worker's optimizer state carries on)
+//     push      Δ of every module; a push refused because its round closed without it (the
+//               worker was late: errc::mismatch) is not an error — on_refused is told and the
+//               worker goes on with the next round, as DiLoCo's dropout robustness intends
+//     wait      until every module's round closed (or round_deadline passed)
+//     on_round  (a completed round: the caller checkpoints the worker and logs)
+//
+// Resume is the caller's part: restore the worker's arena planes and its inner step
+// (inner_config::start_step) from its checkpoint before calling; the store says the round.
+
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include "paco/core/error.hpp"
+#include "paco/sync/concepts.hpp"
+#include "paco/sync/path_worker.hpp"
+
+namespace paco::train {
+
+struct worker_loop_options {
+  long rounds = 1;  // the run ends when the path's modules reach this round
+  std::chrono::steady_clock::duration round_deadline = std::chrono::seconds(60);
+  std::chrono::steady_clock::duration pull_retry = std::chrono::milliseconds(100);
+  int pull_tries = 50;  // pulls of a path whose modules sit at different rounds, then an error
+};
+
+// A completed round of the worker.
+struct worker_round {
+  long round = 0;      // the round it trained
+  double loss = 0;     // mean inner loss over its H steps
+  double seconds = 0;  // train + push + wait
+};
+
+// Runs w against store until the path's modules reach o.rounds. on_round after every round whose
+// push was accepted and closed; on_refused with the store's refusal of a late push (optional).
+// Returns: ok when the run is over for this path; the store's or the pull's error otherwise
+// (mismatch when the modules stayed at different rounds for every try).
+template <class Model, class InnerOpt, sync::ModuleStore Store>
+status run_worker(sync::path_worker<Model, InnerOpt>& w, Store& store, const worker_loop_options& o,
+                  const std::function<void(const worker_round&)>& on_round = {},
+                  const std::function<void(const error&)>& on_refused = {}) {
+  using clock = std::chrono::steady_clock;
+  for (;;) {
+    status pulled;
+    for (int tries = 0; tries < std::max(1, o.pull_tries); ++tries) {
+      pulled = w.pull(store);
+      if (pulled.ok() || pulled.error().code != errc::mismatch) break;
+      std::this_thread::sleep_for(o.pull_retry);
+    }
+    if (!pulled) return pulled;
+    if (w.round() >= o.rounds) return {};
+    const auto t0 = clock::now();
+    const double loss = w.train();
+    if (auto s = w.push(store); !s) {
+      if (s.error().code != errc::mismatch) return s;
+      if (on_refused) on_refused(s.error());
+      continue;
+    }
+    const auto until = clock::now() + o.round_deadline;
+    for (int m : w.modules())
+      if (auto s = store.wait_closed(m, w.round(), until); !s) return s;
+    if (on_round)
+      on_round({w.round(), loss, std::chrono::duration<double>(clock::now() - t0).count()});
+  }
+}
+
+}  // namespace paco::train

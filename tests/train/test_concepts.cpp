@@ -1,0 +1,71 @@
+// The training layer's concepts: every model opts in and satisfies its concept (the
+// static_asserts beside each model), archetypes are enough for the code that uses them, and
+// types that lack the tag or a member are refused. Includes the umbrella paco/paco.hpp.
+#include <catch2/catch.hpp>
+
+#include "paco/paco.hpp"  // the umbrella header compiles on its own
+#include "paco/testing/archetypes.hpp"
+#include "paco/testing/token_streams.hpp"
+
+using namespace paco;
+
+namespace {
+// Structurally a router, but it did not opt in.
+struct untagged_router {
+  int k() const { return 2; }
+  int route(const float*) const { return 0; }
+};
+// Opted in, but no wait_closed.
+struct store_without_wait {
+  using module_store_tag = void;
+  result<sync::pulled> pull(int, std::span<float>) { return sync::pulled{}; }
+  status push(int, int, long, std::span<const float>, double) { return {}; }
+};
+// An optimizer without validate().
+struct optimizer_without_validate {
+  using inner_optimizer_tag = void;
+  void step(arena<host>&, long, float) const {}
+};
+// A model without loss().
+struct model_without_loss {
+  using model_tag = void;
+  struct workspace {
+    nn::dims d;
+  };
+  const param_layout& layout() const;
+  std::size_t param_count() const;
+  std::vector<named_tensor> tensors() const;
+  void init(arena<host>&, std::uint64_t) const;
+  workspace make_workspace(nn::dims) const;
+  double forward_backward(const float*, float*, const std::int32_t*, const std::int32_t*,
+                          workspace&, float) const;
+};
+}  // namespace
+
+static_assert(!route::Router<untagged_router>);
+static_assert(!sync::ModuleStore<store_without_wait>);
+static_assert(!optim::InnerOptimizer<optimizer_without_validate>);
+static_assert(!train::Model<model_without_loss>);
+static_assert(!train::Model<nn::linear>);  // a Module is not a trainable Model
+static_assert(sync::EncodedModuleStore<sync::store_client<net::inproc>>);
+static_assert(sync::EncodedModuleStore<sync::local_store<outer::sgd>>);
+static_assert(route::RankingRouter<route::kmeans_router>);
+static_assert(!route::RankingRouter<route::product_kmeans_router>);
+
+TEST_CASE("archetypes are enough for the inner loop and a path worker's round",
+          "[train][concepts]") {
+  testing::model_archetype model;
+  const auto shard = testing::synthetic_stream(1, 200, 3, 2);
+  arena<host> a(model.layout());
+  train::inner_loop<testing::model_archetype, testing::inner_optimizer_archetype> loop(
+      model, {.batch = 2, .ctx = 8}, shard, 1);
+  REQUIRE(loop.run(a, {}, 3) == 0.0);
+  REQUIRE(loop.step_count() == 3);
+
+  path::level_span all{0, model.layout().total(), {"w"}};
+  sync::path_worker<testing::model_archetype, testing::inner_optimizer_archetype> w(
+      0, model, {all}, {0}, {}, {.batch = 2, .ctx = 8, .steps = 2}, shard, 1);
+  testing::module_store_archetype store;
+  REQUIRE(w.run_round(store, std::chrono::seconds(1)).ok());
+  REQUIRE(w.inner_step() == 2);
+}

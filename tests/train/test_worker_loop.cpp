@@ -1,0 +1,106 @@
+// train/worker_loop.hpp: a worker's round loop against a shared store that refuses late pushes
+// and whose modules may sit at different rounds.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <thread>
+
+#include "paco/nn/gpt.hpp"
+#include "paco/optim/optim.hpp"
+#include "paco/outer/outer.hpp"
+#include "paco/sync/dipaco_local.hpp"
+#include "paco/testing/token_streams.hpp"
+#include "paco/train/worker_loop.hpp"
+
+using namespace paco;
+
+namespace {
+nn::gpt_config small() {
+  return {.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2};
+}
+const train::inner_config icfg{
+    .batch = 2,
+    .ctx = 16,
+    .steps = 3,
+    .grad_clip = 1.0f,
+    .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 1, .total = 100}};
+}  // namespace
+
+TEST_CASE("run_worker: late pushes are refused and the worker goes on to the last round",
+          "[train][worker_loop]") {
+  nn::gpt model(small());
+  arena<host> a0(model.layout());
+  model.init(a0, 2);
+  const auto levels = *path::split_gpt_levels(model.layout(), 2, 1);
+  // The store expects one push per round from two workers: whoever pushes second is late.
+  sync::local_store<outer::nesterov> store({path::module_info{0, levels[0].size, 1}},
+                                           outer::nesterov{});
+  const auto plan = *path::path_plan::make(path::module_grid<1>::experts({1}), levels, 2);
+  sync::init_modules(store, plan, a0.get(plane::param).data());
+  const auto s0 = testing::synthetic_stream(1, 3000, 5, 3),
+             s1 = testing::synthetic_stream(2, 3000, 7, 3);
+  sync::path_worker<nn::gpt, optim::adamw> w0(0, model, levels, {0}, {}, icfg, s0, 1),
+      w1(1, model, levels, {0}, {}, icfg, s1, 2);
+  std::atomic<int> done{0}, refused{0}, other_refusals{0};
+  std::vector<long> rounds0;
+  status r0, r1;
+  const train::worker_loop_options o{.rounds = 6, .round_deadline = std::chrono::seconds(20)};
+  std::thread t0([&] {
+    r0 = train::run_worker(
+        w0, store, o, [&](const train::worker_round& r) { ++done, rounds0.push_back(r.round); },
+        [&](const error& e) {
+          other_refusals += e.code != errc::mismatch;
+          ++refused;
+        });
+  });
+  std::thread t1([&] {
+    r1 = train::run_worker(
+        w1, store, o, [&](const train::worker_round&) { ++done; },
+        [&](const error&) { ++refused; });
+  });
+  t0.join();
+  t1.join();
+  REQUIRE(other_refusals == 0);  // every refusal was a late push
+  REQUIRE(r0.ok());
+  REQUIRE(r1.ok());
+  REQUIRE(store.store().round(0) == 6);
+  // Each round closed with exactly one push; every other push of the round was refused or was
+  // for a round the worker pulled after it closed — no worker stopped early.
+  for (auto& h : store.history()) REQUIRE(h.arrived == 1);
+  REQUIRE(done + refused >= 6);
+  REQUIRE(w0.round() == 6);
+  REQUIRE(w1.round() == 6);
+  for (std::size_t i = 1; i < rounds0.size(); ++i) REQUIRE(rounds0[i] > rounds0[i - 1]);
+}
+
+TEST_CASE("run_worker: a path whose modules stay at different rounds is an error after the tries",
+          "[train][worker_loop]") {
+  nn::gpt model(small());
+  arena<host> a0(model.layout());
+  model.init(a0, 3);
+  const auto levels = *path::split_gpt_levels(model.layout(), 2, 2);
+  const auto plan = *path::path_plan::make(path::module_grid<2>::experts({1, 1}), levels);
+  sync::local_store<outer::nesterov> store(plan.module_table(), outer::nesterov{});
+  sync::init_modules(store, plan, a0.get(plane::param).data());
+  // Module 1 runs a round ahead: a push from elsewhere closes its round 0.
+  std::vector<float> d(plan.span_of(1).size, 0.0f);
+  REQUIRE(store.push(1, 7, 0, d, 1.0).ok());
+  REQUIRE(store.store().round(1) == 1);
+  const auto s = testing::synthetic_stream(4, 3000, 5, 3);
+  sync::path_worker<nn::gpt, optim::adamw> w(0, model, plan.path_spans(0), plan.path_modules(0), {},
+                                             icfg, s, 1);
+  const auto st = train::run_worker(
+      w, store, {.rounds = 3, .pull_retry = std::chrono::milliseconds(1), .pull_tries = 5});
+  REQUIRE(!st.ok());
+  REQUIRE(st.error().code == errc::mismatch);
+  REQUIRE(st.error().message.find("different rounds") != std::string::npos);
+  // Once module 0 catches up (its round closes), the same worker runs to the end.
+  REQUIRE(store.push(0, 7, 0, std::vector<float>(plan.span_of(0).size, 0.0f), 1.0).ok());
+  int rounds = 0;
+  REQUIRE(train::run_worker(w, store, {.rounds = 3}, [&](const train::worker_round&) {
+            ++rounds;
+          }).ok());
+  REQUIRE(rounds == 2);  // rounds 1 and 2
+  REQUIRE(store.store().round(0) == 3);
+  REQUIRE(store.store().round(1) == 3);
+}
