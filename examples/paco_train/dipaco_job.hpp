@@ -40,6 +40,7 @@
 #include "config.hpp"
 #include "paco/io/io.hpp"
 #include "paco/net/asio_tcp.hpp"
+#include "paco/nn/gpt_file.hpp"
 #include "paco/nn/nn.hpp"
 #include "paco/optim/optim.hpp"
 #include "paco/outer/outer.hpp"
@@ -320,6 +321,49 @@ status load_store(const train_config& cfg, const run_dir& rd, Store& st) {
     typename Store::snapshot s{th->second.values, os->second.values,
                                rounds[std::size_t(m)].get<long>()};
     if (auto r = st.restore(m, s); !r) return {errc::mismatch, file + ": " + r.error().message};
+  }
+  return {};
+}
+
+// ---- export: every path (and the base model) as a self-describing model file ----
+// Writes out/base.safetensors and out/path-E0-E1….safetensors (nn/gpt_file.hpp: GPT-2 tensor
+// names, the model config in the metadata) from the run's store checkpoint. Errors name the file.
+inline status export_paths(const train_config& cfg, const run_dir& rd, const fs::path& out) {
+  const auto g = make_plan(cfg);
+  nn::gpt model(cfg.model);
+  arena<host> base(model.layout());
+  if (auto s = load_base(cfg, rd, model, base); !s) return s;
+  path::module_store<outer::nesterov> store(g.module_table(), outer_of(cfg));
+  if (auto s = load_store(cfg, rd, store); !s) return s;
+  fs::create_directories(out);
+  const float* b = base.get(plane::param).data();
+  if (auto s = nn::save_gpt(out / "base.safetensors", model, b,
+                            {{"source", rd.base().string()}, {"path", "base"}});
+      !s)
+    return s;
+  std::printf("paco_train: wrote %s\n", (out / "base.safetensors").c_str());
+  for (int p = 0; p < g.paths(); ++p) {
+    std::vector<float> th(b, b + model.layout().total());
+    long round = 0;
+    g.assemble(p, th.data(), [&](int m, std::span<float> dst) {
+      round = store.pull(m, dst).first;
+    });
+    std::string name = g.path_name(p);  // "(0,1)" → "path-0-1"
+    std::string file = "path";
+    for (char c : name)
+      if (std::isdigit(static_cast<unsigned char>(c))) file += c;
+      else if (c == ',') file += '-';
+    if (file.size() > 4) file.insert(4, "-");
+    file += ".safetensors";
+    if (auto s = nn::save_gpt(out / file, model, th.data(),
+                              {{"source", rd.store().string()},
+                               {"path", name},
+                               {"grid", g.describe()},
+                               {"round", std::to_string(round)}});
+        !s)
+      return s;
+    std::printf("paco_train: wrote %s (path %s, round %ld)\n", (out / file).c_str(), name.c_str(),
+                round);
   }
   return {};
 }

@@ -66,6 +66,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"launcher", "prepare", "store", "worker"}));
   app.add_option("--worker", worker, "dipaco jobs, --role worker: this worker's id (1 … workers)");
   app.add_option("--run-dir", run_dir, "dipaco jobs: the run directory (default: output.dir)");
+  std::string export_dir;
+  app.add_option("--export", export_dir,
+                 "write the trained model(s) to DIR as self-describing safetensors (GPT-2 tensor "
+                 "names, config in the metadata) and exit: dipaco jobs every path and the base "
+                 "model, the LM job its checkpoint");
   CLI11_PARSE(app, argc, argv);
 
   auto cfg_r = paco_train::load_config(config_path, overrides);
@@ -77,6 +82,11 @@ int main(int argc, char** argv) {
   if (cfg.job.mode == "dipaco") {
     paco_train::run_dir rd{run_dir.empty() ? fs::path(cfg.output.dir) : fs::path(run_dir)};
     try {
+      if (!export_dir.empty()) {
+        auto s = paco_train::export_paths(cfg, rd, export_dir);
+        if (!s) return std::fprintf(stderr, "paco_train: export: %s\n", s.error().what().c_str()), 2;
+        return 0;
+      }
       if (role == "store") return paco_train::run_store(cfg, rd, resume);
       if (role == "worker") return paco_train::run_worker(cfg, rd, worker);
       if (role == "prepare") {
@@ -98,6 +108,22 @@ int main(int argc, char** argv) {
     return 2;
   }
   const auto& tc = cfg.train;
+  if (!export_dir.empty()) {  // the LM job's checkpoint as a model file
+    const fs::path ckpt = fs::path(cfg.output.dir) / "checkpoint.safetensors";
+    nn::gpt model(cfg.model);
+    arena<host> a(model.layout());
+    auto info = io::load_checkpoint(ckpt, model.tensors(), a);
+    if (!info)
+      return std::fprintf(stderr, "paco_train: export: %s\n", info.error().what().c_str()), 2;
+    const fs::path out = fs::path(export_dir) / "model.safetensors";
+    fs::create_directories(export_dir);
+    if (auto s = nn::save_gpt(out, model, a.get(plane::param).data(),
+                              {{"source", ckpt.string()}, {"step", std::to_string(info->step)}});
+        !s)
+      return std::fprintf(stderr, "paco_train: export: %s\n", s.error().what().c_str()), 2;
+    std::printf("paco_train: wrote %s (step %ld)\n", out.c_str(), info->step);
+    return 0;
+  }
 
   // ---- data ----
   auto corpus = paco_train::load_data(cfg.data);
