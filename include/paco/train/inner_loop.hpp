@@ -65,6 +65,9 @@ class inner_loop {
     ++step_;
     if constexpr (optim::RangedInnerOptimizer<InnerOpt>) {
       if (replica_.threads() > 1) {
+        // An empty step on this thread first: the planes the optimizer keeps (allocated by the
+        // arena on first use) exist before the threads touch them.
+        opt.step(a, 0, 0, step_, lr);
         replica_.for_chunks(g.size(),
                             [&](std::size_t b, std::size_t e) { opt.step(a, b, e, step_, lr); });
         return loss;
