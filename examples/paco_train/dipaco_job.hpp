@@ -46,6 +46,7 @@
 #include "paco/outer/outer.hpp"
 #include "paco/path/level_map.hpp"
 #include "paco/path/path_plan.hpp"
+#include "paco/path/store_file.hpp"
 #include "paco/route/route.hpp"
 #include "paco/sync/path_worker.hpp"
 #include "paco/sync/store_service.hpp"
@@ -275,54 +276,18 @@ inline status load_base(const train_config& cfg, const run_dir& rd, const nn::gp
   return {};
 }
 
-// ---- the store's checkpoint: θ, outer state and round of every module ----
-template <class Store>
-status save_store(const train_config& cfg, const run_dir& rd, const Store& st) {
-  std::vector<std::vector<float>> keep;
-  std::vector<io::tensor_ref> refs;
-  json rounds = json::array();
-  for (int m = 0; m < st.module_count(); ++m) {
-    auto snap = st.save(m);
-    rounds.push_back(snap.round);
-    keep.push_back(std::move(snap.theta));
-    refs.push_back(
-        {"module." + std::to_string(m) + ".theta", {keep.back().size()}, keep.back().data()});
-    keep.push_back(std::move(snap.state));
-    refs.push_back(
-        {"module." + std::to_string(m) + ".outer_state", {keep.back().size()}, keep.back().data()});
-  }
-  return io::save_safetensors(
-      rd.store(), refs,
-      {{"format", "paco-store-1"}, {"rounds", rounds.dump()}, {"config", config_fingerprint(cfg)}});
+// ---- the store's checkpoint (path/store_file.hpp: θ, outer state, round and layout of every
+// module, the configuration fingerprint) ----
+template <class OuterOpt>
+status save_store(const train_config& cfg, const run_dir& rd,
+                  const path::module_store<OuterOpt>& st) {
+  return path::save_store_file(rd.store(), st, make_plan(cfg), config_fingerprint(cfg));
 }
 
-// Loads the store checkpoint. Errors name the file and the problem: missing, truncated,
-// corrupt (no checksum, or one that disagrees: a tensor or the rounds were changed), written for
-// another configuration, or lacking a module.
-template <class Store>
-status load_store(const train_config& cfg, const run_dir& rd, Store& st) {
-  const std::string file = "store checkpoint '" + rd.store().string() + "'";
-  auto f = io::load_safetensors(rd.store());
-  if (!f) return f.error();
-  if (!f->metadata.count(io::checksum_key)) return {errc::corrupt, file + " carries no checksum"};
-  if (auto s = io::check_config(rd.store(), f->metadata, config_fingerprint(cfg)); !s) return s;
-  auto it = f->metadata.find("rounds");
-  if (it == f->metadata.end()) return {errc::corrupt, file + " records no rounds"};
-  json rounds = json::parse(it->second, nullptr, false);
-  if (!rounds.is_array() || int(rounds.size()) != st.module_count())
-    return {errc::mismatch, file + " has a different number of modules"};
-  for (int m = 0; m < st.module_count(); ++m) {
-    auto th = f->tensors.find("module." + std::to_string(m) + ".theta");
-    auto os = f->tensors.find("module." + std::to_string(m) + ".outer_state");
-    if (th == f->tensors.end() || os == f->tensors.end())
-      return {errc::mismatch, file + " lacks module " + std::to_string(m)};
-    if (!rounds[std::size_t(m)].is_number_integer() || rounds[std::size_t(m)].get<long>() < 0)
-      return {errc::corrupt, file + " has an invalid round for module " + std::to_string(m)};
-    typename Store::snapshot s{th->second.values, os->second.values,
-                               rounds[std::size_t(m)].get<long>()};
-    if (auto r = st.restore(m, s); !r) return {errc::mismatch, file + ": " + r.error().message};
-  }
-  return {};
+// Errors name the file and the problem (path::load_store_file's).
+template <class OuterOpt>
+status load_store(const train_config& cfg, const run_dir& rd, path::module_store<OuterOpt>& st) {
+  return path::load_store_file(rd.store(), st, make_plan(cfg), config_fingerprint(cfg));
 }
 
 // ---- export: every path (and the base model) as a self-describing model file ----

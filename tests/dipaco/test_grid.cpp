@@ -1,7 +1,11 @@
 // path/: module_grid indexing, level maps, the module store.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <set>
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "paco/nn/gpt.hpp"
 #include "paco/outer/outer.hpp"
@@ -9,6 +13,7 @@
 #include "paco/path/module_grid.hpp"
 #include "paco/path/module_store.hpp"
 #include "paco/path/path_plan.hpp"
+#include "paco/path/store_file.hpp"
 
 using namespace paco;
 using namespace paco::path;
@@ -167,4 +172,50 @@ TEST_CASE("module_store snapshot round-trips θ, outer state and round", "[path]
     s->close(0);
   }
   REQUIRE(a.hash(0) == b.hash(0));
+}
+
+TEST_CASE("store_file: a store checkpoint round-trips and says what its vectors are",
+          "[path][store_file]") {
+  nn::gpt m({.vocab = 16, .ctx = 8, .d = 8, .layers = 2, .heads = 2});
+  auto lv = *split_gpt_levels(m.layout(), 2, 2);
+  const auto plan = *path_plan::make(module_grid<2>::experts({2, 1}), lv);
+  module_store<outer::nesterov> st(plan.module_table(), outer::nesterov{});
+  for (int k = 0; k < plan.modules(); ++k) {
+    std::vector<float> th(plan.span_of(k).size);
+    for (std::size_t i = 0; i < th.size(); ++i) th[i] = float(k) + 0.001f * float(i);
+    st.set(k, th);
+  }
+  // Module 2 (the shared level-1 module) closes a round with one push per path.
+  for (int p = 0; p < 2; ++p)
+    REQUIRE(st.push(2, p, 0, std::vector<float>(plan.span_of(2).size, 0.5f), 1.0).ok());
+  st.close(2);
+  const auto file = std::filesystem::temp_directory_path() /
+                    ("paco_store_" + std::to_string(::getpid()) + ".safetensors");
+  REQUIRE(save_store_file(file, st, plan, "model.d=8").ok());
+
+  module_store<outer::nesterov> back(plan.module_table(), outer::nesterov{});
+  REQUIRE(load_store_file(file, back, plan, "model.d=8").ok());
+  for (int k = 0; k < plan.modules(); ++k) {
+    REQUIRE(back.round(k) == st.round(k));
+    REQUIRE(back.hash(k) == st.hash(k));
+  }
+  // The layout record: grid and, per module, level, expert, span and the tensors it covers.
+  auto f = io::load_safetensors(file);
+  REQUIRE(f.ok());
+  const auto layout = nlohmann::json::parse(f->metadata.at("layout"));
+  REQUIRE(layout["grid"] == "2x1");
+  REQUIRE(layout["modules"].size() == 3);
+  REQUIRE(layout["modules"][2]["level"] == 1);
+  REQUIRE(layout["modules"][1]["expert"] == 1);
+  REQUIRE(layout["modules"][2]["offset"] == lv[1].offset);
+  REQUIRE(layout["modules"][0]["entries"][0] == "embed");
+  // Refused: another configuration, another grid.
+  auto other_cfg = load_store_file(file, back, plan, "model.d=16");
+  REQUIRE(!other_cfg.ok());
+  const auto plan22 = *path_plan::make(module_grid<2>::experts({2, 2}), lv);
+  module_store<outer::nesterov> four(plan22.module_table(), outer::nesterov{});
+  auto other_grid = load_store_file(file, four, plan22, "model.d=8");
+  REQUIRE(!other_grid.ok());
+  REQUIRE(other_grid.error().message.find("another grid") != std::string::npos);
+  std::filesystem::remove(file);
 }

@@ -5,3 +5,4 @@
 #include "paco/path/module_grid.hpp"
 #include "paco/path/module_store.hpp"
 #include "paco/path/path_plan.hpp"
+#include "paco/path/store_file.hpp"
