@@ -110,3 +110,40 @@ TEST_CASE("local_trainer: a wrong shard count, θ0 or phase list is an error nam
   REQUIRE(!s.ok());
   REQUIRE(s.error().message.find("1 shards for 2 workers") != std::string::npos);
 }
+
+TEST_CASE("local_trainer: one outer optimizer per level", "[train][local_trainer]") {
+  nn::gpt model({.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2});
+  arena<host> a0(model.layout());
+  model.init(a0, 4);
+  const std::vector<float> theta0(a0.get(plane::param).begin(), a0.get(plane::param).end());
+  const auto plan = *path::path_plan::make(path::module_grid<2>::experts({2, 2}),
+                                           *path::split_gpt_levels(model.layout(), 2, 2));
+  REQUIRE(plan.per_level(std::vector<int>{7, 9}) == std::vector<int>{7, 7, 9, 9});
+  using trainer_t = train::local_trainer<nn::gpt, optim::adamw, outer::sgd>;
+  const train::inner_config icfg{.batch = 2, .ctx = 16, .steps = 2};
+  // Level 0 frozen (outer lr 0), level 1 plain averaging (FedAvg: outer sgd lr 1).
+  auto t = trainer_t::make(model, plan, theta0, {stream(1), stream(2), stream(3), stream(4)}, {},
+                           {.inner = icfg,
+                            .outer_per_level = {outer::sgd{.lr = 0.0f}, outer::sgd{.lr = 1.0f}},
+                            .rounds = 2});
+  REQUIRE(t.ok());
+  REQUIRE((*t)->store().store().outer_optimizer(1).lr == 0.0f);
+  REQUIRE((*t)->store().store().outer_optimizer(3).lr == 1.0f);
+  REQUIRE((*t)->run().ok());
+  const auto th = (*t)->path_thetas();
+  const auto& l0 = plan.level(0);
+  const auto& l1 = plan.level(1);
+  for (int p = 0; p < 4; ++p) {
+    const auto& x = th[std::size_t(p)];
+    REQUIRE(std::equal(x.begin() + std::ptrdiff_t(l0.offset),
+                       x.begin() + std::ptrdiff_t(l0.offset + l0.size),
+                       theta0.begin() + std::ptrdiff_t(l0.offset)));
+    REQUIRE(!std::equal(x.begin() + std::ptrdiff_t(l1.offset),
+                        x.begin() + std::ptrdiff_t(l1.offset + l1.size),
+                        theta0.begin() + std::ptrdiff_t(l1.offset)));
+  }
+  auto wrong = trainer_t::make(model, plan, theta0, {stream(1), stream(2), stream(3), stream(4)},
+                               {}, {.inner = icfg, .outer_per_level = {outer::sgd{}}, .rounds = 2});
+  REQUIRE(!wrong.ok());
+  REQUIRE(wrong.error().message.find("1 outer optimizers for 2 levels") != std::string::npos);
+}

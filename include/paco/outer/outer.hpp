@@ -3,4 +3,5 @@
 #include "paco/outer/concepts.hpp"
 #include "paco/outer/delta.hpp"
 #include "paco/outer/nesterov.hpp"
+#include "paco/outer/per_module.hpp"
 #include "paco/outer/sgd.hpp"

@@ -26,6 +26,7 @@
 #include "paco/core/error.hpp"
 #include "paco/core/hash.hpp"
 #include "paco/outer/delta.hpp"
+#include "paco/outer/per_module.hpp"
 
 namespace paco::path {
 
@@ -54,18 +55,31 @@ struct round_summary {
 template <class OuterOpt>
 class module_store {
  public:
+  // Every module with the same outer optimizer.
   module_store(std::vector<module_info> modules, OuterOpt opt, outer::delta_options delta = {})
-      : opt_(opt), delta_(delta) {
+      : module_store(modules,
+                     outer::per_module<OuterOpt>(std::vector<OuterOpt>(modules.size(), opt)),
+                     delta) {}
+  // Module m with opts.opts[m]. Requires: one optimizer per module (checked: throws
+  // error_exception).
+  module_store(std::vector<module_info> modules, outer::per_module<OuterOpt> opts,
+               outer::delta_options delta = {})
+      : opts_(std::move(opts.opts)), delta_(delta) {
+    if (opts_.size() != modules.size())
+      throw error_exception(
+          {errc::invalid_argument, "module_store: " + std::to_string(opts_.size()) +
+                                       " outer optimizers for " + std::to_string(modules.size()) +
+                                       " modules"});
     for (auto& m : modules) {
       PACO_ASSERT(m.id == int(slots_.size()), "module ids must be 0, 1, ... in order");
-      slots_.emplace_back(m, opt_.state_size(m.size));
+      slots_.emplace_back(m, opts_[slots_.size()].state_size(m.size));
     }
   }
   module_store(module_store&&) = delete;
 
   int module_count() const noexcept { return int(slots_.size()); }
   const module_info& info(int m) const { return slots_.at(m).info; }
-  const OuterOpt& outer_optimizer() const noexcept { return opt_; }
+  const OuterOpt& outer_optimizer(int m = 0) const { return opts_.at(std::size_t(m)); }
 
   // Sets θ_m (e.g. from an initial model). Requires: src has info(m).size elements.
   void set(int m, std::span<const float> src) {
@@ -167,9 +181,9 @@ class module_store {
       double nn = 0;
       for (float v : s.acc) nn += double(v) * v;
       r.delta_norm = std::sqrt(nn);
-      opt_.step(std::span<float>(s.theta.data(), s.theta.size()),
-                std::span<const float>(s.acc.data(), s.acc.size()),
-                std::span<float>(s.state.data(), s.state.size()));
+      opts_[std::size_t(m)].step(std::span<float>(s.theta.data(), s.theta.size()),
+                                 std::span<const float>(s.acc.data(), s.acc.size()),
+                                 std::span<float>(s.state.data(), s.state.size()));
     }
     s.pushed.clear();
     ++s.round;
@@ -223,7 +237,7 @@ class module_store {
   slot_t& slot(int m) { return slots_.at(std::size_t(m)); }
   const slot_t& slot(int m) const { return slots_.at(std::size_t(m)); }
 
-  OuterOpt opt_;
+  std::vector<OuterOpt> opts_;  // one per module
   outer::delta_options delta_;
   std::deque<slot_t> slots_;
 };

@@ -135,6 +135,19 @@ class path_plan {
     return t;
   }
 
+  // One value per module from one per level (e.g. an outer optimizer per level for
+  // outer::per_module). Requires: by_level.size() == levels() (checked: throws error_exception).
+  template <class T>
+  std::vector<T> per_level(const std::vector<T>& by_level) const {
+    if (int(by_level.size()) != levels())
+      throw error_exception(
+          {errc::invalid_argument, "path_plan: " + std::to_string(by_level.size()) +
+                                       " values for " + std::to_string(levels()) + " levels"});
+    std::vector<T> r;
+    for (int m = 0; m < modules(); ++m) r.push_back(by_level[std::size_t(level_of(m))]);
+    return r;
+  }
+
   // Fills path p's parameters θ (a full plane of the model's arena): get(m, span) copies module
   // m into its span, for every module of the path (e.g. a store's pull).
   template <class Get>

@@ -30,6 +30,10 @@ class local_store {
 
   local_store(std::vector<path::module_info> modules, OuterOpt opt, outer::delta_options d = {})
       : store_(std::move(modules), opt, d) {}
+  // One outer optimizer per module (module_store's requirements).
+  local_store(std::vector<path::module_info> modules, outer::per_module<OuterOpt> opts,
+              outer::delta_options d = {})
+      : store_(std::move(modules), std::move(opts), d) {}
 
   path::module_store<OuterOpt>& store() noexcept { return store_; }
   const path::module_store<OuterOpt>& store() const noexcept { return store_; }

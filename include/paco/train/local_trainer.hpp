@@ -34,12 +34,13 @@ namespace paco::train {
 
 template <class OuterOpt>
 struct local_trainer_config {
-  inner_config inner{};          // every worker's inner loop (steps = H per round)
-  OuterOpt outer{};              // every module's outer optimizer
-  outer::delta_options delta{};  // how a module combines the pushes of a round
-  int rounds = 1;                // outer rounds in all
-  std::vector<int> phases;       // phase ends (ascending, the last == rounds); empty: one phase
-  std::uint64_t seed = 1;        // worker w samples its shard with seed + w
+  inner_config inner{};                     // every worker's inner loop (steps = H per round)
+  OuterOpt outer{};                         // every module's outer optimizer, unless…
+  std::vector<OuterOpt> outer_per_level{};  // … one per level of the plan (empty: `outer`)
+  outer::delta_options delta{};             // how a module combines the pushes of a round
+  int rounds = 1;                           // outer rounds in all
+  std::vector<int> phases;  // phase ends (ascending, the last == rounds); empty: one phase
+  std::uint64_t seed = 1;   // worker w samples its shard with seed + w
 };
 
 template <train::Model Model, optim::InnerOptimizer InnerOpt, outer::OuterOptimizer OuterOpt>
@@ -64,6 +65,10 @@ class local_trainer {
     if (theta0.size() != model.layout().total())
       return error(errc::invalid_argument, "local_trainer: θ0 is not a plane of the model");
     if (cfg.rounds < 1) return error(errc::invalid_argument, "local_trainer: rounds must be ≥ 1");
+    if (!cfg.outer_per_level.empty() && int(cfg.outer_per_level.size()) != plan.levels())
+      return error(errc::invalid_argument,
+                   "local_trainer: " + std::to_string(cfg.outer_per_level.size()) +
+                       " outer optimizers for " + std::to_string(plan.levels()) + " levels");
     if (cfg.phases.empty()) cfg.phases = {cfg.rounds};
     bool ascending = cfg.phases.front() >= 1 && cfg.phases.back() == cfg.rounds;
     for (std::size_t i = 1; i < cfg.phases.size(); ++i)
@@ -134,7 +139,12 @@ class local_trainer {
         theta0_(theta0.begin(), theta0.end()),
         shards_(std::move(shards)),
         cfg_(std::move(cfg)),
-        store_(plan_.module_table(), cfg_.outer, cfg_.delta) {
+        store_(plan_.module_table(),
+               outer::per_module<OuterOpt>(
+                   cfg_.outer_per_level.empty()
+                       ? std::vector<OuterOpt>(std::size_t(plan_.modules()), cfg_.outer)
+                       : plan_.per_level(cfg_.outer_per_level)),
+               cfg_.delta) {
     sync::init_modules(store_, plan_, theta0_.data());
   }
 
