@@ -42,6 +42,7 @@
 #include "paco/path/module_grid.hpp"
 #include "paco/path/path_plan.hpp"
 #include "paco/route/route.hpp"
+#include "paco/route/specialisation.hpp"
 #include "paco/sync/dipaco_local.hpp"
 #include "paco/train/inner_loop.hpp"
 #include "paco/train/local_trainer.hpp"
@@ -243,11 +244,6 @@ int main(int argc, char** argv) {
                       [](double a, const doc& d) { return a + d.router.size(); }) /
           1e6,
       eval.size(), o.split.c_str());
-  std::vector<std::string> domains;  // sorted, for the matrices
-  for (auto& d : eval)
-    if (std::find(domains.begin(), domains.end(), d.domain) == domains.end())
-      domains.push_back(d.domain);
-  std::sort(domains.begin(), domains.end());
 
   nn::gpt model({.vocab = 256, .ctx = o.ctx, .d = o.d, .layers = o.layers, .heads = o.heads});
   const std::size_t P = model.param_count();
@@ -517,47 +513,32 @@ int main(int argc, char** argv) {
               t1);
     }
     // Diagnostics: does each path specialise? Every path scores every document.
-    const auto per = route::per_path_nll(model, th, spans, rule, ws_eval);
-    const auto best = route::best_paths(per);
-    route::nll oracle;
-    int agree = 0;
-    std::map<std::string, std::vector<int>> routed_count, best_count;
-    std::map<std::string, std::vector<route::nll>> by_domain;
-    for (auto& dname : domains) {
-      routed_count[dname].assign(K, 0);
-      best_count[dname].assign(K, 0);
-      by_domain[dname].assign(K, {});
-    }
-    for (std::size_t j = 0; j < spans.size(); ++j) {
-      const auto& dname = eval[span_doc[j]].domain;
-      oracle += per[j][std::size_t(best[j])];
-      agree += best[j] == routed[j];
-      ++routed_count[dname][std::size_t(routed[j])];
-      ++best_count[dname][std::size_t(best[j])];
-      for (int p = 0; p < K; ++p) by_domain[dname][std::size_t(p)] += per[j][std::size_t(p)];
-    }
+    std::vector<std::string> span_domain;
+    for (auto i : span_doc) span_domain.push_back(eval[i].domain);
+    const auto sp = route::specialisation_of(route::per_path_nll(model, th, spans, rule, ws_eval),
+                                             routed, span_domain);
     std::printf(
         "%s: the router picks a document's best path for %d of %zu; the oracle best "
         "path scores %.4f bpb\n",
-        name.c_str(), agree, spans.size(), oracle.bits_per_token());
+        name.c_str(), sp.router_picks_best, sp.documents, sp.oracle.bits_per_token());
     std::printf(
         "%s: bits/byte of each path (columns) on each domain's %s documents, and how "
         "many documents the router sends to each path:\n",
         name.c_str(), o.split.c_str());
     json mat = json::object();
-    for (auto& dname : domains) {
-      std::printf("  %-28s", dname.substr(0, 28).c_str());
+    for (std::size_t d = 0; d < sp.domains.size(); ++d) {
+      std::printf("  %-28s", sp.domains[d].substr(0, 28).c_str());
       std::vector<double> b;
       for (int p = 0; p < K; ++p) {
-        b.push_back(round4(by_domain[dname][std::size_t(p)].bits_per_token()));
-        std::printf(" %7.4f (%2d)", b.back(), routed_count[dname][std::size_t(p)]);
+        b.push_back(round4(sp.nats[d][std::size_t(p)].bits_per_token()));
+        std::printf(" %7.4f (%2d)", b.back(), sp.routed[d][std::size_t(p)]);
       }
       std::printf("\n");
-      mat[dname] = {{"bpb", b}, {"routed", routed_count[dname]}, {"best", best_count[dname]}};
+      mat[sp.domains[d]] = {{"bpb", b}, {"routed", sp.routed[d]}, {"best", sp.best[d]}};
     }
-    diagnostics[name] = {{"oracle_bpb", round4(oracle.bits_per_token())},
-                         {"router_picks_best", agree},
-                         {"documents", spans.size()},
+    diagnostics[name] = {{"oracle_bpb", round4(sp.oracle.bits_per_token())},
+                         {"router_picks_best", sp.router_picks_best},
+                         {"documents", sp.documents},
                          {"path_tokens", path_tokens},
                          {"domains", mat}};
   };

@@ -269,3 +269,24 @@ TEST_CASE("kmeans: a re-seeded point leaves its old cluster (its centroid is the
   REQUIRE(km->centroids()[1] == Approx(10.0f));
   REQUIRE(!kmeans_router::fit(x, 4, 1, {.k = 2, .init = {0}}).ok());
 }
+
+TEST_CASE("specialisation_of: per-domain path bits/byte, routed and best counts, the oracle",
+          "[route][specialisation]") {
+  using route::nll;
+  const double ln2 = 0.6931471805599453;
+  // Three documents, two paths: "b" documents are best on path 1, the "a" document on path 0.
+  const std::vector<std::vector<nll>> per = {{{1.0 * ln2, 1}, {2.0 * ln2, 1}},
+                                             {{3.0 * ln2, 1}, {1.0 * ln2, 1}},
+                                             {{4.0 * ln2, 2}, {2.0 * ln2, 2}}};
+  const auto s = route::specialisation_of(per, {0, 0, 1}, {"a", "b", "b"});
+  REQUIRE(s.domains == std::vector<std::string>{"a", "b"});
+  REQUIRE(s.documents == 3);
+  REQUIRE(s.router_picks_best == 2);  // documents 0 and 2
+  REQUIRE(s.oracle.tokens == 4);
+  REQUIRE(s.oracle.bits_per_token() == Approx((1.0 + 1.0 + 2.0) / 4));
+  REQUIRE(s.nats[1][1].bits_per_token() == Approx((1.0 + 2.0) / 3));  // domain b on path 1
+  REQUIRE(s.nats[0][0].bits_per_token() == Approx(1.0));
+  REQUIRE(s.routed[1] == std::vector<int>{1, 1});
+  REQUIRE(s.best[1] == std::vector<int>{0, 2});
+  REQUIRE(s.best[0] == std::vector<int>{1, 0});
+}

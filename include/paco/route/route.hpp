@@ -5,3 +5,4 @@
 #include "paco/route/features.hpp"
 #include "paco/route/kmeans.hpp"
 #include "paco/route/logistic.hpp"
+#include "paco/route/specialisation.hpp"

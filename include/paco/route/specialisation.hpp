@@ -1,0 +1,59 @@
+#pragma once
+// specialisation: do a routed model's paths specialise? From every path's nats on every scored
+// document (route::per_path_nll), the path the router chose for each and each document's label
+// (a domain, a genre), it gives per domain each path's bits/byte and how many documents the
+// router sends to / would best send to each path, the oracle best-path bound and how often the
+// router picks a document's best path. Nothing is scored here: the caller's one scorer did.
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "paco/core/error.hpp"
+#include "paco/route/evaluate.hpp"
+
+namespace paco::route {
+
+struct specialisation {
+  std::vector<std::string> domains;            // sorted, each once
+  std::vector<std::vector<nll>> nats;          // [domain][path]: summed over its documents
+  std::vector<std::vector<int>> routed, best;  // [domain][path]: documents routed to / best on
+  nll oracle;                                  // every document by its best path
+  int router_picks_best = 0;                   // documents whose routed path is their best
+  std::size_t documents = 0;
+};
+
+// Requires: per.size() == routed.size() == domain.size(); every per[j] has the same number of
+// paths P ≥ 1 and routed[j] in [0, P) (checked: throws error_exception).
+inline specialisation specialisation_of(const std::vector<std::vector<nll>>& per,
+                                        const std::vector<int>& routed,
+                                        const std::vector<std::string>& domain) {
+  PACO_ASSERT(per.size() == routed.size() && per.size() == domain.size(),
+              "one routed path and one domain per document");
+  specialisation s;
+  s.documents = per.size();
+  if (per.empty()) return s;
+  const std::size_t P = per[0].size();
+  s.domains = domain;
+  std::sort(s.domains.begin(), s.domains.end());
+  s.domains.erase(std::unique(s.domains.begin(), s.domains.end()), s.domains.end());
+  s.nats.assign(s.domains.size(), std::vector<nll>(P));
+  s.routed.assign(s.domains.size(), std::vector<int>(P, 0));
+  s.best = s.routed;
+  const auto best = best_paths(per);
+  for (std::size_t j = 0; j < per.size(); ++j) {
+    PACO_ASSERT(per[j].size() == P && routed[j] >= 0 && std::size_t(routed[j]) < P,
+                "a document scored by another number of paths, or routed outside them");
+    const std::size_t d = std::size_t(
+        std::lower_bound(s.domains.begin(), s.domains.end(), domain[j]) - s.domains.begin());
+    s.oracle += per[j][std::size_t(best[j])];
+    s.router_picks_best += best[j] == routed[j];
+    ++s.routed[d][std::size_t(routed[j])];
+    ++s.best[d][std::size_t(best[j])];
+    for (std::size_t p = 0; p < P; ++p) s.nats[d][p] += per[j][p];
+  }
+  return s;
+}
+
+}  // namespace paco::route
