@@ -35,6 +35,7 @@
 #include "paco/route/route.hpp"
 #include "paco/sync/diloco_allreduce.hpp"
 #include "paco/sync/dipaco_local.hpp"
+#include "paco/train/diloco_replica.hpp"
 #include "paco/train/inner_loop.hpp"
 
 using namespace paco;
@@ -304,25 +305,19 @@ int main(int argc, char** argv) {
           std::copy(theta0.begin(), theta0.end(), p.begin());
           auto codec = sync::diloco_codec(c, model);
           if (!codec) return void(errs[std::size_t(w)] = codec.error());
-          std::vector<float> state(p.size(), 0.0f);
-          sync::diloco_options dopt;
-          dopt.collective.until = net::after(std::chrono::hours(1));
-          for (int k = 0; k < o.rounds; ++k) {
-            dopt.collective.until = net::after(std::chrono::hours(1));
-            auto& tr = traffic[std::size_t(w)];
-            const auto before = tr.bytes_sent;
-            if (auto s = sync::diloco_round(world[std::size_t(w)], wk, *codec, outer_opt, state, tr,
-                                            dopt);
-                !s)
-              return void(errs[std::size_t(w)] = s);
-            per_round[std::size_t(w)].push_back(double(tr.bytes_sent - before));
-            loss[std::size_t(w)] = wk.last_loss();
-            if (w == 0) {
-              char txt[48];
-              std::snprintf(txt, sizeof txt, "inner loss %.3f", wk.last_loss());
-              bar.update(k + 1, txt);
-            }
-          }
+          train::diloco_replica<net::inproc, nn::gpt, optim::adamw, outer_t> rep(
+              world[std::size_t(w)], wk, outer_opt, std::move(*codec));
+          errs[std::size_t(w)] =
+              rep.run(o.rounds, std::chrono::hours(1), [&](long k, std::size_t bytes) {
+                per_round[std::size_t(w)].push_back(double(bytes));
+                loss[std::size_t(w)] = wk.last_loss();
+                if (w == 0) {
+                  char txt[48];
+                  std::snprintf(txt, sizeof txt, "inner loss %.3f", wk.last_loss());
+                  bar.update(k + 1, txt);
+                }
+              });
+          traffic[std::size_t(w)] = rep.traffic();
           if (w == 0) theta.assign(p.begin(), p.end());
         });
       for (auto& t : th) t.join();
