@@ -29,6 +29,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -51,6 +52,7 @@
 #include "paco/sync/path_worker.hpp"
 #include "paco/sync/store_service.hpp"
 #include "paco/train/inner_loop.hpp"
+#include "paco/train/worker_file.hpp"
 #include "paco/train/worker_loop.hpp"
 
 extern char** environ;
@@ -455,31 +457,27 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
       .grad_clip = tc.grad_clip,
       .schedule = {.lr = tc.lr, .min_lr = tc.min_lr, .warmup = tc.warmup, .total = total},
       .threads = std::max(1, tc.threads / g.workers())};
-  // Resume the inner optimizer state (moments and step) if this worker ran before.
+  // Resume the inner optimizer state (moments, residual, step) if this worker ran before
+  // (train/worker_file.hpp). A checkpoint that exists but cannot be read (truncated, corrupt,
+  // another configuration) is an error naming it, never a silent restart at step 0.
   long start_step = 0;
-  arena<host> saved(model.layout());
-  bool have_saved = false;
-  // A checkpoint that exists but cannot be read (truncated, corrupt, another configuration) is
-  // an error naming it, never a silent restart at step 0.
+  std::optional<train::worker_checkpoint> saved;
   std::size_t bytes_before = 0;
   if (fs::exists(rd.worker_state(w))) {
-    auto info = io::load_checkpoint(rd.worker_state(w), model.tensors(), saved);
-    if (!info)
-      return std::fprintf(stderr, "worker %d: cannot resume: %s\n", w, info.error().what().c_str()),
+    auto ck = train::load_worker_file(rd.worker_state(w), model, config_fingerprint(cfg));
+    if (!ck)
+      return std::fprintf(stderr, "worker %d: cannot resume: %s\n", w, ck.error().what().c_str()),
              2;
-    if (auto s = io::check_config(rd.worker_state(w), info->metadata, config_fingerprint(cfg)); !s)
-      return std::fprintf(stderr, "worker %d: cannot resume: %s\n", w, s.error().what().c_str()), 2;
-    start_step = info->step;
-    have_saved = true;
     // Killed after its last round was saved: it has nothing left to do (the store may be done).
-    if (auto r = info->metadata.find("round");
-        r != info->metadata.end() && std::stol(r->second) + 1 >= cfg.dipaco.rounds) {
+    if (ck->round + 1 >= cfg.dipaco.rounds) {
       std::printf("worker %d: every round is done (checkpoint '%s')\n", w,
                   rd.worker_state(w).c_str());
       return 0;
     }
-    if (info->metadata.count("bytes_sent"))
-      bytes_before = std::stoull(info->metadata.at("bytes_sent"));
+    start_step = ck->step;
+    if (ck->metadata.count("bytes_sent"))
+      bytes_before = std::stoull(ck->metadata.at("bytes_sent"));
+    saved = std::move(*ck);
   }
   icfg.start_step = start_step;
   optim::adamw opt{
@@ -494,12 +492,7 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
     if (auto s = worker.set_codecs(std::move(*c)); !s)
       return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), 2;
   }
-  if (have_saved)
-    for (auto pl : {plane::moment1, plane::moment2, plane::residual}) {
-      if (pl == plane::residual && !(saved.has(pl) && worker.state().has(pl))) continue;
-      auto src = saved.get(pl), dst = worker.state().get(pl);
-      std::copy(src.begin(), src.end(), dst.begin());
-    }
+  if (saved) train::restore_worker_state(*saved, worker);
   const int port = port_of(cfg, *routing, w);
   auto link = net::asio_tcp::connect(link_options(cfg, w, port, 1, token_from_env()));
   if (!link) return std::fprintf(stderr, "worker %d: %s\n", w, link.error().what().c_str()), 3;
@@ -521,11 +514,9 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
       worker, client, lo,
       [&](const train::worker_round& r) {
         const std::size_t sent = bytes_before + client.bytes_sent();
-        if (auto s = io::save_checkpoint(rd.worker_state(w), model.tensors(), worker.state(),
-                                         worker.inner_step(),
-                                         {{"bytes_sent", std::to_string(sent)},
-                                          {"round", std::to_string(r.round)},
-                                          {"config", config_fingerprint(cfg)}});
+        if (auto s = train::save_worker_file(rd.worker_state(w), model, worker, r.round,
+                                             config_fingerprint(cfg),
+                                             {{"bytes_sent", std::to_string(sent)}});
             !s)
           std::fprintf(stderr, "worker %d: checkpoint failed: %s\n", w, s.error().what().c_str());
         log->write({{"worker", w},

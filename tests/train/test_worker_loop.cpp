@@ -104,3 +104,41 @@ TEST_CASE("run_worker: a path whose modules stay at different rounds is an error
   REQUIRE(store.store().round(0) == 3);
   REQUIRE(store.store().round(1) == 3);
 }
+
+#include <unistd.h>
+#include <filesystem>
+
+#include "paco/train/worker_file.hpp"
+
+TEST_CASE("worker_file: a worker resumes its step, moments and round from its checkpoint",
+          "[train][worker_file]") {
+  nn::gpt model(small());
+  const auto levels = *path::split_gpt_levels(model.layout(), 2, 1);
+  const auto s = testing::synthetic_stream(5, 3000, 5, 3);
+  sync::path_worker<nn::gpt, optim::adamw> w(0, model, levels, {0}, {}, icfg, s, 1);
+  model.init(w.state(), 3);
+  w.train(4);
+  const auto file = std::filesystem::temp_directory_path() /
+                    ("paco_worker_" + std::to_string(::getpid()) + ".safetensors");
+  REQUIRE(train::save_worker_file(file, model, w, 6, "cfg=1", {{"bytes_sent", "42"}}).ok());
+
+  auto ck = train::load_worker_file(file, model, "cfg=1");
+  REQUIRE(ck.ok());
+  REQUIRE(ck->step == 4);
+  REQUIRE(ck->round == 6);
+  REQUIRE(ck->metadata.at("bytes_sent") == "42");
+  auto c2 = icfg;
+  c2.start_step = ck->step;
+  sync::path_worker<nn::gpt, optim::adamw> again(0, model, levels, {0}, {}, c2, s, 1);
+  train::restore_worker_state(*ck, again);
+  REQUIRE(again.inner_step() == 4);
+  for (auto pl : {plane::moment1, plane::moment2}) {
+    auto a = w.state().get(pl), b = again.state().get(pl);
+    REQUIRE(std::equal(a.begin(), a.end(), b.begin()));
+  }
+  // Another configuration is refused, naming the file.
+  auto other = train::load_worker_file(file, model, "cfg=2");
+  REQUIRE(!other.ok());
+  REQUIRE(other.error().message.find(file.string()) != std::string::npos);
+  std::filesystem::remove(file);
+}

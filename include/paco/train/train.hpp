@@ -6,4 +6,5 @@
 #include "paco/train/inner_loop.hpp"
 #include "paco/train/local_trainer.hpp"
 #include "paco/train/routing.hpp"
+#include "paco/train/worker_file.hpp"
 #include "paco/train/worker_loop.hpp"

@@ -1,0 +1,76 @@
+#pragma once
+// worker_file: a path worker's checkpoint (format paco-checkpoint-1, io/checkpoint.hpp): its
+// arena — θ at the end of its last round, θ at that round's start (anchor), the inner
+// optimizer's moments and the error-feedback residual — under the model's tensor names, with
+// its inner step, the last round it completed and the caller's configuration fingerprint. A
+// worker that restarts is built with start_step = the file's step and gets its optimizer state
+// and residual back (restore_worker_state): its next round pulls from the store as usual.
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "paco/core/arena.hpp"
+#include "paco/core/error.hpp"
+#include "paco/io/checkpoint.hpp"
+#include "paco/sync/path_worker.hpp"
+
+namespace paco::train {
+
+struct worker_checkpoint {
+  long step = 0;    // inner steps taken
+  long round = -1;  // the last round completed (−1: none recorded)
+  std::map<std::string, std::string> metadata;
+  arena<host> state;  // the planes as saved
+};
+
+// Writes w's arena, inner step and `round` (the round it just completed) with config and extra.
+// Errors: save_checkpoint's.
+template <class Model, class InnerOpt>
+status save_worker_file(const std::filesystem::path& file, const Model& model,
+                        sync::path_worker<Model, InnerOpt>& w, long round,
+                        const std::string& config, std::map<std::string, std::string> extra = {}) {
+  extra["round"] = std::to_string(round);
+  extra["config"] = config;
+  return io::save_checkpoint(file, model.tensors(), w.state(), w.inner_step(), std::move(extra));
+}
+
+// Reads a worker checkpoint. Errors name the file: load_checkpoint's (missing, truncated,
+// corrupt, another format), check_config's (written for another configuration), corrupt (a
+// round that is not a number).
+template <class Model>
+result<worker_checkpoint> load_worker_file(const std::filesystem::path& file, const Model& model,
+                                           const std::string& config) {
+  worker_checkpoint ck{0, -1, {}, arena<host>(model.layout())};
+  auto info = io::load_checkpoint(file, model.tensors(), ck.state);
+  if (!info) return info.error();
+  if (auto s = io::check_config(file, info->metadata, config); !s) return s.error();
+  ck.step = info->step;
+  ck.metadata = info->metadata;
+  if (auto r = ck.metadata.find("round"); r != ck.metadata.end()) {
+    try {
+      std::size_t used = 0;
+      ck.round = std::stol(r->second, &used);
+      if (used != r->second.size()) throw std::invalid_argument(r->second);
+    } catch (const std::exception&) {
+      return error(errc::corrupt, "worker checkpoint '" + file.string() +
+                                      "' records an invalid round '" + r->second + "'");
+    }
+  }
+  return ck;
+}
+
+// Gives w back the inner optimizer's moments and, when both w and the checkpoint keep one, the
+// error-feedback residual. Requires: w was built with start_step = ck.step for the same model.
+template <class Model, class InnerOpt>
+void restore_worker_state(const worker_checkpoint& ck, sync::path_worker<Model, InnerOpt>& w) {
+  for (auto pl : {plane::moment1, plane::moment2, plane::residual}) {
+    if (!ck.state.has(pl)) continue;
+    if (pl == plane::residual && !w.state().has(pl)) continue;
+    auto src = ck.state.get(pl);
+    auto dst = w.state().get(pl);
+    std::copy(src.begin(), src.end(), dst.begin());
+  }
+}
+
+}  // namespace paco::train
