@@ -97,15 +97,6 @@ struct doc {
   std::vector<std::int32_t> all;
 };
 
-io::token_stream stream_of(const std::vector<const std::vector<std::int32_t>*>& parts) {
-  io::token_stream s;
-  for (auto* p : parts) {
-    s.doc_start.push_back(s.ids.size());
-    s.ids.insert(s.ids.end(), p->begin(), p->end());
-  }
-  return s;
-}
-
 // Dense training: n AdamW steps of the inner loop from θ (in place) on the stream; the mean loss
 // of every 1000 steps.
 std::vector<double> train_dense(const nn::gpt& m, arena<host>& a, const io::token_stream& s, int n,
@@ -233,9 +224,14 @@ int main(int argc, char** argv) {
   const auto eval_split = o.split == "test" ? io::split::test : io::split::validation;
   for (auto& d : corpus->subset(eval_split).docs)
     eval.push_back({d.domain, {}, {}, tok.encode(d.text)});
-  std::vector<const std::vector<std::int32_t>*> all_train;
-  for (auto& d : train) all_train.push_back(&d.train);
-  auto full = stream_of(all_train);
+  // Routed training's view of the training documents (train/routing.hpp): the tokens that go
+  // into shards, the held-out tails that label them (their prefix features come below).
+  train::routed_docs rdocs;
+  for (auto& d : train) {
+    rdocs.train.push_back(d.train);
+    rdocs.tail.push_back(d.router);
+  }
+  const auto full = train::shards_of(rdocs, std::vector<std::vector<int>>(train.size(), {0}), 1)[0];
   std::printf(
       "%s: %zu training documents (%.2f MB for training, %.2f MB held out for the "
       "router), %zu %s documents\n",
@@ -315,13 +311,8 @@ int main(int argc, char** argv) {
   std::vector<int> km_train(train.size()), km_eval(spans.size());
   for (std::size_t i = 0; i < train.size(); ++i) km_train[i] = km->route(&ftrain[i * D]);
   for (std::size_t j = 0; j < spans.size(); ++j) km_eval[j] = km->route(&feval[j * D]);
-  // Routed training's view of the training documents (train/routing.hpp): the tokens that go
-  // into shards, the held-out tails that label them, their prefix features.
-  train::routed_docs rdocs{.features = ftrain, .dim = D};
-  for (auto& d : train) {
-    rdocs.train.push_back(d.train);
-    rdocs.tail.push_back(d.router);
-  }
+  rdocs.features = ftrain;
+  rdocs.dim = D;
   auto shards_of_sets = [&](const std::vector<std::vector<int>>& r) {
     return train::shards_of(rdocs, r, K);
   };

@@ -281,15 +281,16 @@ inline status load_base(const train_config& cfg, const run_dir& rd, const nn::gp
 // ---- the store's checkpoint (path/store_file.hpp: θ, outer state, round and layout of every
 // module, the configuration fingerprint) ----
 template <class OuterOpt>
-status save_store(const train_config& cfg, const run_dir& rd,
+status save_store(const train_config& cfg, const run_dir& rd, const path::path_plan& g,
                   const path::module_store<OuterOpt>& st) {
-  return path::save_store_file(rd.store(), st, make_plan(cfg), config_fingerprint(cfg));
+  return path::save_store_file(rd.store(), st, g, config_fingerprint(cfg));
 }
 
 // Errors name the file and the problem (path::load_store_file's).
 template <class OuterOpt>
-status load_store(const train_config& cfg, const run_dir& rd, path::module_store<OuterOpt>& st) {
-  return path::load_store_file(rd.store(), st, make_plan(cfg), config_fingerprint(cfg));
+status load_store(const train_config& cfg, const run_dir& rd, const path::path_plan& g,
+                  path::module_store<OuterOpt>& st) {
+  return path::load_store_file(rd.store(), st, g, config_fingerprint(cfg));
 }
 
 // ---- export: every path (and the base model) as a self-describing model file ----
@@ -301,7 +302,7 @@ inline status export_paths(const train_config& cfg, const run_dir& rd, const fs:
   arena<host> base(model.layout());
   if (auto s = load_base(cfg, rd, model, base); !s) return s;
   path::module_store<outer::nesterov> store(g.module_table(), outer_of(cfg));
-  if (auto s = load_store(cfg, rd, store); !s) return s;
+  if (auto s = load_store(cfg, rd, g, store); !s) return s;
   fs::create_directories(out);
   const float* b = base.get(plane::param).data();
   if (auto s = nn::save_gpt(out / "base.safetensors", model, b,
@@ -315,12 +316,9 @@ inline status export_paths(const train_config& cfg, const run_dir& rd, const fs:
     g.assemble(p, th.data(), [&](int m, std::span<float> dst) {
       round = store.pull(m, dst).first;
     });
-    std::string name = g.path_name(p);  // "(0,1)" → "path-0-1"
-    std::string file = "path";
-    for (char c : name)
-      if (std::isdigit(static_cast<unsigned char>(c))) file += c;
-      else if (c == ',') file += '-';
-    if (file.size() > 4) file.insert(4, "-");
+    const std::string name = g.path_name(p);
+    std::string file = "path";  // path (0,1) → path-0-1.safetensors
+    for (int e : g.path_experts(p)) file += "-" + std::to_string(e);
     file += ".safetensors";
     if (auto s = nn::save_gpt(out / file, model, th.data(),
                               {{"source", rd.store().string()},
@@ -352,7 +350,7 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
                         rd.store().c_str()),
            2;
   if (resume) {
-    if (auto s = load_store(cfg, rd, store); !s)
+    if (auto s = load_store(cfg, rd, g, store); !s)
       return std::fprintf(stderr, "store: cannot resume: %s\n", s.error().what().c_str()), 2;
     std::printf("store: resumed from %s at round %ld\n", rd.store().c_str(), store.round(0));
     // Killed after the last close (the workers may be gone already): nothing is left to serve.
@@ -370,7 +368,7 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
       const auto& sp = g.span_of(m);
       store.set(m, std::span<const float>(a.get(plane::param).data() + sp.offset, sp.size));
     }
-    if (auto s = save_store(cfg, rd, store); !s)
+    if (auto s = save_store(cfg, rd, g, store); !s)
       return std::fprintf(stderr, "store: %s\n", s.error().what().c_str()), 2;
   }
   const std::string token = token_from_env();
@@ -389,7 +387,7 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
       {.round_timeout = std::chrono::milliseconds(long(cfg.launch.round_timeout_s * 1000)),
        .on_close =
            [&](const path::round_summary& r) {
-             if (auto s = save_store(cfg, rd, store); !s)
+             if (auto s = save_store(cfg, rd, g, store); !s)
                std::fprintf(stderr, "store: checkpoint failed: %s\n", s.error().what().c_str());
              std::printf(
                  "store: module %d round %ld closed with %d/%d pushes after %.2f s%s, |Δ| "

@@ -157,7 +157,7 @@ inline result<bool> verify_resume(const train_config& cfg, const run_dir& rd,
     return false;
   }
   path::module_store<outer::nesterov> store(g.module_table(), outer_of(cfg));
-  if (auto s = load_store(cfg, rd, store); !s)
+  if (auto s = load_store(cfg, rd, g, store); !s)
     return error(s.error().code, "--resume: " + s.error().message);
   return true;
 }
@@ -464,7 +464,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   std::printf("paco_train: evaluating every path on its routed validation documents...\n");
   nn::gpt model(cfg.model);
   path::module_store<outer::nesterov> store(g.module_table(), outer_of(cfg));
-  if (auto s = load_store(cfg, rd, store); !s)
+  if (auto s = load_store(cfg, rd, g, store); !s)
     return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
   auto val_route = (*routing)["val_route"].get<std::vector<int>>();
   // The one scorer (route/evaluate.hpp): every figure below gives every token the same context.

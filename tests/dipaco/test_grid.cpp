@@ -88,6 +88,7 @@ TEST_CASE("path_plan: modules, spans, paths and the store's table from a grid an
   REQUIRE(plan->path_modules(0) == std::vector<int>{0, 2, 3});
   REQUIRE(plan->path_modules(1) == std::vector<int>{1, 2, 4});
   REQUIRE(plan->path_name(1) == "(1,0,1)");
+  REQUIRE(plan->path_experts(1) == std::vector<int>{1, 0, 1});
   REQUIRE(plan->describe() == "2x1xP");
   REQUIRE(plan->level_of(2) == 1);
   REQUIRE(plan->expert_of(4) == 1);

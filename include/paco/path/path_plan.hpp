@@ -112,7 +112,8 @@ class path_plan {
     for (int m : path_modules(p)) s.push_back(span_of(m));
     return s;
   }
-  // "(e_0,e_1,…)": path p's expert at each level.
+  // Path p's expert at each level, and as "(e_0,e_1,…)".
+  const std::vector<int>& path_experts(int p) const { return path_experts_[std::size_t(p)]; }
   std::string path_name(int p) const {
     std::string s = "(";
     for (std::size_t l = 0; l < path_experts_[std::size_t(p)].size(); ++l)
