@@ -50,6 +50,12 @@ static_assert(!train::Model<nn::linear>);  // a Module is not a trainable Model
 static_assert(sync::EncodedModuleStore<sync::store_client<net::inproc>>);
 static_assert(sync::EncodedModuleStore<sync::local_store<outer::sgd>>);
 static_assert(route::RankingRouter<route::kmeans_router>);
+static_assert(outer::OuterOptimizer<outer::one_of<outer::nesterov, outer::sgd>>);
+template <class T>
+constexpr bool one_of_accepts = requires {
+  typename outer::one_of<T>;
+};
+static_assert(one_of_accepts<outer::sgd> && !one_of_accepts<int>);  // int is no outer optimizer
 static_assert(!route::RankingRouter<route::product_kmeans_router>);
 
 TEST_CASE("archetypes are enough for the inner loop and a path worker's round",
@@ -68,4 +74,21 @@ TEST_CASE("archetypes are enough for the inner loop and a path worker's round",
   testing::module_store_archetype store;
   REQUIRE(w.run_round(store, std::chrono::seconds(1)).ok());
   REQUIRE(w.inner_step() == 2);
+}
+
+TEST_CASE("the language-model archetype is enough for routing features and the one scorer",
+          "[train][concepts]") {
+  testing::language_model_archetype model;
+  const std::vector<float> theta(model.layout().total(), 0.0f);
+  const std::vector<std::int32_t> doc{0, 1, 1, 0, 1, 0, 0, 1, 1, 1};
+  // Uniform logits over 2 symbols: every target costs ln 2 nats, whichever path scores it.
+  auto rule = *route::sliding_window::make(4, 2);
+  auto ws = model.make_workspace({2, 4});
+  const std::vector<const float*> paths{theta.data(), theta.data()};
+  const std::vector<route::scored_span> spans{{doc, 3, doc.size()}};
+  const auto n = route::routed_nll(model, paths, spans, {1}, rule, ws);
+  REQUIRE(n.tokens == doc.size() - 3);
+  REQUIRE(n.nats == Approx(double(n.tokens) * std::log(2.0)));
+  const auto f = route::prefix_features(model, theta.data(), {doc}, 4, 2);
+  REQUIRE(f.size() == std::size_t(model.width()));
 }

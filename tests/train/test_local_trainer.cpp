@@ -147,3 +147,45 @@ TEST_CASE("local_trainer: one outer optimizer per level", "[train][local_trainer
   REQUIRE(!wrong.ok());
   REQUIRE(wrong.error().message.find("1 outer optimizers for 2 levels") != std::string::npos);
 }
+
+TEST_CASE("local_trainer: outer optimizers of different types per level (outer::one_of)",
+          "[train][local_trainer]") {
+  nn::gpt model({.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2});
+  arena<host> a0(model.layout());
+  model.init(a0, 5);
+  const std::vector<float> theta0(a0.get(plane::param).begin(), a0.get(plane::param).end());
+  const auto plan = *path::path_plan::make(path::module_grid<2>::experts({1, 2}),
+                                           *path::split_gpt_levels(model.layout(), 2, 2));
+  using outer_t = outer::one_of<outer::nesterov, outer::sgd>;
+  const train::inner_config icfg{.batch = 2, .ctx = 16, .steps = 3};
+  // One round: every level's update depends only on the workers' first round, so each level of
+  // the mixed run must equal that level of the run that uses its optimizer everywhere.
+  auto run = [&](std::vector<outer_t> per_level) {
+    auto t = train::local_trainer<nn::gpt, optim::adamw, outer_t>::make(
+        model, plan, theta0, {stream(1), stream(2)}, {},
+        {.inner = icfg, .outer_per_level = std::move(per_level), .rounds = 1});
+    REQUIRE(t.ok());
+    REQUIRE((*t)->run().ok());
+    return (*t)->path_thetas();
+  };
+  const outer_t nesterov = outer::nesterov{.lr = 0.7f, .momentum = 0.9f};
+  const outer_t fedavg = outer::sgd{.lr = 1.0f};
+  REQUIRE(nesterov.state_size(10) == 10);
+  REQUIRE(fedavg.state_size(10) == 0);
+  REQUIRE(fedavg.get_if<outer::sgd>()->lr == 1.0f);
+  REQUIRE(!outer_t(outer::sgd{.lr = -1.0f}).validate().ok());
+  const auto mixed = run({nesterov, fedavg});
+  const auto all_nesterov = run({nesterov, nesterov});
+  const auto all_fedavg = run({fedavg, fedavg});
+  auto same_level = [&](const std::vector<float>& x, const std::vector<float>& y, int l) {
+    const auto& s = plan.level(l);
+    return std::equal(x.begin() + std::ptrdiff_t(s.offset),
+                      x.begin() + std::ptrdiff_t(s.offset + s.size),
+                      y.begin() + std::ptrdiff_t(s.offset));
+  };
+  for (std::size_t p = 0; p < 2; ++p) {
+    REQUIRE(same_level(mixed[p], all_nesterov[p], 0));
+    REQUIRE(same_level(mixed[p], all_fedavg[p], 1));
+    REQUIRE(!same_level(mixed[p], all_nesterov[p], 1));
+  }
+}

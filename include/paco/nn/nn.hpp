@@ -1,5 +1,6 @@
 #pragma once
 // paco/nn: pure modules (Module concept), their composition, the GPT model and its replica step.
+#include "paco/nn/block_lm.hpp"
 #include "paco/nn/causal_attention.hpp"
 #include "paco/nn/concepts.hpp"
 #include "paco/nn/context.hpp"

@@ -1,7 +1,8 @@
 #pragma once
-// paco/outer: outer optimizers (sgd, nesterov) and delta transforms.
+// paco/outer: outer optimizers (sgd, nesterov, one_of several, per_module) and delta transforms.
 #include "paco/outer/concepts.hpp"
 #include "paco/outer/delta.hpp"
 #include "paco/outer/nesterov.hpp"
+#include "paco/outer/one_of.hpp"
 #include "paco/outer/per_module.hpp"
 #include "paco/outer/sgd.hpp"

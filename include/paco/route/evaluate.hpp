@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "paco/core/error.hpp"
-#include "paco/nn/gpt.hpp"
+#include "paco/train/concepts.hpp"
 
 namespace paco::route {
 
@@ -91,12 +91,12 @@ struct scored_span {
 // windows batched ws.d.B at a time.
 // Requires: 1 ≤ begin ≤ end ≤ seq.size() for every span; ws made for dims {B, rule.T}.
 // Cost: one forward pass of (B, T) per B windows that hold a scored target.
-inline std::vector<std::vector<double>> token_nats(const nn::gpt& model, const float* theta,
-                                                   const std::vector<scored_span>& spans,
-                                                   const sliding_window& rule,
-                                                   nn::gpt::workspace& ws) {
+template <train::LanguageModel M>
+std::vector<std::vector<double>> token_nats(const M& model, const float* theta,
+                                            const std::vector<scored_span>& spans,
+                                            const sliding_window& rule, typename M::workspace& ws) {
   PACO_ASSERT(ws.d.T == rule.T, "the workspace's T is the rule's");
-  const int B = ws.d.B, T = ws.d.T, V = model.config().vocab;
+  const int B = ws.d.B, T = ws.d.T, V = model.vocab();
   struct window {
     std::size_t span, k, lo, hi;  // scores targets [lo, hi) of span `span`
   };
@@ -129,7 +129,7 @@ inline std::vector<std::vector<double>> token_nats(const nn::gpt& model, const f
       for (std::size_t i = w.lo; i < w.hi; ++i) {
         const std::size_t t = i - 1 - rule.start(w.k);  // the logits row that predicts seq[i]
         out[w.span][i - sp.begin] =
-            row_nll(ws.logits.data() + (b * std::size_t(T) + t) * std::size_t(V), V, sp.seq[i]);
+            row_nll(model.logits(ws) + (b * std::size_t(T) + t) * std::size_t(V), V, sp.seq[i]);
       }
     }
   }
@@ -145,20 +145,20 @@ inline nll sum_nats(const std::vector<double>& v, std::size_t from, std::size_t 
 }
 
 // Nats of seq[begin … end) by one θ (sequence scoring under the rule).
-inline nll sequence_nll(const nn::gpt& model, const float* theta, std::span<const std::int32_t> seq,
-                        std::size_t begin, std::size_t end, const sliding_window& rule,
-                        nn::gpt::workspace& ws) {
+template <train::LanguageModel M>
+nll sequence_nll(const M& model, const float* theta, std::span<const std::int32_t> seq,
+                 std::size_t begin, std::size_t end, const sliding_window& rule,
+                 typename M::workspace& ws) {
   auto v = token_nats(model, theta, {scored_span{seq, begin, end}}, rule, ws);
   return sum_nats(v[0], 0, v[0].size());
 }
 
 // Every path's nats of every span: out[j][p] for span j scored by thetas[p].
 // Cost: thetas.size() × token_nats of the spans.
-inline std::vector<std::vector<nll>> per_path_nll(const nn::gpt& model,
-                                                  std::span<const float* const> thetas,
-                                                  const std::vector<scored_span>& spans,
-                                                  const sliding_window& rule,
-                                                  nn::gpt::workspace& ws) {
+template <train::LanguageModel M>
+std::vector<std::vector<nll>> per_path_nll(const M& model, std::span<const float* const> thetas,
+                                           const std::vector<scored_span>& spans,
+                                           const sliding_window& rule, typename M::workspace& ws) {
   std::vector<std::vector<nll>> out(spans.size(), std::vector<nll>(thetas.size()));
   for (std::size_t p = 0; p < thetas.size(); ++p) {
     auto v = token_nats(model, thetas[p], spans, rule, ws);
@@ -177,9 +177,10 @@ inline std::vector<int> best_paths(const std::vector<std::vector<nll>>& per) {
 }
 
 // Nats of spans where spans_of[p] are scored by thetas[p] (any assignment of tokens to paths).
-inline nll assigned_nll(const nn::gpt& model, std::span<const float* const> thetas,
-                        const std::vector<std::vector<scored_span>>& spans_of,
-                        const sliding_window& rule, nn::gpt::workspace& ws) {
+template <train::LanguageModel M>
+nll assigned_nll(const M& model, std::span<const float* const> thetas,
+                 const std::vector<std::vector<scored_span>>& spans_of, const sliding_window& rule,
+                 typename M::workspace& ws) {
   nll r;
   for (std::size_t p = 0; p < spans_of.size(); ++p) {
     if (spans_of[p].empty()) continue;
@@ -191,9 +192,10 @@ inline nll assigned_nll(const nn::gpt& model, std::span<const float* const> thet
 
 // Routed scoring: span j is scored by path route[j].
 // Requires: route.size() == spans.size(), each route[j] in [0, thetas.size()).
-inline nll routed_nll(const nn::gpt& model, std::span<const float* const> thetas,
-                      const std::vector<scored_span>& spans, const std::vector<int>& route,
-                      const sliding_window& rule, nn::gpt::workspace& ws) {
+template <train::LanguageModel M>
+nll routed_nll(const M& model, std::span<const float* const> thetas,
+               const std::vector<scored_span>& spans, const std::vector<int>& route,
+               const sliding_window& rule, typename M::workspace& ws) {
   std::vector<std::vector<scored_span>> of(thetas.size());
   for (std::size_t j = 0; j < spans.size(); ++j) of[std::size_t(route[j])].push_back(spans[j]);
   return assigned_nll(model, thetas, of, rule, ws);
@@ -210,10 +212,11 @@ inline std::vector<std::pair<std::size_t, std::size_t>> chunks_of(const scored_s
 // Frequent re-routing by a router: span j is cut into chunks of W tokens; chunk 0 is scored by
 // route(j, seq[0 … begin)) (the prefix), chunk i+1 by route(j, chunk i's tokens).
 // Requires: W ≥ 1; route returns a path in [0, thetas.size()).
-inline nll rerouted_nll(const nn::gpt& model, std::span<const float* const> thetas,
-                        const std::vector<scored_span>& spans, std::size_t W,
-                        const std::function<int(std::size_t, std::span<const std::int32_t>)>& route,
-                        const sliding_window& rule, nn::gpt::workspace& ws) {
+template <train::LanguageModel M>
+nll rerouted_nll(const M& model, std::span<const float* const> thetas,
+                 const std::vector<scored_span>& spans, std::size_t W,
+                 const std::function<int(std::size_t, std::span<const std::int32_t>)>& route,
+                 const sliding_window& rule, typename M::workspace& ws) {
   std::vector<std::vector<scored_span>> of(thetas.size());
   for (std::size_t j = 0; j < spans.size(); ++j) {
     const auto& sp = spans[j];
@@ -232,9 +235,10 @@ inline nll rerouted_nll(const nn::gpt& model, std::span<const float* const> thet
 // best predicts the prefix seq[1 … begin).
 // Requires: thetas non-empty; 2 ≤ begin for every span; W ≥ 1.
 // Cost: thetas.size() × token_nats of seq[1 … end) per span.
-inline nll likelihood_rerouted_nll(const nn::gpt& model, std::span<const float* const> thetas,
-                                   const std::vector<scored_span>& spans, std::size_t W,
-                                   const sliding_window& rule, nn::gpt::workspace& ws) {
+template <train::LanguageModel M>
+nll likelihood_rerouted_nll(const M& model, std::span<const float* const> thetas,
+                            const std::vector<scored_span>& spans, std::size_t W,
+                            const sliding_window& rule, typename M::workspace& ws) {
   std::vector<scored_span> whole;
   for (auto& sp : spans) whole.push_back({sp.seq, 1, sp.end});
   std::vector<std::vector<std::vector<double>>> v;  // [path][span][target − 1]

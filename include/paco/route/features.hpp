@@ -7,20 +7,21 @@
 #include <span>
 #include <vector>
 
-#include "paco/nn/gpt.hpp"
+#include "paco/train/concepts.hpp"
 
 namespace paco::route {
 
 // Features of each sequence, (n, d) row-major. Sequences shorter than prefix use what they have
 // (at least one token). Requires: prefix ≤ model ctx.
 // ws: a workspace for dims {batch, prefix} to reuse across calls (made here when null).
-inline std::vector<float> prefix_features(const nn::gpt& model, const float* theta,
-                                          const std::vector<std::span<const std::int32_t>>& seqs,
-                                          int prefix = 32, int batch = 32,
-                                          nn::gpt::workspace* reuse = nullptr) {
-  const int C = model.config().d;
+template <train::LanguageModel M>
+std::vector<float> prefix_features(const M& model, const float* theta,
+                                   const std::vector<std::span<const std::int32_t>>& seqs,
+                                   int prefix = 32, int batch = 32,
+                                   typename M::workspace* reuse = nullptr) {
+  const int C = model.width();
   std::vector<float> out(seqs.size() * std::size_t(C), 0.0f);
-  nn::gpt::workspace own;
+  typename M::workspace own;
   if (!reuse || reuse->d.B != batch || reuse->d.T != prefix) {
     own = model.make_workspace({batch, prefix});
     reuse = &own;

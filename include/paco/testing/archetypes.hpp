@@ -72,6 +72,30 @@ struct model_archetype {
   param_layout layout_;
 };
 
+// A language model over a vocabulary of 2 whose logits and hidden state are all zeros. Models
+// train::LanguageModel and nothing more.
+struct language_model_archetype : model_archetype {
+  struct workspace {
+    nn::dims d;
+    std::vector<float> zeros;
+  };
+  workspace make_workspace(nn::dims d) const {
+    return {d, std::vector<float>(std::size_t(d.rows()) * 2, 0.0f)};
+  }
+  double forward_backward(const float*, float*, const std::int32_t*, const std::int32_t*,
+                          workspace&, float) const {
+    return 0.0;
+  }
+  double loss(const float*, const std::int32_t*, const std::int32_t*, workspace&) const {
+    return 0.0;
+  }
+  void forward(const float*, const std::int32_t*, workspace&) const {}
+  const float* logits(const workspace& w) const { return w.zeros.data(); }
+  const float* hidden(const workspace& w) const { return w.zeros.data(); }
+  int vocab() const { return 2; }
+  int width() const { return 2; }
+};
+
 // ---- optim: InnerOptimizer --------------------------------------------------------------------
 
 // An optimizer that leaves θ as it is. Models optim::InnerOptimizer and nothing more.
@@ -109,7 +133,8 @@ struct module_store_archetype {
   status wait_closed(int, long, std::chrono::steady_clock::time_point) { return {}; }
 };
 
-static_assert(train::Model<model_archetype>);
+static_assert(train::Model<model_archetype> && !train::LanguageModel<model_archetype>);
+static_assert(train::LanguageModel<language_model_archetype>);
 static_assert(optim::InnerOptimizer<inner_optimizer_archetype>);
 static_assert(!optim::RangedInnerOptimizer<inner_optimizer_archetype>);
 static_assert(route::Router<router_archetype> && !route::RankingRouter<router_archetype>);

@@ -4,7 +4,11 @@
 // tensors() say which span is which tensor (checkpoints, export); a workspace made for a batch
 // shape (its member d) holds activations; forward_backward(θ, ∇, tokens, targets, ws, scale)
 // ACCUMULATES scale·∇θ of the mean loss into a full plane and returns the loss (nats per token);
-// loss() is the forward pass alone. Opt in with `using model_tag = void;`. Model: nn::gpt.
+// loss() is the forward pass alone. Opt in with `using model_tag = void;`.
+//
+// LanguageModel refines it with what routing and the one scorer read after a forward pass:
+// forward(θ, tokens, ws) alone, logits(ws) (N × vocab()) and hidden(ws) (N × width(), the last
+// block's output that router features average). Models: nn::gpt, nn::block_lm<Block>.
 
 #include <concepts>
 #include <cstddef>
@@ -29,6 +33,16 @@ concept Model = requires(const M& m, arena<host>& a, std::uint64_t seed, nn::dim
   { ws.d } -> std::convertible_to<nn::dims>;
   { m.forward_backward(th, g, tok, tok, ws, 1.0f) } -> std::convertible_to<double>;
   { m.loss(th, tok, tok, ws) } -> std::convertible_to<double>;
+};
+
+template <class M>
+concept LanguageModel = Model<M> &&
+    requires(const M& m, const float* th, const std::int32_t* tok, typename M::workspace& ws) {
+  m.forward(th, tok, ws);
+  { m.logits(ws) } -> std::convertible_to<const float*>;
+  { m.hidden(ws) } -> std::convertible_to<const float*>;
+  { m.vocab() } -> std::convertible_to<int>;
+  { m.width() } -> std::convertible_to<int>;
 };
 
 }  // namespace paco::train

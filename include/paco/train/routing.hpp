@@ -21,9 +21,9 @@
 
 #include "paco/core/error.hpp"
 #include "paco/io/batches.hpp"
-#include "paco/nn/gpt.hpp"
 #include "paco/route/evaluate.hpp"
 #include "paco/route/logistic.hpp"
+#include "paco/train/concepts.hpp"
 
 namespace paco::train {
 
@@ -86,12 +86,11 @@ struct rerouting {
 // path so far (kept as its label when its tail is too short to score). Errors: the router's fit
 // (e.g. every label one path is fine; no documents is not).
 // Requires: previous.size() == docs.size(); 1 ≤ overlap ≤ thetas.size().
-inline result<rerouting> discriminative_reroute(const nn::gpt& model,
-                                                std::span<const float* const> thetas,
-                                                const routed_docs& docs,
-                                                const std::vector<int>& previous,
-                                                const route::sliding_window& rule,
-                                                nn::gpt::workspace& ws, reroute_options o = {}) {
+template <train::LanguageModel M>
+result<rerouting> discriminative_reroute(const M& model, std::span<const float* const> thetas,
+                                         const routed_docs& docs, const std::vector<int>& previous,
+                                         const route::sliding_window& rule,
+                                         typename M::workspace& ws, reroute_options o = {}) {
   PACO_ASSERT(previous.size() == docs.size(), "one previous path per document");
   const int paths = int(thetas.size());
   if (o.overlap < 1 || o.overlap > paths)
