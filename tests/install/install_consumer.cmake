@@ -21,3 +21,14 @@ message(STATUS "consumer printed: ${out}")
 if(NOT rc EQUAL 0 OR NOT out MATCHES "loss [0-9]")
   message(FATAL_ERROR "the consumer did not run: rc=${rc} ${out}")
 endif()
+
+# The teaching examples build on their own against the installed package too (unoptimised: this
+# checks the package, the examples run optimised in the main build's tests).
+foreach(example diloco three_levels custom_router outer_per_level)
+  run(${CMAKE_COMMAND} -S ${SOURCE}/examples/${example} -B ${WORK}/example-${example}
+      -G ${GENERATOR} -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCMAKE_BUILD_TYPE=)
+  run(${CMAKE_COMMAND} --build ${WORK}/example-${example})
+  if(NOT EXISTS ${WORK}/example-${example}/example_${example})
+    message(FATAL_ERROR "examples/${example} did not build against the installed paco")
+  endif()
+endforeach()

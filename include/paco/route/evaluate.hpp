@@ -81,6 +81,14 @@ struct sliding_window {
   }
 };
 
+// Each path's θ as the scorer takes it (one pointer per path). Requires: thetas outlives the
+// result.
+inline std::vector<const float*> pointers(const std::vector<std::vector<float>>& thetas) {
+  std::vector<const float*> p;
+  for (auto& t : thetas) p.push_back(t.data());
+  return p;
+}
+
 // A piece of text to score: targets seq[begin … end).
 struct scored_span {
   std::span<const std::int32_t> seq;
