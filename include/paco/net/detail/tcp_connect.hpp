@@ -1,0 +1,328 @@
+#pragma once
+// asio_tcp::connect() (see asio_tcp.hpp's file comment): the checks of tcp_options, the
+// rendezvous over blocking sockets (rendezvous.hpp; TLS streams when tls.enabled) that leaves
+// one connection per peer, and the core started on them (links, heartbeat, I/O thread).
+// Rendezvous: with `peers`, rank r connects to every rank below it and accepts the ranks
+// above it; with `coordinator`, rank 0 first collects every member's listening port, admits
+// them (all, or those that arrive within join_window in an elastic group, renumbered by id)
+// and sends everyone the table, then the members connect among themselves the same way.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "paco/core/error.hpp"
+#include "paco/net/concepts.hpp"
+#include "paco/net/detail/rendezvous.hpp"
+#include "paco/net/detail/tcp_heartbeat.hpp"
+#include "paco/net/detail/tcp_link.hpp"
+#include "paco/net/detail/tcp_recv.hpp"
+#include "paco/net/detail/tcp_stream.hpp"
+#include "paco/net/tcp_options.hpp"
+#include "paco/net/wire.hpp"
+
+namespace paco::net::detail {
+
+// One rank's rendezvous. Requires: o checked (check_tcp_options); core.tls_ctx set when
+// o.tls.enabled (the TLS streams then run on core.io, on this thread).
+struct tcp_rendezvous {
+  tcp_rendezvous(tcp_core& c, tcp_options& opts)
+      : core(c),
+        o(opts),
+        d(clock::now() + opts.connect_timeout),
+        p(opts.size),
+        me(opts.rank),
+        conns(static_cast<std::size_t>(p)),
+        addr(static_cast<std::size_t>(p)) {}
+
+  // Connects this rank with every other by o.connect_timeout.
+  // Ensures: conns[r] open for every r != me of the group of p ranks; in an elastic group p,
+  //   me, o.size and o.rank are the assigned ones. Else: timeout (a peer never came), auth,
+  //   mismatch (size/epoch), version, protocol, io, naming the address or peer at fault.
+  status run() {
+    if (auto st = listen(); !st) return st;
+    hello = wire::make_hello(me, p, o.epoch, port);
+    status st;
+    if (!o.peers.empty())
+      st = mesh(0);
+    else if (me == 0)  // coordinator rendezvous: rank 0 collects and sends the table
+      st = coordinate();
+    else
+      st = join();
+    listener.reset();
+    return st;
+  }
+
+  tcp_core& core;
+  tcp_options& o;
+  deadline d;
+  int p, me;
+  std::vector<rv_conn> conns;
+  std::vector<sockaddr_in> addr;
+  fd_owner listener;
+  std::uint16_t port = 0;
+  wire::hello_body hello{};
+
+ private:
+  static std::string with(std::string m, const std::string& why) {
+    return why.empty() ? m : m + " [" + why + "]";
+  }
+
+  // A connected descriptor as a connection; with TLS after the TLS handshake (as client when
+  // we connected) by the deadline.
+  result<rv_conn> open(fd_owner fd, bool client, std::string& why) {
+    return open_conn(core.io, core.tls_ctx.get(), o.tls.peer_name, std::move(fd), client, d, why);
+  }
+
+  // Our listening socket (the peers' addresses, the coordinator's, known from here on).
+  status listen() {
+    sockaddr_in la{};
+    if (!o.peers.empty()) {
+      auto a = resolve_ipv4(o.peers[static_cast<std::size_t>(me)]);
+      if (!a) return a.error();
+      la = a.value();
+      for (int r = 0; r < p; ++r) {
+        auto ar = resolve_ipv4(o.peers[static_cast<std::size_t>(r)]);
+        if (!ar) return ar.error();
+        addr[static_cast<std::size_t>(r)] = ar.value();
+      }
+    } else {
+      auto c = resolve_ipv4(o.coordinator);
+      if (!c) return c.error();
+      addr[0] = c.value();
+      if (me == 0) {
+        la = c.value();
+      } else {
+        auto l = resolve_ipv4(o.listen_host + ":0");
+        if (!l) return l.error();
+        la = l.value();
+      }
+    }
+    if (me < p - 1 || (o.peers.empty() && me == 0)) {
+      auto l = listen_on(la, p + 8, o.socket_buffer_bytes, port);
+      if (!l) return l.error();
+      listener = std::move(l.value());
+    }
+    return {};
+  }
+
+  status connect_to(int r) {
+    auto& a = addr[static_cast<std::size_t>(r)];
+    const std::string who = "asio_tcp rank " + std::to_string(me) + " -> rank " +
+                            std::to_string(r) + " at " + to_string(a) + ": ";
+    while (true) {
+      auto s = connect_retry(a, o.socket_buffer_bytes, d);
+      if (!s)
+        return paco::error{s.error().code,
+                           "asio_tcp rank " + std::to_string(me) + ": " + s.error().message};
+      std::string why;
+      auto c = open(std::move(s.value()), true, why);
+      result<wire::hello_body> h =
+          c ? c.value().over(core.io, why,
+                             [&](auto& ch) { return client_handshake(ch, hello, r, o.token, d); })
+            : result<wire::hello_body>(c.error());
+      if (h) {
+        conns[static_cast<std::size_t>(r)] = std::move(c.value());
+        return {};
+      }
+      // A peer that is not up yet may reset us: retry; anything it said is final.
+      if (h.error().code != errc::peer_lost || clock::now() >= d)
+        return paco::error{h.error().code, who + with(h.error().message, why)};
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  // Accepts until every rank in `want` is connected; refused connections do not count.
+  status accept_from(std::vector<int> want, std::vector<std::uint16_t>* ports) {
+    std::size_t got = 0;
+    std::string last;
+    while (got < want.size()) {
+      sockaddr_in pa{};
+      auto s = accept_until(listener.get(), d, pa);
+      if (!s)
+        return paco::error{s.error().code, "asio_tcp rank " + std::to_string(me) + ": " +
+                                               std::to_string(want.size() - got) +
+                                               " peer(s) never arrived" +
+                                               (last.empty() ? "" : "; last refused: " + last)};
+      std::string why;
+      auto c = open(std::move(s.value()), false, why);
+      result<wire::hello_body> h =
+          c ? c.value().over(core.io, why,
+                             [&](auto& ch) { return server_handshake(ch, hello, o.token, d); })
+            : result<wire::hello_body>(c.error());
+      if (!h) {
+        last = to_string(pa) + ": " + with(h.error().message, why);
+        if (c) c.value().refuse_close();
+        continue;
+      }
+      int r = static_cast<int>(h.value().rank);
+      if (std::find(want.begin(), want.end(), r) == want.end() ||
+          conns[static_cast<std::size_t>(r)].open()) {
+        last = "unexpected or duplicate rank " + std::to_string(r);
+        c.value().refuse_close();
+        continue;
+      }
+      conns[static_cast<std::size_t>(r)] = std::move(c.value());
+      addr[static_cast<std::size_t>(r)] = pa;
+      if (ports) (*ports)[static_cast<std::size_t>(r)] = h.value().listen_port;
+      ++got;
+    }
+    return {};
+  }
+
+  // Connects to ranks first..me-1 and accepts the ranks above me.
+  status mesh(int first) {
+    for (int r = first; r < me; ++r)
+      if (auto st = connect_to(r); !st) return st;
+    std::vector<int> above;
+    for (int r = me + 1; r < p; ++r) above.push_back(r);
+    return accept_from(above, nullptr);
+  }
+
+  // Rank 0 of the coordinator rendezvous: admits the members, sends each the table.
+  status coordinate() {
+    std::vector<int> all;
+    for (int r = 1; r < p; ++r) all.push_back(r);
+    std::vector<std::uint16_t> ports(static_cast<std::size_t>(p));
+    if (o.join_window.count() > 0) {  // elastic: admit whoever arrives within the window
+      auto window_end = std::min(d, clock::now() + o.join_window);
+      auto saved = d;
+      d = window_end;
+      auto st = accept_from(all, &ports);
+      d = saved;
+      if (!st && st.error().code != errc::timeout) return st.error();
+    } else if (auto st = accept_from(all, &ports); !st) {
+      return st.error();
+    }
+    // Members by id; the table's header carries the group size, entry.reserved the id.
+    std::vector<int> members{0};
+    for (int r = 1; r < p; ++r)
+      if (conns[static_cast<std::size_t>(r)].open()) members.push_back(r);
+    const int q = static_cast<int>(members.size());
+    if (q == 1 && p > 1 && !o.allow_single)
+      return paco::error{errc::timeout,
+                         "asio_tcp coordinator: no member joined within join_window"};
+    std::vector<wire::table_entry> table(static_cast<std::size_t>(q));
+    for (int k = 0; k < q; ++k) {
+      auto id = static_cast<std::size_t>(members[static_cast<std::size_t>(k)]);
+      if (k > 0) {
+        table[static_cast<std::size_t>(k)].ipv4 = ntohl(addr[id].sin_addr.s_addr);
+        table[static_cast<std::size_t>(k)].port = ports[id];
+      }
+      table[static_cast<std::size_t>(k)].reserved = static_cast<std::uint16_t>(id);
+    }
+    auto tb = std::as_bytes(std::span(table));
+    std::vector<rv_conn> renumbered(static_cast<std::size_t>(q));
+    for (int k = 1; k < q; ++k) {
+      auto id = static_cast<std::size_t>(members[static_cast<std::size_t>(k)]);
+      std::string why;
+      if (auto ec = conns[id].over(core.io, why, [&](auto& ch) {
+            return send_frame(ch, wire::kind::table, tb, d, static_cast<std::uint32_t>(q));
+          }))
+        return paco::error{
+            ec, with("asio_tcp coordinator: sending the table to rank " + std::to_string(id), why)};
+      renumbered[static_cast<std::size_t>(k)] = std::move(conns[id]);
+    }
+    conns = std::move(renumbered);
+    o.size = q;
+    p = q;
+    listener.reset();
+    return {};
+  }
+
+  // A member of the coordinator rendezvous: reads the table (renumbered in an elastic group),
+  // then connects to the members below it and accepts those above.
+  status join() {
+    if (auto st = connect_to(0); !st) return st.error();
+    wire::frame_header h;
+    std::vector<std::byte> pl;
+    std::string why;
+    if (auto ec = conns[0].over(core.io, why, [&](auto& ch) {
+          return read_frame(ch, h, pl, sizeof(wire::table_entry) * static_cast<std::size_t>(p), d);
+        }))
+      return paco::error{
+          ec,
+          with("asio_tcp rank " + std::to_string(me) + ": reading the coordinator's table", why)};
+    const std::size_t q = h.aux;  // the group size the coordinator decided
+    if (h.kind != static_cast<std::uint8_t>(wire::kind::table) || q < 2 ||
+        q > static_cast<std::size_t>(p) || pl.size() != sizeof(wire::table_entry) * q)
+      return paco::error{errc::protocol, "asio_tcp: coordinator sent no valid table"};
+    int new_rank = -1;
+    for (std::size_t k = 0; k < q; ++k) {
+      wire::table_entry e;
+      std::memcpy(&e, pl.data() + sizeof e * k, sizeof e);
+      if (e.reserved == static_cast<std::uint16_t>(me)) new_rank = static_cast<int>(k);
+      if (k == 0) continue;
+      addr[k].sin_family = AF_INET;
+      addr[k].sin_addr.s_addr = htonl(e.ipv4);
+      addr[k].sin_port = htons(e.port);
+    }
+    if (new_rank < 1)
+      return paco::error{errc::protocol, "asio_tcp: coordinator's table lacks this member"};
+    if (static_cast<int>(q) != p || new_rank != me) {  // elastic: renumbered
+      auto c0 = std::move(conns[0]);
+      conns.clear();
+      conns.resize(q);
+      conns[0] = std::move(c0);
+      me = new_rank;
+      p = static_cast<int>(q);
+      o.rank = me;
+      o.size = p;
+      hello = wire::make_hello(me, p, o.epoch, port);
+    }
+    return mesh(1);
+  }
+};
+
+// The core of a connected endpoint, its I/O thread running (see asio_tcp::connect()).
+inline result<std::shared_ptr<tcp_core>> connect_core(tcp_options o) {
+  if (auto st = check_tcp_options(o); !st) return st.error();
+  const bool elastic = o.join_window.count() > 0;
+  if (elastic && o.size == 1 && !o.allow_single) o.allow_single = true;  // checked after admission
+
+  // The endpoint's core comes first: with TLS the rendezvous' streams live on its io_context
+  // (run on this thread until the I/O thread starts) and become the links.
+  auto core = std::make_shared<tcp_core>();
+  auto ctx = tls_context_for(o.tls);
+  if (!ctx) return ctx.error();
+  core->tls_ctx = std::move(ctx.value());
+
+  tcp_rendezvous rv(*core, o);
+  if (auto st = rv.run(); !st) return st.error();
+  const int p = rv.p, me = rv.me;
+
+  core->o = std::move(o);
+  core->lim.max_payload = core->o.max_frame_bytes;
+  core->links.resize(static_cast<std::size_t>(p));
+  auto now = clock::now();
+  for (int r = 0; r < p; ++r) {
+    if (r == me) continue;
+    auto L = std::make_unique<tcp_link>(core->io);
+    L->peer = r;
+    if (auto st =
+            L->stream.adopt(rv.conns[static_cast<std::size_t>(r)], core->o.socket_buffer_bytes);
+        !st)
+      return st.error();
+    L->last_rx = L->last_tx = L->tok_t = now;
+    L->tokens = static_cast<double>(core->o.shaper.burst_bytes);
+    core->links[static_cast<std::size_t>(r)] = std::move(L);
+  }
+  core->work.emplace(core->io.get_executor());
+  for (auto& L : core->links)
+    if (L) read_header(*core, *L);
+  heartbeat(*core);
+  core->io.restart();  // the TLS rendezvous ran it on this thread until it was out of work
+  core->th = std::thread([c = core.get()] { c->io.run(); });
+  return core;
+}
+
+}  // namespace paco::net::detail
