@@ -5,4 +5,5 @@
 #include "paco/route/features.hpp"
 #include "paco/route/kmeans.hpp"
 #include "paco/route/logistic.hpp"
+#include "paco/route/routing_rules.hpp"
 #include "paco/route/specialisation.hpp"
