@@ -79,7 +79,7 @@ int main(int argc, char** argv) try {
 
   // Validation documents routed by the same router; and, for reference, all by path 0.
   const auto thetas = dipaco->path_thetas();
-  const auto paths = route::pointers(thetas);
+  const auto paths = route::theta_pointers(thetas);
   auto ws = model.make_workspace({8, ctx});
   const auto rule = *route::sliding_window::make(ctx);
   const auto routed = route::route_rows(router, f_val, model.width());

@@ -50,7 +50,7 @@ int main(int argc, char** argv) try {
             .value_or_throw();
     t->run().throw_if_error();
     const auto thetas = t->path_thetas();
-    const auto paths = route::pointers(thetas);
+    const auto paths = route::theta_pointers(thetas);
     auto ws = model.make_workspace({8, ctx});
     const auto n = route::routed_nll(model, paths, val.spans, val_paths,
                                      *route::sliding_window::make(ctx), ws);

@@ -72,7 +72,7 @@ int main(int argc, char** argv) try {
 
   // Every validation document scored after its prefix by the path the router sends it to.
   const auto thetas = dipaco->path_thetas();
-  const auto paths = route::pointers(thetas);
+  const auto paths = route::theta_pointers(thetas);
   auto ws = model.make_workspace({8, ctx});
   const auto n =
       route::routed_nll(model, paths, val.spans, route::route_rows(router, f_val, model.width()),

@@ -47,6 +47,13 @@ class progress {
     std::fflush(o_.out);
   }
 
+  // update(done, "what value") with the value to 3 decimals, e.g. update(t, "loss", 1.93).
+  void update(long long done, const std::string& what, double value) {
+    char txt[64];
+    std::snprintf(txt, sizeof txt, "%s %.3f", what.c_str(), value);
+    update(done, txt);
+  }
+
   // Ends the line on a terminal (after an update that was not final).
   void finish() {
     if (tty_) std::fputc('\n', o_.out);

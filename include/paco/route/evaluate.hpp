@@ -41,6 +41,13 @@ struct nll {
   double bits_per_token() const { return tokens ? nats / tokens / 0.6931471805599453 : NAN; }
 };
 
+// The parameters of every path as the entry points below take them: out[p] = thetas[p].data().
+inline std::vector<const float*> theta_pointers(const std::vector<std::vector<float>>& thetas) {
+  std::vector<const float*> p;
+  for (auto& t : thetas) p.push_back(t.data());
+  return p;
+}
+
 // −log softmax(row)[y] for one row of V logits, accumulated in double.
 inline double row_nll(const float* row, int V, std::int32_t y) {
   float m = row[0];
@@ -80,14 +87,6 @@ struct sliding_window {
     return "sliding_window(T=" + std::to_string(T) + ",S=" + std::to_string(S) + ")";
   }
 };
-
-// Each path's θ as the scorer takes it (one pointer per path). Requires: thetas outlives the
-// result.
-inline std::vector<const float*> pointers(const std::vector<std::vector<float>>& thetas) {
-  std::vector<const float*> p;
-  for (auto& t : thetas) p.push_back(t.data());
-  return p;
-}
 
 // A piece of text to score: targets seq[begin … end).
 struct scored_span {

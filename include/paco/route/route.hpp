@@ -6,5 +6,6 @@
 #include "paco/route/features.hpp"
 #include "paco/route/kmeans.hpp"
 #include "paco/route/logistic.hpp"
+#include "paco/route/routing_rules.hpp"
 #include "paco/route/scored_docs.hpp"
 #include "paco/route/specialisation.hpp"

@@ -4,9 +4,12 @@
 // (a domain, a genre), it gives per domain each path's bits/byte and how many documents the
 // router sends to / would best send to each path, the oracle best-path bound and how often the
 // router picks a document's best path. Nothing is scored here: the caller's one scorer did.
+// print_specialisation writes it as a table, one line per domain.
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -54,6 +57,28 @@ inline specialisation specialisation_of(const std::vector<std::vector<nll>>& per
     for (std::size_t p = 0; p < P; ++p) s.nats[d][p] += per[j][p];
   }
   return s;
+}
+
+// Writes to `out`: how often the router picks the best path and the oracle's bits/byte, then
+// per domain (first 28 characters of its name) each path's bits/byte (4 decimals) and, in
+// parentheses, the documents routed to it. `name` heads the lines; `docs` names the documents.
+inline void print_specialisation(std::FILE* out, const specialisation& s, const std::string& name,
+                                 const std::string& docs) {
+  std::fprintf(out,
+               "%s: the router picks a document's best path for %d of %zu; the oracle best "
+               "path scores %.4f bpb\n",
+               name.c_str(), s.router_picks_best, s.documents, s.oracle.bits_per_token());
+  std::fprintf(out,
+               "%s: bits/byte of each path (columns) on each domain's %s documents, and how "
+               "many documents the router sends to each path:\n",
+               name.c_str(), docs.c_str());
+  for (std::size_t d = 0; d < s.domains.size(); ++d) {
+    std::fprintf(out, "  %-28s", s.domains[d].substr(0, 28).c_str());
+    for (std::size_t p = 0; p < s.nats[d].size(); ++p)
+      std::fprintf(out, " %7.4f (%2d)", std::round(s.nats[d][p].bits_per_token() * 1e4) / 1e4,
+                   s.routed[d][p]);
+    std::fprintf(out, "\n");
+  }
 }
 
 }  // namespace paco::route

@@ -31,6 +31,12 @@ struct worker_spec {
 struct round_report {
   long round = 0;
   std::vector<double> worker_loss;  // mean inner loss of each worker in this round
+  // The workers' mean: Σ worker_loss[w] / workers, added in worker order (0 with no workers).
+  double mean_loss() const {
+    double l = 0;
+    for (double x : worker_loss) l += x / double(worker_loss.size());
+    return l;
+  }
 };
 
 // Sets every module from θ0 (a full plane of the model's arena): module m takes its span.

@@ -14,6 +14,10 @@
 //       model, plan, theta0, shards, optim::adamw{.lr = 1e-3f}, {.inner = icfg, .rounds = 20});
 //   (*t)->run(reshard, on_round);  auto thetas = (*t)->path_thetas();
 //
+// train_paths (below) is make + run + what a finished run hands back (trained_paths: every
+// path's parameters, the bytes a worker pushed, the learning curve), for callers that need
+// nothing else of the trainer.
+//
 // Seams (named for the work that builds on this layer): the round of one worker is
 // sync::local_run::round_of (pull → inner_loop → push → wait) — CO2's overlapped outer sync
 // replaces its wait with the next round's inner steps; a streaming-DiLoCo fragment is a subset
@@ -29,6 +33,7 @@
 #include "paco/path/path_plan.hpp"
 #include "paco/sync/dipaco_local.hpp"
 #include "paco/train/inner_loop.hpp"
+#include "paco/train/learning_curve.hpp"
 
 namespace paco::train {
 
@@ -91,8 +96,13 @@ class local_trainer {
   // Trains every phase: phase 0 on the shards given to make, phase i > 0 on reshard(i, …)'s.
   // on_round (optional) after every round. Errors: the workers' (a late push is not one),
   // invalid_argument if reshard returns the wrong number of shards.
+  // Ensures: round_losses() gained one entry per round run.
   status run(const reshard_fn& reshard = {},
              const std::function<void(const sync::round_report&)>& on_round = {}) {
+    const auto record = [&](const sync::round_report& rr) {
+      round_loss_.push_back(rr.mean_loss());
+      if (on_round) on_round(rr);
+    };
     for (std::size_t i = 0; i < cfg_.phases.size(); ++i) {
       if (i > 0 && reshard) {
         auto next = reshard(int(i), path_thetas());
@@ -105,7 +115,7 @@ class local_trainer {
         run_->set_shards(p);
         shards_ = std::move(next);  // the elements (and the workers' pointers) stay in place
       }
-      if (auto s = run_->run(cfg_.phases[i] - done_, on_round); !s) return s;
+      if (auto s = run_->run(cfg_.phases[i] - done_, record); !s) return s;
       done_ = cfg_.phases[i];
     }
     return {};
@@ -131,6 +141,8 @@ class local_trainer {
   workers_t& workers() noexcept { return *run_; }
   const std::vector<io::token_stream>& shards() const noexcept { return shards_; }
   int rounds_done() const noexcept { return done_; }
+  // The workers' mean inner loss of every round run (round_report::mean_loss).
+  const std::vector<double>& round_losses() const noexcept { return round_loss_; }
 
  private:
   local_trainer(const Model&, path::path_plan plan, std::span<const float> theta0,
@@ -155,6 +167,31 @@ class local_trainer {
   sync::local_store<OuterOpt> store_;
   std::unique_ptr<workers_t> run_;
   int done_ = 0;
+  std::vector<double> round_loss_;
 };
+
+// What a finished run hands back.
+struct trained_paths {
+  std::vector<std::vector<float>> theta;  // every path's parameters after the final outer step
+  double bytes_per_worker = 0;            // fp32 bytes one worker (of path 0) pushed
+  std::vector<double> curve;              // window_means of the round losses
+};
+
+// A whole run: local_trainer::make, run(reshard, on_round), then every path's θ, the bytes and
+// the learning curve (the workers' mean inner loss averaged over every `curve_every` rounds).
+// Requires: make's; curve_every ≥ 1. Errors: make's and run's.
+template <train::Model Model, optim::InnerOptimizer InnerOpt, outer::OuterOptimizer OuterOpt>
+result<trained_paths> train_paths(
+    const Model& model, path::path_plan plan, std::span<const float> theta0,
+    std::vector<io::token_stream> shards, InnerOpt inner_opt, local_trainer_config<OuterOpt> cfg,
+    const typename local_trainer<Model, InnerOpt, OuterOpt>::reshard_fn& reshard = {},
+    const std::function<void(const sync::round_report&)>& on_round = {}, int curve_every = 10) {
+  auto t = local_trainer<Model, InnerOpt, OuterOpt>::make(model, std::move(plan), theta0,
+                                                          std::move(shards), inner_opt, cfg);
+  if (!t) return t.error();
+  if (auto s = (*t)->run(reshard, on_round); !s) return s.error();
+  return trained_paths{(*t)->path_thetas(), (*t)->fp32_bytes_per_worker(),
+                       window_means((*t)->round_losses(), curve_every)};
+}
 
 }  // namespace paco::train

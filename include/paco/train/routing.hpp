@@ -21,6 +21,7 @@
 
 #include "paco/core/error.hpp"
 #include "paco/io/batches.hpp"
+#include "paco/route/concepts.hpp"
 #include "paco/route/evaluate.hpp"
 #include "paco/route/logistic.hpp"
 #include "paco/train/concepts.hpp"
@@ -53,6 +54,16 @@ inline std::vector<io::token_stream> shards_of(const routed_docs& docs,
       st.ids.insert(st.ids.end(), docs.train[i].begin(), docs.train[i].end());
     }
   return s;
+}
+
+// Every document's top-n paths under a ranking router, on its prefix features (n = 1: the
+// router's path; n > 1: DiPaCo's overlapping shards). Requires: docs carries features of
+// router's dimension; n ≥ 1. Ensures: out[i] == router.rank(docs.feature(i), n).
+template <route::RankingRouter R>
+std::vector<std::vector<int>> top_sets(const R& router, const routed_docs& docs, int n) {
+  std::vector<std::vector<int>> sets(docs.size());
+  for (std::size_t i = 0; i < docs.size(); ++i) sets[i] = router.rank(docs.feature(i), n);
+  return sets;
 }
 
 // Phase ends of a routed run of `rounds` rounds: phase 0 ends at rounds / 3 (the initial
@@ -114,11 +125,8 @@ result<rerouting> discriminative_reroute(const M& model, std::span<const float* 
   auto fit = route::logistic_router::fit(x, int(docs.size()), docs.dim, r.labels, ro);
   if (!fit) return fit.error();
   r.router = std::move(*fit);
-  r.sets.resize(docs.size());
-  for (std::size_t i = 0; i < docs.size(); ++i) {
-    r.sets[i] = r.router.rank(docs.feature(i), o.overlap);
-    r.moved += r.sets[i][0] != previous[i];
-  }
+  r.sets = top_sets(r.router, docs, o.overlap);
+  for (std::size_t i = 0; i < docs.size(); ++i) r.moved += r.sets[i][0] != previous[i];
   return r;
 }
 

@@ -1,0 +1,69 @@
+#pragma once
+// base_model: the shared starting point of every row of a comparison (DiPaCo §2.4: also the
+// router's frozen feature extractor) — pretrained once, or loaded from a checkpoint that was
+// written for the same configuration. The configuration is a caller-made key string (corpus,
+// model shape, pretraining schedule, seed …) kept in the checkpoint's metadata: a file written
+// for another configuration is never used.
+//
+//   auto b = train::load_or_pretrain(model, base, {.file = f, .key = k, .step = n}, seed,
+//                                    [&](arena<host>& a) { train::dense_run(model, a, …); });
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include "paco/core/arena.hpp"
+#include "paco/core/error.hpp"
+#include "paco/io/checkpoint.hpp"
+#include "paco/train/concepts.hpp"
+
+namespace paco::train {
+
+struct base_checkpoint {
+  std::filesystem::path file;  // empty: no cache, always pretrain
+  std::string key;             // the configuration; stored as metadata "base_key"
+  long step = 0;               // pretraining steps, stored as the checkpoint's step
+};
+
+enum class base_origin {
+  loaded,      // the file held this configuration's base model
+  pretrained,  // no file (or none given): pretrained, and saved when a file was given
+  replaced,    // the file held another configuration (or did not load): pretrained and saved
+};
+
+struct base_model {
+  base_origin origin = base_origin::pretrained;
+  status saved;  // the save's error, if saving a pretrained model failed
+};
+
+// The base model in `a`: its parameters loaded from ck.file when that exists and its "base_key"
+// equals ck.key; otherwise model.init(a, seed), pretrain(a), and — when ck.file is not empty —
+// saved there with its moments zeroed (metadata base_key = ck.key, step = ck.step).
+// Requires: `a` laid out by model.layout(). Ensures: a loaded model's parameters are bit for bit
+// those saved; a pretrained one's are init(seed) then pretrain's, whatever the file held.
+template <Model M>
+base_model load_or_pretrain(const M& model, arena<host>& a, const base_checkpoint& ck,
+                            std::uint64_t seed, const std::function<void(arena<host>&)>& pretrain) {
+  base_model b;
+  model.init(a, seed);
+  std::error_code ec;
+  if (!ck.file.empty() && std::filesystem::exists(ck.file, ec)) {
+    auto info = io::load_checkpoint(ck.file, model.tensors(), a);
+    if (info && info->metadata.count("base_key") && info->metadata.at("base_key") == ck.key) {
+      b.origin = base_origin::loaded;
+      return b;
+    }
+    model.init(a, seed);
+    b.origin = base_origin::replaced;
+  }
+  pretrain(a);
+  if (!ck.file.empty()) {
+    a.zero(plane::moment1);
+    a.zero(plane::moment2);
+    b.saved = io::save_checkpoint(ck.file, model.tensors(), a, ck.step, {{"base_key", ck.key}});
+  }
+  return b;
+}
+
+}  // namespace paco::train
