@@ -1,7 +1,7 @@
 #pragma once
-// Element-wise CUDA kernels, each one call of a PACO_HD formula from
-// paco/compress/detail/formulas.hpp whose host twin is in paco/compress/ (cast.hpp,
-// error_feedback.hpp, elementwise.hpp):
+// Element-wise CUDA kernels, each one call of a PACO_HD formula (paco/compress/detail/formulas.hpp
+// for casts and error feedback, paco/outer/formulas.hpp and paco/optim/formulas.hpp for the update
+// steps) whose host twin is in paco/compress/ (cast.hpp, error_feedback.hpp, elementwise.hpp):
 //   cast_to_half / cast_from_half     fp32 ↔ bf16/fp16 (round to nearest even)
 //   nesterov_update                   b ← μ·b + Δ; θ ← θ − η·(Δ + μ·b)
 //   adamw_update                      PyTorch AdamW (decoupled decay, bias correction)
@@ -17,6 +17,8 @@
 #include "paco/compress/cast.hpp"
 #include "paco/compress/detail/formulas.hpp"
 #include "paco/cuda_check.cuh"
+#include "paco/optim/formulas.hpp"
+#include "paco/outer/formulas.hpp"
 
 namespace paco::kernels {
 
@@ -61,7 +63,7 @@ __global__ void nesterov_kernel(float* __restrict__ theta, float* __restrict__ b
                                 float eta) {
   PACO_GRID_STRIDE(i, n) {
     float t = theta[i], m = b[i];
-    paco::compress::formula::nesterov_step(t, m, delta[i], mu, eta);
+    paco::outer::formula::nesterov_step(t, m, delta[i], mu, eta);
     theta[i] = t;
     b[i] = m;
   }
@@ -69,10 +71,10 @@ __global__ void nesterov_kernel(float* __restrict__ theta, float* __restrict__ b
 template <int = 0>  // a template: no duplicate symbols when many .cu files include this
 __global__ void adamw_kernel(float* __restrict__ theta, float* __restrict__ m,
                              float* __restrict__ v, const float* __restrict__ g, std::size_t n,
-                             paco::compress::formula::adamw_scalars k) {
+                             paco::optim::formula::adamw_scalars k) {
   PACO_GRID_STRIDE(i, n) {
     float t = theta[i], mm = m[i], vv = v[i];
-    paco::compress::formula::adamw_step(t, mm, vv, g[i], k);
+    paco::optim::formula::adamw_step(t, mm, vv, g[i], k);
     theta[i] = t;
     m[i] = mm;
     v[i] = vv;
@@ -124,7 +126,7 @@ inline status nesterov_update(float* theta, float* b, const float* delta, std::s
 }
 // Fused AdamW step (host twin compress::adamw_update; k from make_adamw_scalars). Cost: 28n bytes.
 inline status adamw_update(float* theta, float* m, float* v, const float* g, std::size_t n,
-                           const compress::formula::adamw_scalars& k, cudaStream_t stream) {
+                           const optim::formula::adamw_scalars& k, cudaStream_t stream) {
   if (n == 0) return {};
   detail::adamw_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(theta, m, v, g, n, k);
   return cuda_status(cudaGetLastError(), "adamw_update launch");

@@ -12,6 +12,8 @@
 #include "paco/compress/compress.hpp"
 #include "paco/core/arena.hpp"
 #include "paco/core/rng.hpp"
+#include "paco/optim/adamw.hpp"
+#include "paco/outer/nesterov.hpp"
 #include "vectors.hpp"
 
 namespace pc = paco::compress;
@@ -20,7 +22,6 @@ using paco::slice;
 using namespace compress_test;
 
 namespace {
-
 
 // encode into a span of exactly wire_bytes inside a larger guarded buffer; checks the guard.
 template <class C>
@@ -747,6 +748,27 @@ TEST_CASE("adamw_update and nesterov_update match PyTorch", "[compress][elementw
   CHECK(!pc::nesterov_update(mv(th), mv(short_b), cv(d1), 0.9f, 0.7f));
 }
 
+TEST_CASE("the kernels' host twins run the trainer's update code", "[compress][elementwise]") {
+  // adamw_update with make_adamw_scalars is optim::adamw::step, nesterov_update is
+  // outer::nesterov::step: the same bits, so the CUDA tests check what training computes.
+  const std::size_t n = 1000;
+  auto theta = gaussian(n, 1), g = gaussian(n, 2, 0.1f), delta = gaussian(n, 3, 0.01f);
+  std::vector<float> m(n, 0.0f), v(n, 0.0f), b(n, 0.0f);
+  auto theta2 = theta, m2 = m, v2 = v, b2 = b;
+  const paco::optim::adamw opt{.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .weight_decay = 0.1f};
+  const paco::outer::nesterov outer{.lr = 0.7f, .momentum = 0.9f};
+  for (long t = 1; t <= 3; ++t) {
+    const float lr_t = opt.lr * float(t) / 3;
+    opt.step(theta.data(), g.data(), m.data(), v.data(), n, t, lr_t);
+    const auto k = pc::make_adamw_scalars(lr_t, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, t);
+    REQUIRE(pc::adamw_update(mv(theta2), mv(m2), mv(v2), cv(g), k));
+    outer.step(theta, delta, b);
+    REQUIRE(pc::nesterov_update(mv(theta2), mv(b2), cv(delta), outer.momentum, outer.lr));
+  }
+  for (auto [x, y] : {std::pair{&theta, &theta2}, {&m, &m2}, {&v, &v2}, {&b, &b2}})
+    CHECK(std::memcmp(x->data(), y->data(), 4 * n) == 0);
+}
+
 // ---- combining payloads, config strings ----
 
 TEST_CASE("gather_mean, summed_mean and ties_merge_payloads", "[compress][combine]") {
@@ -830,8 +852,8 @@ TEST_CASE("parse_compress_spec accepts the documented forms", "[compress][spec]"
     CHECK(pc::to_string(*q) == name);
   }
   CHECK(pc::lgreco_bits() == std::vector<int>{2, 3, 4, 5, 6, 7, 8});
-  for (const char* bad : {"int1", "int9", "int16", "topk:0", "topk:1.5", "topk:x", "powersgd:0", "powersgd:2.5",
-                          "lgreco:fp32", "zstd", "", "sign_prune:1"}) {
+  for (const char* bad : {"int1", "int9", "int16", "topk:0", "topk:1.5", "topk:x", "powersgd:0",
+                          "powersgd:2.5", "lgreco:fp32", "zstd", "", "sign_prune:1"}) {
     auto r = pc::parse_compress_spec(bad);
     INFO(bad);
     REQUIRE(!r);

@@ -1,10 +1,12 @@
 #pragma once
-// paco/core: backend tags, slices and buffers, tensor views, the arena and its layout, rng, errors.
+// paco/core: backend tags, slices and buffers, tensor views, the arena and its layout, rng, errors,
+// PACO_HD.
 #include "paco/core/arena.hpp"
 #include "paco/core/backend.hpp"
 #include "paco/core/buffer.hpp"
 #include "paco/core/error.hpp"
 #include "paco/core/hash.hpp"
+#include "paco/core/host_device.hpp"
 #include "paco/core/param_layout.hpp"
 #include "paco/core/rng.hpp"
 #include "paco/core/slice.hpp"

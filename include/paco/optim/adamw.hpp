@@ -2,13 +2,14 @@
 // adamw: Adam with decoupled weight decay and bias correction, PyTorch torch.optim.AdamW semantics:
 //   θ ← θ·(1 − lr·wd);  m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²
 //   θ ← θ − (lr / (1−β1^t)) · m / (√v / √(1−β2^t) + ε)
-// State (m, v) lives in the arena's moment planes; the step count is the caller's.
+// State (m, v) lives in the arena's moment planes; the step count is the caller's. The element
+// formula is optim/formulas.hpp, shared with the CUDA kernel.
 
-#include <cmath>
 #include <cstddef>
 
 #include "paco/core/arena.hpp"
 #include "paco/optim/concepts.hpp"
+#include "paco/optim/formulas.hpp"
 
 namespace paco::optim {
 
@@ -33,24 +34,12 @@ struct adamw {
     return {};
   }
 
-  // One step over [begin, end) of the planes at step t ≥ 1 with learning rate lr_t.
+  // One step of the planes at step t ≥ 1 with learning rate lr_t (formula::adamw_step per element).
   // Requires: all arrays have n elements. Cost: ≈ 12 flops, 28 bytes moved per element.
   void step(float* theta, const float* g, float* m, float* v, std::size_t n, long t,
             float lr_t) const {
-    const float bc1 = 1.0f - std::pow(beta1, float(t));
-    const float bc2 = 1.0f - std::pow(beta2, float(t));
-    const float step_size = lr_t / bc1;
-    const float inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
-    const float decay = 1.0f - lr_t * weight_decay;
-    const float b1 = beta1, b2 = beta2, c1 = 1.0f - beta1, c2 = 1.0f - beta2, e = eps;
-    for (std::size_t i = 0; i < n; ++i) {
-      float gi = g[i];
-      float mi = b1 * m[i] + c1 * gi;
-      float vi = b2 * v[i] + c2 * gi * gi;
-      m[i] = mi;
-      v[i] = vi;
-      theta[i] = theta[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + e);
-    }
+    const auto k = formula::make_adamw_scalars(lr_t, beta1, beta2, eps, weight_decay, t);
+    for (std::size_t i = 0; i < n; ++i) formula::adamw_step(theta[i], m[i], v[i], g[i], k);
   }
 
   // Step over elements [begin, end) of the arena's planes: θ (plane::param) from ∇ (plane::grad)

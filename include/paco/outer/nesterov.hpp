@@ -2,13 +2,15 @@
 // outer::nesterov: SGD with Nesterov momentum in PyTorch's convention (torch.optim.SGD with
 // nesterov=True), DiLoCo's outer optimizer with lr 0.7 and momentum 0.9:
 //   b ← μ·b + Δ;   θ ← θ − η·(Δ + μ·b)        (b starts at 0, so the first b is Δ)
-// State: b, one float per parameter (the arena's outer_momentum plane).
+// State: b, one float per parameter (the arena's outer_momentum plane). The element formula is
+// outer/formulas.hpp, shared with the CUDA kernel.
 
 #include <cstddef>
 #include <span>
 
 #include "paco/core/error.hpp"
 #include "paco/outer/concepts.hpp"
+#include "paco/outer/formulas.hpp"
 
 namespace paco::outer {
 
@@ -25,12 +27,9 @@ struct nesterov {
   std::size_t state_size(std::size_t n) const { return n; }
   // Requires: theta, delta, state of equal size. Cost: 4 flops, 20 bytes moved per element.
   void step(std::span<float> theta, std::span<const float> delta, std::span<float> b) const {
-    const float mu = momentum, eta = lr;
-    for (std::size_t i = 0; i < theta.size(); ++i) {
-      const float bi = mu * b[i] + delta[i];
-      b[i] = bi;
-      theta[i] -= eta * (delta[i] + mu * bi);
-    }
+    const float mu = momentum, eta = lr;  // locals: stores to θ and b cannot change them
+    for (std::size_t i = 0; i < theta.size(); ++i)
+      formula::nesterov_step(theta[i], b[i], delta[i], mu, eta);
   }
 };
 static_assert(OuterOptimizer<nesterov>);

@@ -1,6 +1,6 @@
 #pragma once
 // store_wire: the packed, little-endian messages between a worker and a module store
-// (store_service.hpp), per worker → store rank:
+// (store_server.hpp, store_client.hpp), per worker → store rank:
 //   request{kind, module, round, worker, weight, count}       tag request_tag
 //   push:          request, then count floats (Δ, fp32)        tag payload_tag
 //   push_encoded:  request, then count bytes (a module_codec   tag payload_tag

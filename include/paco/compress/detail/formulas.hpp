@@ -1,19 +1,16 @@
 #pragma once
-// The element-wise formulas of compression and of the outer/inner update steps, each written
-// once as a PACO_HD function shared by the host implementations (include/paco/compress/*) and the
-// CUDA kernels (kernels/paco/*.cuh), so the math is tested on the CPU in CI.
+// The element-wise formulas of compression, each written once as a PACO_HD function shared by the
+// host implementations (include/paco/compress/*) and the CUDA kernels (kernels/paco/*.cuh), so the
+// math is tested on the CPU in CI. The update steps' formulas are in optim/formulas.hpp (AdamW)
+// and outer/formulas.hpp (outer Nesterov).
 //
-// Legend: x input element, q integer code, s block scale, lo block minimum, b outer momentum,
-// θ parameter, Δ pseudo-gradient, m/v AdamW moments, r error-feedback residual.
+// Legend: x input element, q integer code, s block scale, lo block minimum, r error-feedback
+// residual.
 
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define PACO_HD __host__ __device__
-#else
-#define PACO_HD
-#endif
+#include "paco/core/host_device.hpp"
 
 namespace paco::compress::formula {
 
@@ -206,51 +203,6 @@ PACO_HD inline float ef_accumulate(float g, float r) {
 // New residual r = g̃ - ĝ: what was not sent.
 PACO_HD inline float ef_residual(float corrected, float sent) {
   return corrected - sent;
-}
-
-// ---- outer Nesterov (PyTorch nesterov=True; DiLoCo outer step) ----
-
-// Fused multiply-add, one rounding, the same on host and device. Every multiply-add of the
-// update formulas below is written with it, so no compiler contraction can make the host twin
-// and the kernel round differently.
-PACO_HD inline float fma_f(float a, float b, float c) {
-#if defined(__CUDA_ARCH__)
-  return fmaf(a, b, c);
-#else
-  return __builtin_fmaf(a, b, c);
-#endif
-}
-
-// b ← μ·b + Δ; θ ← θ − η·(Δ + μ·b). Ensures: b and θ updated in place.
-PACO_HD inline void nesterov_step(float& theta, float& b, float delta, float mu, float eta) {
-  b = fma_f(mu, b, delta);
-  theta = fma_f(-eta, fma_f(mu, b, delta), theta);
-}
-
-// ---- AdamW (PyTorch torch.optim.AdamW, single-tensor path) ----
-
-// Per-step scalars of AdamW, computed once on the host for step t >= 1.
-struct adamw_scalars {
-  float lr;            // η
-  float beta1, beta2;  // β1, β2
-  float eps;           // ε
-  float decay;         // 1 − η·λ (decoupled weight decay factor)
-  float step_size;     // η / (1 − β1^t)
-  float bc2_sqrt;      // sqrt(1 − β2^t)
-};
-
-// θ ← θ·(1 − ηλ); m ← m + (1−β1)(g − m); v ← β2 v + (1−β2) g²;
-// θ ← θ − step_size · m / (sqrt(v)/bc2_sqrt + ε).
-PACO_HD inline void adamw_step(float& theta, float& m, float& v, float g, const adamw_scalars& k) {
-  theta = theta * k.decay;
-  m = fma_f(1.0f - k.beta1, g - m, m);
-  v = fma_f(k.beta2, v, (1.0f - k.beta2) * g * g);
-#if defined(__CUDA_ARCH__)
-  const float denom = sqrtf(v) / k.bc2_sqrt + k.eps;
-#else
-  const float denom = __builtin_sqrtf(v) / k.bc2_sqrt + k.eps;
-#endif
-  theta = theta - k.step_size * m / denom;
 }
 
 // ---- top-k ----
