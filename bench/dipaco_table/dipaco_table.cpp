@@ -66,7 +66,8 @@ struct options {
   std::string base_file;              // cache of the base model (loaded if it matches)
   std::string path_rescale = "none";  // routed rows' outer-gradient rescale (outer/delta.hpp)
   float outer_lr = 0.7f, outer_momentum = 0.9f;  // outer Nesterov of every multi-worker row
-  int reroutes = 4;  // discriminative re-routings over the rounds after the k-means third
+  int reroutes = 4;    // discriminative re-routings over the rounds after the k-means third
+  int early_stop = 0;  // routed rows: per-path early stopping every n rounds of the last phase
   std::uint64_t seed = 1;
   bool wants(const std::string& r) const {
     return std::find(rows.begin(), rows.end(), r) != rows.end();
@@ -145,6 +146,10 @@ int main(int argc, char** argv) {
                  "routed rows: outer gradient of a module × √P (sqrt_paths, the paper's §2.7), "
                  "1/√P (inv_sqrt_paths) or 1 (none), P = paths through the module")
       ->check(CLI::IsMember({"none", "sqrt_paths", "inv_sqrt_paths"}));
+  app.add_option("--early-stop", o.early_stop,
+                 "routed rows: per-path early stopping on each path's held-out tails every n "
+                 "rounds of the last phase (0: off)")
+      ->check(CLI::Range(0, 1000));
   app.add_option("--reroutes", o.reroutes,
                  "routed rows: discriminative re-routings, evenly spaced over the rounds after "
                  "the first third (k-means shards)")
@@ -324,8 +329,11 @@ int main(int argc, char** argv) {
       continue;
     }
     // Routed: top-n k-means shards, then discriminative re-routings (train/routed_training.hpp).
-    auto rcfg = train::routed_training_config<outer::nesterov>{
-        .trainer = tcfg, .reroutes = o.reroutes, .reroute = {.overlap = o.overlap}, .rule = rule};
+    auto rcfg = train::routed_training_config<outer::nesterov>{.trainer = tcfg,
+                                                               .reroutes = o.reroutes,
+                                                               .reroute = {.overlap = o.overlap},
+                                                               .rule = rule,
+                                                               .early_stop_every = o.early_stop};
     rcfg.trainer.delta = {.weight_by_shard = true,
                           .rescale = *outer::parse_path_rescale(o.path_rescale)};
     auto t = train::train_routed(
@@ -340,6 +348,13 @@ int main(int argc, char** argv) {
         },
         on_round);
     if (!t) throw error_exception(t.error());
+    if (!t->best_round.empty()) {
+      std::printf("%s: early stopping kept each path's parameters of round (held-out bpb):",
+                  spec.name.c_str());
+      for (std::size_t p = 0; p < t->best_round.size(); ++p)
+        std::printf(" %ld (%.4f)", t->best_round[p] + 1, t->best_bits[p]);
+      std::printf("\n");
+    }
     const double train_s = secs(t0);
     const auto th = route::theta_pointers(t->trained.theta);
     const auto sc = route::score_routing_rules(model, th, ev.spans, feval, t->router, theta0.data(),
@@ -412,6 +427,7 @@ int main(int argc, char** argv) {
                               {"outer_lr", o.outer_lr},
                               {"outer_momentum", o.outer_momentum},
                               {"reroutes", o.reroutes},
+                              {"early_stop", o.early_stop},
                               {"stride", rule.S}}}})
                           .dump()
                           .c_str());

@@ -109,25 +109,51 @@ TEST_CASE("train_routed: the first third on the initial sets, then discriminativ
   route::logistic_router last;
   std::vector<std::size_t> tokens;
   int q_seen = 0;
-  REQUIRE((*h)->run([&](int q, const std::vector<std::vector<float>>& th) {
-                auto rr = train::discriminative_reroute(model, route::theta_pointers(th), docs,
-                                                        previous, rule, ws, {.overlap = 2});
-                REQUIRE(rr.ok());
-                REQUIRE(rr->sets == sets_seen[std::size_t(q) - 1]);
-                ++q_seen;
-                for (std::size_t i = 0; i < 8; ++i) previous[i] = rr->sets[i][0];
-                auto s = train::shards_of(docs, rr->sets, 2);
-                tokens.clear();
-                for (auto& x : s) tokens.push_back(x.ids.size());
-                last = std::move(rr->router);
-                return s;
-              })
+  std::vector<std::vector<std::vector<float>>> thetas_at;  // every path's θ after each round
+  REQUIRE((*h)->run(
+                  [&](int q, const std::vector<std::vector<float>>& th) {
+                    auto rr = train::discriminative_reroute(model, route::theta_pointers(th), docs,
+                                                            previous, rule, ws, {.overlap = 2});
+                    REQUIRE(rr.ok());
+                    REQUIRE(rr->sets == sets_seen[std::size_t(q) - 1]);
+                    ++q_seen;
+                    for (std::size_t i = 0; i < 8; ++i) previous[i] = rr->sets[i][0];
+                    auto s = train::shards_of(docs, rr->sets, 2);
+                    tokens.clear();
+                    for (auto& x : s) tokens.push_back(x.ids.size());
+                    last = std::move(rr->router);
+                    return s;
+                  },
+                  [&](const sync::round_report&) { thetas_at.push_back((*h)->path_thetas()); })
               .ok());
   REQUIRE(q_seen == 2);
   REQUIRE(r->trained.theta == (*h)->path_thetas());
   REQUIRE(r->trained.bytes_per_worker == (*h)->fp32_bytes_per_worker());
   REQUIRE(r->shard_tokens == tokens);
   for (float x : {1.0f, -1.0f}) REQUIRE(r->router.rank(&x, 2) == last.rank(&x, 2));
+  REQUIRE(r->best_round.empty());
+
+  // Per-path early stopping in the last phase (rounds 4 and 5, 0-based): each path reports the
+  // better of its two θ on the held-out tails of its last shard; training is unchanged.
+  auto stop_cfg = cfg;
+  stop_cfg.early_stop_every = 1;
+  auto es = train::train_routed(model, plan, theta0, docs, initial, inner, stop_cfg, ws);
+  REQUIRE(es.ok());
+  const auto slices = train::held_out_slices(docs, sets_seen[1], 2);
+  auto ws2 = model.make_workspace({4, 16});
+  for (std::size_t p = 0; p < 2; ++p) {
+    double bits[2];
+    for (int k = 0; k < 2; ++k) {
+      const std::vector<const float*> one{thetas_at[std::size_t(4 + k)][p].data()};
+      bits[k] = route::assigned_nll(model, one, {slices[p]}, rule, ws2).bits_per_token();
+    }
+    const int k = bits[1] < bits[0] ? 1 : 0;
+    REQUIRE(es->best_round[p] == 4 + k);
+    REQUIRE(es->best_bits[p] == bits[k]);
+    REQUIRE(es->trained.theta[p] == thetas_at[std::size_t(4 + k)][p]);
+  }
+  stop_cfg.early_stop_every = -1;
+  REQUIRE(!train::train_routed(model, plan, theta0, docs, initial, inner, stop_cfg, ws).ok());
 
   SECTION("too many re-routings for the rounds, or more than one worker per path") {
     cfg.reroutes = 5;

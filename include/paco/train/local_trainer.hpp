@@ -37,6 +37,13 @@
 
 namespace paco::train {
 
+// What a finished run hands back.
+struct trained_paths {
+  std::vector<std::vector<float>> theta;  // every path's parameters after the final outer step
+  double bytes_per_worker = 0;            // fp32 bytes one worker (of path 0) pushed
+  std::vector<double> curve;              // window_means of the round losses
+};
+
 template <class OuterOpt>
 struct local_trainer_config {
   inner_config inner{};                     // every worker's inner loop (steps = H per round)
@@ -143,6 +150,11 @@ class local_trainer {
   int rounds_done() const noexcept { return done_; }
   // The workers' mean inner loss of every round run (round_report::mean_loss).
   const std::vector<double>& round_losses() const noexcept { return round_loss_; }
+  // What the run hands back so far: every path's θ, the bytes one worker of path 0 pushed over
+  // the configured rounds, and window_means of the round losses over `curve_every` rounds.
+  trained_paths results(int curve_every = 10) const {
+    return {path_thetas(), fp32_bytes_per_worker(), window_means(round_loss_, curve_every)};
+  }
 
  private:
   local_trainer(const Model&, path::path_plan plan, std::span<const float> theta0,
@@ -170,13 +182,6 @@ class local_trainer {
   std::vector<double> round_loss_;
 };
 
-// What a finished run hands back.
-struct trained_paths {
-  std::vector<std::vector<float>> theta;  // every path's parameters after the final outer step
-  double bytes_per_worker = 0;            // fp32 bytes one worker (of path 0) pushed
-  std::vector<double> curve;              // window_means of the round losses
-};
-
 // A whole run: local_trainer::make, run(reshard, on_round), then every path's θ, the bytes and
 // the learning curve (the workers' mean inner loss averaged over every `curve_every` rounds).
 // Requires: make's; curve_every ≥ 1. Errors: make's and run's.
@@ -190,8 +195,7 @@ result<trained_paths> train_paths(
                                                           std::move(shards), inner_opt, cfg);
   if (!t) return t.error();
   if (auto s = (*t)->run(reshard, on_round); !s) return s.error();
-  return trained_paths{(*t)->path_thetas(), (*t)->fp32_bytes_per_worker(),
-                       window_means((*t)->round_losses(), curve_every)};
+  return (*t)->results(curve_every);
 }
 
 }  // namespace paco::train

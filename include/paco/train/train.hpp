@@ -6,6 +6,7 @@
 #include "paco/train/concepts.hpp"
 #include "paco/train/dense_run.hpp"
 #include "paco/train/diloco_replica.hpp"
+#include "paco/train/early_stopping.hpp"
 #include "paco/train/held_out.hpp"
 #include "paco/train/inner_loop.hpp"
 #include "paco/train/learning_curve.hpp"
