@@ -1,8 +1,8 @@
 // GEMM rate of paco's host gemm for one shape (M,N,K), single-threaded: "gflops" on stdout.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <vector>
 
 #include "paco/core/buffer.hpp"

@@ -35,7 +35,6 @@ static long rss_kib() {
   return -1;
 }
 
-
 int main(int argc, char** argv) {
   double minutes = argc > 1 ? std::atof(argv[1]) : 10.0;
   int p = argc > 2 ? std::atoi(argv[2]) : 4;

@@ -313,9 +313,8 @@ inline status export_paths(const train_config& cfg, const run_dir& rd, const fs:
   for (int p = 0; p < g.paths(); ++p) {
     std::vector<float> th(b, b + model.layout().total());
     long round = 0;
-    g.assemble(p, th.data(), [&](int m, std::span<float> dst) {
-      round = store.pull(m, dst).first;
-    });
+    g.assemble(p, th.data(),
+               [&](int m, std::span<float> dst) { round = store.pull(m, dst).first; });
     const std::string name = g.path_name(p);
     std::string file = "path";  // path (0,1) → path-0-1.safetensors
     for (int e : g.path_experts(p)) file += "-" + std::to_string(e);
@@ -473,8 +472,7 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
       return 0;
     }
     start_step = ck->step;
-    if (ck->metadata.count("bytes_sent"))
-      bytes_before = std::stoull(ck->metadata.at("bytes_sent"));
+    if (ck->metadata.count("bytes_sent")) bytes_before = std::stoull(ck->metadata.at("bytes_sent"));
     saved = std::move(*ck);
   }
   icfg.start_step = start_step;
@@ -528,7 +526,8 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
                     {"round_s", r.seconds}});
       },
       [&](const error& e) {
-        std::fprintf(stderr, "worker %d: %s; continuing with the next round\n", w, e.what().c_str());
+        std::fprintf(stderr, "worker %d: %s; continuing with the next round\n", w,
+                     e.what().c_str());
       });
   if (!st) return std::fprintf(stderr, "worker %d: %s\n", w, st.error().what().c_str()), 3;
   client.bye();

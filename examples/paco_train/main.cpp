@@ -84,7 +84,8 @@ int main(int argc, char** argv) {
     try {
       if (!export_dir.empty()) {
         auto s = paco_train::export_paths(cfg, rd, export_dir);
-        if (!s) return std::fprintf(stderr, "paco_train: export: %s\n", s.error().what().c_str()), 2;
+        if (!s)
+          return std::fprintf(stderr, "paco_train: export: %s\n", s.error().what().c_str()), 2;
         return 0;
       }
       if (role == "store") return paco_train::run_store(cfg, rd, resume);

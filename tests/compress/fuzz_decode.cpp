@@ -27,9 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<float> y(n);
   const paco::slice<float> out(y.data(), y.size());
   switch (codec) {
-    case 0:
-      (void)pc::identity{}.decode(in, 32, out);
-      break;
+    case 0: (void)pc::identity{}.decode(in, 32, out); break;
     case 1: {
       pc::cast c({.format = a & 1 ? pc::half_format::fp16 : pc::half_format::bf16});
       (void)c.decode(in, 16, out);
@@ -43,12 +41,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       (void)q.decode(in, bits_of[(a >> 1) & 7], out);
       break;
     }
-    case 3:
-      (void)pc::topk{}.decode(in, (1 + a) / 256.0, out);
-      break;
-    case 4:
-      (void)pc::sign_prune{}.decode(in, a / 256.0, out);
-      break;
+    case 3: (void)pc::topk{}.decode(in, (1 + a) / 256.0, out); break;
+    case 4: (void)pc::sign_prune{}.decode(in, a / 256.0, out); break;
     case 5: {
       pc::powersgd p;
       pc::powersgd_state st;

@@ -64,24 +64,17 @@ TEST_CASE("module_codec payloads: exact size, round trip, error feedback, levels
         const double l = c.level(s);
         const auto sp = c.spec();
         switch (sp.kind) {
-          case pc::codec_kind::identity:
-            b += pc::identity{}.wire_bytes(segs[s].size());
-            break;
+          case pc::codec_kind::identity: b += pc::identity{}.wire_bytes(segs[s].size()); break;
           case pc::codec_kind::bf16:
-          case pc::codec_kind::fp16:
-            b += pc::cast{}.wire_bytes(segs[s].size());
-            break;
+          case pc::codec_kind::fp16: b += pc::cast{}.wire_bytes(segs[s].size()); break;
           case pc::codec_kind::quantize:
             b += pc::quantize{}.wire_bytes(segs[s].size(), int(l));
             break;
-          case pc::codec_kind::topk:
-            b += pc::topk{}.wire_bytes(segs[s].size(), l);
-            break;
+          case pc::codec_kind::topk: b += pc::topk{}.wire_bytes(segs[s].size(), l); break;
           case pc::codec_kind::sign_prune:
             b += pc::sign_prune{}.wire_bytes(segs[s].size(), l);
             break;
-          default:
-            break;
+          default: break;
         }
       }
       return b;
@@ -186,7 +179,7 @@ TEST_CASE("module_codec L-GreCo: levels change every F rounds, within the error 
   REQUIRE(c.level(0) == 2);  // quiet: fewest bits
   REQUIRE(c.level(1) >= 3);  // ordinary: about int4 (bits 2..8 give the knapsack finer steps)
   REQUIRE(c.level(1) <= 4);
-  REQUIRE(c.level(2) > 4);   // loud: more bits
+  REQUIRE(c.level(2) > 4);  // loud: more bits
   REQUIRE(out.size() < uout.size());
   // Within the budget: the error of these levels on a fresh gradient is at most uniform int4's
   // (up to sampling: same distribution).

@@ -17,9 +17,15 @@ inline std::vector<float> gaussian(std::size_t n, std::uint64_t seed, float scal
   for (auto& x : v) x = static_cast<float>(g.normal()) * scale;
   return v;
 }
-inline paco::slice<const float> cv(const std::vector<float>& v) { return {v.data(), v.size()}; }
-inline paco::slice<float> mv(std::vector<float>& v) { return {v.data(), v.size()}; }
-inline paco::slice<std::byte> mb(std::vector<std::byte>& v) { return {v.data(), v.size()}; }
+inline paco::slice<const float> cv(const std::vector<float>& v) {
+  return {v.data(), v.size()};
+}
+inline paco::slice<float> mv(std::vector<float>& v) {
+  return {v.data(), v.size()};
+}
+inline paco::slice<std::byte> mb(std::vector<std::byte>& v) {
+  return {v.data(), v.size()};
+}
 inline paco::slice<const std::byte> cb(const std::vector<std::byte>& v) {
   return {v.data(), v.size()};
 }

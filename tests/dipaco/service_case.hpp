@@ -23,7 +23,8 @@ void dipaco_service_case(WithRank&& with_rank, int ranks,
   std::vector<std::size_t> sent(ranks);
   std::vector<std::thread> th;
   for (int r = 0; r < ranks; ++r)
-    th.emplace_back([&, r] { with_rank(r, [&](auto& t) { errs[r] = s.run_rank(t, r, &sent[r]); }); });
+    th.emplace_back(
+        [&, r] { with_rank(r, [&](auto& t) { errs[r] = s.run_rank(t, r, &sent[r]); }); });
   for (auto& t : th) t.join();
   for (auto& e : errs) REQUIRE(e.ok());
   for (int m = 0; m < 4; ++m) {

@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <set>
 
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include "paco/nn/gpt.hpp"
 #include "paco/outer/outer.hpp"

@@ -31,9 +31,11 @@ TEST_CASE("delta coefficients: shard weights and the sqrt(P) rescale", "[outer]"
   auto c = delta_coefficients({1, 3}, 4, {.weight_by_shard = true, .rescale = path_rescale::none});
   REQUIRE(c[0] == Approx(0.25));
   REQUIRE(c[1] == Approx(0.75));
-  auto u = delta_coefficients({1, 3}, 4, {.weight_by_shard = false, .rescale = path_rescale::sqrt_paths});
+  auto u = delta_coefficients({1, 3}, 4,
+                              {.weight_by_shard = false, .rescale = path_rescale::sqrt_paths});
   REQUIRE(u[0] == Approx(1.0));  // √4 · 1/2
-  auto v = delta_coefficients({5}, 4, {.weight_by_shard = true, .rescale = path_rescale::inv_sqrt_paths});
+  auto v = delta_coefficients({5}, 4,
+                              {.weight_by_shard = true, .rescale = path_rescale::inv_sqrt_paths});
   REQUIRE(v[0] == Approx(0.5));
   std::vector<float> out(2);
   std::vector<float> d1{1, 2}, d2{3, 4};

@@ -5,8 +5,8 @@
 #include <map>
 
 #include "paco/core/rng.hpp"
-#include "paco/route/route.hpp"
 #include "paco/nn/gpt.hpp"
+#include "paco/route/route.hpp"
 
 using namespace paco;
 using namespace paco::route;
@@ -22,7 +22,8 @@ std::pair<std::vector<float>, std::vector<int>> clusters(int n, int k, int D, st
   std::vector<int> y(n);
   for (int i = 0; i < n; ++i) {
     y[i] = i % k;
-    for (int d = 0; d < D; ++d) x[std::size_t(i) * D + d] = centres[std::size_t(y[i]) * D + d] + float(spread * r.normal());
+    for (int d = 0; d < D; ++d)
+      x[std::size_t(i) * D + d] = centres[std::size_t(y[i]) * D + d] + float(spread * r.normal());
   }
   return {x, y};
 }
@@ -129,13 +130,15 @@ std::vector<std::int32_t> random_tokens(std::size_t n, std::uint64_t seed, int V
 }
 }  // namespace
 
-TEST_CASE("sliding_window: every target scored once, after the first T with >= T - S + 1 of context",
-          "[route][scorer]") {
+TEST_CASE(
+    "sliding_window: every target scored once, after the first T with >= T - S + 1 of context",
+    "[route][scorer]") {
   for (auto [T, S] : {std::pair{8, 4}, {8, 8}, {8, 1}, {8, 3}}) {
     const auto rule = *sliding_window::make(T, S);
     std::vector<int> scored(200, 0);
     for (std::size_t k = 0; k < 200; ++k)
-      for (std::size_t i = rule.first_target(k); i <= rule.start(k) + std::size_t(T) && i < 200; ++i) {
+      for (std::size_t i = rule.first_target(k); i <= rule.start(k) + std::size_t(T) && i < 200;
+           ++i) {
         ++scored[i];
         REQUIRE(rule.window_of(i) == k);
         if (i > std::size_t(T)) REQUIRE(i - rule.start(k) >= std::size_t(T - S + 1));
@@ -147,9 +150,10 @@ TEST_CASE("sliding_window: every target scored once, after the first T with >= T
   REQUIRE(sliding_window::make(128, 64)->name() == "sliding_window(T=128,S=64)");
 }
 
-TEST_CASE("token_nats: each target against the model's own forward on its window; batching and "
-          "span boundaries change nothing",
-          "[route][scorer]") {
+TEST_CASE(
+    "token_nats: each target against the model's own forward on its window; batching and "
+    "span boundaries change nothing",
+    "[route][scorer]") {
   nn::gpt m({.vocab = 32, .ctx = 8, .d = 8, .layers = 1, .heads = 2});
   arena<host> a(m.layout());
   m.init(a, 1);

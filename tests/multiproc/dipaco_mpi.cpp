@@ -22,7 +22,8 @@ int main(int argc, char** argv) {
     std::printf("rank %d: FAILED %s\n", r, st.error().what().c_str());
     return 1;
   }
-  if (r != 0) return sent == s.expected_bytes() ? 0 : (std::printf("rank %d: FAILED bytes\n", r), 1);
+  if (r != 0)
+    return sent == s.expected_bytes() ? 0 : (std::printf("rank %d: FAILED bytes\n", r), 1);
   const auto ref = s.reference_hashes();
   int bad = ref.size() == 4 ? 0 : 1;
   for (int m = 0; m < 4 && !bad; ++m)

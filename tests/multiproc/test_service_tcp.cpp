@@ -8,7 +8,8 @@
 #include "../dipaco/service_case.hpp"
 #include "../net/tcp_world.hpp"
 
-TEST_CASE("DiPaCo 2x2 over asio_tcp equals the in-process run bit for bit", "[multiproc][service]") {
+TEST_CASE("DiPaCo 2x2 over asio_tcp equals the in-process run bit for bit",
+          "[multiproc][service]") {
   const int port = paco::testing::free_port();
   std::mutex mu;
   std::string connect_error;  // Catch2 assertions stay on the main thread

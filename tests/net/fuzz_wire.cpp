@@ -36,10 +36,8 @@ static void require_known(std::error_code ec) {
     case errc::corrupt:
     case errc::too_large:
     case errc::auth:
-    case errc::mismatch:
-      return;
-    default:
-      std::abort();
+    case errc::mismatch: return;
+    default: std::abort();
   }
 }
 

@@ -18,7 +18,9 @@
 namespace paco::testing {
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
-inline int free_port() { return net::free_loopback_port(); }
+inline int free_port() {
+  return net::free_loopback_port();
+}
 
 inline net::tcp_options loopback_options(int rank, int size, int port) {
   net::tcp_options o;

@@ -63,14 +63,14 @@ TEST_CASE("asio_tcp TLS: bad files are refused at connect(), naming the field an
     INFO(r.error().what());
     CHECK(r.error().code == code);
     for (auto& w : words) CHECK(has(r.error().message, w));
-    CHECK(net::clock::now() - t0 < 1s);  // checked before any network step
+    CHECK(net::clock::now() - t0 < 1s);      // checked before any network step
     auto c = net::asio_tcp::check_tls(tls);  // the same verdict without connecting
     REQUIRE(!c);
     CHECK(c.error().code == code);
     CHECK(c.error().message == r.error().message);
   };
   const auto m = testing::tls_member(0);
-  CHECK(net::asio_tcp::check_tls(m));                  // good files
+  CHECK(net::asio_tcp::check_tls(m));                   // good files
   CHECK(net::asio_tcp::check_tls(net::tls_options{}));  // TLS off: nothing to check
   auto with = [&](auto change) {
     auto t = m;

@@ -10,7 +10,9 @@ using namespace paco;
 using namespace paco::nn;
 
 namespace {
-gpt_config tiny() { return {.vocab = 17, .ctx = 8, .d = 8, .layers = 2, .heads = 2}; }
+gpt_config tiny() {
+  return {.vocab = 17, .ctx = 8, .d = 8, .layers = 2, .heads = 2};
+}
 
 void random_batch(rng& r, int B, int T, int V, std::vector<std::int32_t>& x,
                   std::vector<std::int32_t>& y) {

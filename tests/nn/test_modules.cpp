@@ -21,8 +21,12 @@ void require_module_ok(const M& m, dims d, double tol, int vocab) {
 
 template <class M>
 void both_precisions(const M& m, dims d, int vocab = 0) {
-  SECTION("double") { require_module_ok<double>(m, d, 1e-6, vocab); }
-  SECTION("float") { require_module_ok<float>(m, d, 3e-2, vocab); }
+  SECTION("double") {
+    require_module_ok<double>(m, d, 1e-6, vocab);
+  }
+  SECTION("float") {
+    require_module_ok<float>(m, d, 3e-2, vocab);
+  }
 }
 
 }  // namespace
@@ -33,8 +37,12 @@ TEST_CASE("linear passes check_module", "[nn]") {
 TEST_CASE("linear without bias passes check_module", "[nn]") {
   both_precisions(linear{.in = 4, .out = 3, .bias = false, .init_std = 0.5f}, {1, 5});
 }
-TEST_CASE("layer_norm passes check_module", "[nn]") { both_precisions(layer_norm{.C = 6}, {2, 3}); }
-TEST_CASE("gelu passes check_module", "[nn]") { both_precisions(gelu{.C = 9}, {2, 2}); }
+TEST_CASE("layer_norm passes check_module", "[nn]") {
+  both_precisions(layer_norm{.C = 6}, {2, 3});
+}
+TEST_CASE("gelu passes check_module", "[nn]") {
+  both_precisions(gelu{.C = 9}, {2, 2});
+}
 TEST_CASE("embedding passes check_module", "[nn]") {
   both_precisions(embedding{.V = 11, .ctx = 5, .C = 4, .init_std = 0.5f}, {2, 5});
 }
@@ -44,7 +52,8 @@ TEST_CASE("causal_attention passes check_module", "[nn]") {
 }
 TEST_CASE("causal_attention with several causal tiles passes check_module", "[nn]") {
   both_precisions(
-      causal_attention{.C = 8, .NH = 2, .init_std = 0.4f, .proj_init_std = 0.4f, .tile = 2}, {2, 7});
+      causal_attention{.C = 8, .NH = 2, .init_std = 0.4f, .proj_init_std = 0.4f, .tile = 2},
+      {2, 7});
 }
 TEST_CASE("causal_attention tiling does not change the result", "[nn]") {
   causal_attention one{.C = 8, .NH = 2, .init_std = 0.4f, .proj_init_std = 0.4f, .tile = 64};
@@ -66,7 +75,8 @@ TEST_CASE("causal_attention tiling does not change the result", "[nn]") {
   one.backward(th.data(), x.data(), dy.data(), dx1.data(), dt1.data(), c1.data(), d, ctx);
   tiled.backward(th.data(), x.data(), dy.data(), dx2.data(), dt2.data(), c2.data(), d, ctx);
   for (std::size_t i = 0; i < dx1.size(); ++i) REQUIRE(dx1[i] == Approx(dx2[i]).epsilon(1e-10));
-  for (std::size_t i = 0; i < dt1.size(); ++i) REQUIRE(dt1[i] == Approx(dt2[i]).margin(1e-12).epsilon(1e-10));
+  for (std::size_t i = 0; i < dt1.size(); ++i)
+    REQUIRE(dt1[i] == Approx(dt2[i]).margin(1e-12).epsilon(1e-10));
 }
 TEST_CASE("lm_head passes check_module", "[nn]") {
   both_precisions(lm_head{.C = 6, .V = 10, .init_std = 0.5f}, {2, 3});
@@ -74,8 +84,12 @@ TEST_CASE("lm_head passes check_module", "[nn]") {
 TEST_CASE("residual, seq and repeat pass check_module", "[nn]") {
   using blk = residual<seq<layer_norm, linear>>;
   blk b{seq<layer_norm, linear>(layer_norm{.C = 6}, linear{.in = 6, .out = 6, .init_std = 0.4f})};
-  SECTION("residual of seq") { both_precisions(b, {2, 3}); }
-  SECTION("repeat of 3") { both_precisions(repeat<blk>{.block = b, .n = 3}, {2, 3}); }
+  SECTION("residual of seq") {
+    both_precisions(b, {2, 3});
+  }
+  SECTION("repeat of 3") {
+    both_precisions(repeat<blk>{.block = b, .n = 3}, {2, 3});
+  }
   SECTION("seq starting from tokens") {
     seq<embedding, layer_norm, lm_head> s(embedding{.V = 13, .ctx = 4, .C = 6, .init_std = 0.5f},
                                           layer_norm{.C = 6},

@@ -29,7 +29,8 @@ diff compare(const float* a, const std::vector<float>& b) {
   for (std::size_t i = 0; i < b.size(); ++i) {
     double e = std::abs(double(a[i]) - b[i]);
     d.max_abs = std::max(d.max_abs, e);
-    d.max_rel = std::max(d.max_rel, e / std::max({double(std::abs(b[i])), 1e-2 * d.ref_max, 1e-30}));
+    d.max_rel =
+        std::max(d.max_rel, e / std::max({double(std::abs(b[i])), 1e-2 * d.ref_max, 1e-30}));
   }
   return d;
 }
@@ -39,8 +40,8 @@ TEST_CASE("GPT matches PyTorch: logits, loss, gradients, and 200 AdamW steps", "
   const std::string src = PACO_SOURCE_DIR;
   for (bool tie : {false, true}) {
     DYNAMIC_SECTION("tie_weights=" << tie) {
-      nn::gpt_config cfg{.vocab = 256, .ctx = 32, .d = 64, .layers = 2, .heads = 4,
-                         .tie_weights = tie};
+      nn::gpt_config cfg{
+          .vocab = 256, .ctx = 32, .d = 64, .layers = 2, .heads = 4, .tie_weights = tie};
       const int B = 4, T = 32, steps = 200;
       const float lr = 1e-3f;
       nn::gpt m(cfg);
@@ -51,7 +52,8 @@ TEST_CASE("GPT matches PyTorch: logits, loss, gradients, and 200 AdamW steps", "
       fs::create_directories(dir);
       // Weights and batches.
       std::vector<io::tensor_ref> w;
-      for (auto& t : m.tensors()) w.push_back({t.name, t.shape, a.get(plane::param).data() + t.offset});
+      for (auto& t : m.tensors())
+        w.push_back({t.name, t.shape, a.get(plane::param).data() + t.offset});
       REQUIRE(io::save_safetensors(dir / "weights.safetensors", w).ok());
       rng r(5);
       std::vector<float> xf(B * T), yf(B * T), xs(steps * B * T), ys(steps * B * T);
@@ -66,17 +68,18 @@ TEST_CASE("GPT matches PyTorch: logits, loss, gradients, and 200 AdamW steps", "
           ys[std::size_t(s) * T + t] = float((unsigned char)text[(o + t + 1) % text.size()]);
         }
       }
-      REQUIRE(io::save_safetensors(dir / "batch.safetensors",
-                                   {{"x", {std::size_t(B), std::size_t(T)}, xf.data()},
-                                    {"y", {std::size_t(B), std::size_t(T)}, yf.data()},
-                                    {"xs", {std::size_t(steps), std::size_t(B), std::size_t(T)}, xs.data()},
-                                    {"ys", {std::size_t(steps), std::size_t(B), std::size_t(T)}, ys.data()}})
+      REQUIRE(io::save_safetensors(
+                  dir / "batch.safetensors",
+                  {{"x", {std::size_t(B), std::size_t(T)}, xf.data()},
+                   {"y", {std::size_t(B), std::size_t(T)}, yf.data()},
+                   {"xs", {std::size_t(steps), std::size_t(B), std::size_t(T)}, xs.data()},
+                   {"ys", {std::size_t(steps), std::size_t(B), std::size_t(T)}, ys.data()}})
                   .ok());
       std::ofstream(dir / "config.json")
           << "{\"vocab\":256,\"ctx\":32,\"d\":64,\"layers\":2,\"heads\":4,\"mlp_mult\":4,\"tie\":"
           << (tie ? "true" : "false") << ",\"lr\":" << lr << "}";
-      const std::string cmd = "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 " +
-                              src + "/tests/parity/torch_side.py " + dir.string();
+      const std::string cmd = "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 " + src +
+                              "/tests/parity/torch_side.py " + dir.string();
       REQUIRE(std::system(cmd.c_str()) == 0);
       auto ref = io::load_safetensors(dir / "torch.safetensors");
       REQUIRE(ref.ok());
@@ -95,7 +98,8 @@ TEST_CASE("GPT matches PyTorch: logits, loss, gradients, and 200 AdamW steps", "
       // forward_backward overwrote logits with dlogits: recompute the logits.
       m.forward(a.get(plane::param).data(), x.data(), ws);
       auto dl = compare(ws.logits.data(), ref->tensors.at("logits").values);
-      std::printf("[parity tie=%d] logits max abs %.2e max rel %.2e\n", tie, dl.max_abs, dl.max_rel);
+      std::printf("[parity tie=%d] logits max abs %.2e max rel %.2e\n", tie, dl.max_abs,
+                  dl.max_rel);
       REQUIRE(dl.max_rel < 1e-4);
       double worst = 0;
       for (auto& t : m.tensors()) {
@@ -127,9 +131,10 @@ TEST_CASE("GPT matches PyTorch: logits, loss, gradients, and 200 AdamW steps", "
         if (s == 0) first = l;
         last = l;
       }
-      std::printf("[parity tie=%d] 200 AdamW steps: loss %.4f -> %.4f (torch %.4f -> %.4f), max "
-                  "relative curve diff %.2e\n",
-                  tie, first, last, curve[0], curve[steps - 1], worst_curve);
+      std::printf(
+          "[parity tie=%d] 200 AdamW steps: loss %.4f -> %.4f (torch %.4f -> %.4f), max "
+          "relative curve diff %.2e\n",
+          tie, first, last, curve[0], curve[steps - 1], worst_curve);
       REQUIRE(curve[steps - 1] < 0.5 * curve[0]);  // the curve really descends
       REQUIRE(worst_curve < 0.01);
       fs::remove_all(dir);

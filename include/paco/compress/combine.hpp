@@ -65,7 +65,8 @@ status ties_merge_decoded(std::size_t workers, Decode&& decode, slice<float> y,
                           slice<float> scratch) {
   const std::size_t n = y.size();
   if (workers == 0) return {errc::invalid_argument, "ties_merge: no payloads"};
-  if (scratch.size() < 3 * n) return {errc::invalid_argument, "ties_merge: scratch needs 3·n floats"};
+  if (scratch.size() < 3 * n)
+    return {errc::invalid_argument, "ties_merge: scratch needs 3·n floats"};
   float* tmp = scratch.data();      // (n) one decoded payload
   float* acc = scratch.data() + n;  // (n) Σ values, then Σ agreeing values
   float* cnt = acc + n;             // (n) number of agreeing workers (exact below 2^24)

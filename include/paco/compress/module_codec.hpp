@@ -106,10 +106,8 @@ class module_codec {
       case codec_kind::identity:
       case codec_kind::bf16:
       case codec_kind::fp16:
-      case codec_kind::powersgd:
-        return wire_reduction::sum;
-      default:
-        return wire_reduction::gather;
+      case codec_kind::powersgd: return wire_reduction::sum;
+      default: return wire_reduction::gather;
     }
   }
   // Whether the sender keeps a residual (lossy codecs, unless "+noef").

@@ -13,19 +13,19 @@
 namespace paco {
 
 enum class plane : int {
-  param = 0,       // θ
-  grad = 1,        // ∇θ (backward accumulates here)
-  moment1 = 2,     // AdamW m / SGD momentum
-  moment2 = 3,     // AdamW v
-  anchor = 4,      // θ_start of the current outer round
+  param = 0,    // θ
+  grad = 1,     // ∇θ (backward accumulates here)
+  moment1 = 2,  // AdamW m / SGD momentum
+  moment2 = 3,  // AdamW v
+  anchor = 4,   // θ_start of the current outer round
   outer_momentum = 5,
-  residual = 6,    // error-feedback residual of compression
+  residual = 6,  // error-feedback residual of compression
 };
 inline constexpr int plane_count = 7;
 
 inline constexpr std::string_view plane_name(plane p) {
-  constexpr std::string_view names[plane_count] = {
-      "param", "grad", "moment1", "moment2", "anchor", "outer_momentum", "residual"};
+  constexpr std::string_view names[plane_count] = {"param",  "grad",           "moment1", "moment2",
+                                                   "anchor", "outer_momentum", "residual"};
   return names[static_cast<int>(p)];
 }
 

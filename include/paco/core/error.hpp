@@ -143,8 +143,8 @@ class status {
 #ifdef NDEBUG
 #define PACO_ASSERT(cond, msg) ((void)0)
 #else
-#define PACO_ASSERT(cond, msg)                                                               \
-  ((cond) ? (void)0                                                                           \
-          : throw std::logic_error(std::string("paco contract violated: ") + (msg) + " [" +  \
+#define PACO_ASSERT(cond, msg)                                                              \
+  ((cond) ? (void)0                                                                         \
+          : throw std::logic_error(std::string("paco contract violated: ") + (msg) + " [" + \
                                    #cond + "] at " + __FILE__ + ":" + std::to_string(__LINE__)))
 #endif

@@ -22,6 +22,7 @@ struct slice {
   constexpr slice() = default;
   constexpr slice(T* p, std::size_t count) : ptr(p), n(count) {}
   // A slice of const T from a slice of T.
+  // clang-format off
   template <class U>
     requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
   constexpr slice(slice<U, B> s) : ptr(s.ptr), n(s.n) {}
@@ -29,6 +30,7 @@ struct slice {
   template <class U, std::size_t E>
     requires(std::is_same_v<B, host> && std::is_convertible_v<U (*)[], T (*)[]>)
   constexpr slice(std::span<U, E> s) : ptr(s.data()), n(s.size()) {}
+  // clang-format on
 
   constexpr T* data() const noexcept { return ptr; }
   constexpr std::size_t size() const noexcept { return n; }
@@ -36,6 +38,7 @@ struct slice {
   constexpr bool empty() const noexcept { return n == 0; }
 
   // Requires: B is host; i < size().
+  // clang-format off
   constexpr T& operator[](std::size_t i) const noexcept
     requires std::is_same_v<B, host>
   {
@@ -51,17 +54,20 @@ struct slice {
   {
     return ptr + n;
   }
+  // clang-format on
 
   // Requires: offset + count <= size().
   constexpr slice sub(std::size_t offset, std::size_t count) const {
     PACO_ASSERT(offset + count <= n, "slice::sub out of range");
     return {ptr + offset, count};
   }
+  // clang-format off
   constexpr std::span<T> span() const noexcept
     requires std::is_same_v<B, host>
   {
     return {ptr, n};
   }
+  // clang-format on
 };
 
 template <class T>

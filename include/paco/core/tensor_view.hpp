@@ -21,9 +21,11 @@ struct tensor_view {
   constexpr slice<T, B> flat() const noexcept { return {ptr, size()}; }
 
   // Requires: each index < its extent.
+  // clang-format off
   template <class... I>
     requires(sizeof...(I) == R)
   constexpr T& operator()(I... idx) const noexcept {
+    // clang-format on
     std::size_t ix[R] = {static_cast<std::size_t>(idx)...};
     std::size_t off = 0;
     for (std::size_t d = 0; d < R; ++d) {

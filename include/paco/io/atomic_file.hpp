@@ -66,9 +66,8 @@ inline status write_file_atomic(
 }
 
 inline status write_file_atomic(const std::filesystem::path& target, std::string_view content) {
-  return write_file_atomic(target, [&](const auto& append) {
-    return append(content.data(), content.size());
-  });
+  return write_file_atomic(
+      target, [&](const auto& append) { return append(content.data(), content.size()); });
 }
 
 }  // namespace paco::io

@@ -15,16 +15,20 @@ class progress {
  public:
   struct options {
     std::FILE* out = stderr;
-    double min_interval_s = 0.1;      // redraw rate on a terminal
-    double log_interval_s = 10.0;     // line rate when not a terminal
+    double min_interval_s = 0.1;   // redraw rate on a terminal
+    double log_interval_s = 10.0;  // line rate when not a terminal
     int bar_width = 24;
   };
 
   // Requires: total > 0.
   progress(std::string label, long long total) : progress(std::move(label), total, options{}) {}
   progress(std::string label, long long total, options o)
-      : label_(std::move(label)), total_(total > 0 ? total : 1), o_(o),
-        tty_(isatty(fileno(o.out)) != 0), start_(clock::now()), last_(start_) {}
+      : label_(std::move(label)),
+        total_(total > 0 ? total : 1),
+        o_(o),
+        tty_(isatty(fileno(o.out)) != 0),
+        start_(clock::now()),
+        last_(start_) {}
 
   // Reports `done` of total, with an optional status text (e.g. "loss 1.93").
   // Ensures: output at most every min_interval_s (tty) or log_interval_s (not a tty), and always
@@ -41,9 +45,9 @@ class progress {
     int fill = static_cast<int>(frac * o_.bar_width + 0.5);
     std::string bar(static_cast<std::size_t>(fill), '#');
     bar.resize(static_cast<std::size_t>(o_.bar_width), '.');
-    std::fprintf(o_.out, "%s%s [%s] %lld/%lld %5.1f%% %s elapsed %s eta %s%s", tty_ ? "\r\033[K" : "",
-                 label_.c_str(), bar.c_str(), done, total_, 100.0 * frac, text.c_str(),
-                 hms(el).c_str(), hms(eta).c_str(), tty_ && !final ? "" : "\n");
+    std::fprintf(o_.out, "%s%s [%s] %lld/%lld %5.1f%% %s elapsed %s eta %s%s",
+                 tty_ ? "\r\033[K" : "", label_.c_str(), bar.c_str(), done, total_, 100.0 * frac,
+                 text.c_str(), hms(el).c_str(), hms(eta).c_str(), tty_ && !final ? "" : "\n");
     std::fflush(o_.out);
   }
 

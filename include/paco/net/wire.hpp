@@ -142,14 +142,10 @@ inline std::int64_t control_payload_bytes(kind k) noexcept {
     case kind::heartbeat:
     case kind::welcome:
     case kind::refuse:
-    case kind::bye:
-      return 0;
-    case kind::hello:
-      return sizeof(hello_body);
-    case kind::auth:
-      return sizeof(auth_body);
-    default:
-      return -1;
+    case kind::bye: return 0;
+    case kind::hello: return sizeof(hello_body);
+    case kind::auth: return sizeof(auth_body);
+    default: return -1;
   }
 }
 

@@ -51,9 +51,9 @@ struct causal_attention {
     PACO_ASSERT(C % NH == 0, "channels must divide by heads");
     const int T_ = d.T, hs = C / NH, C3 = 3 * C;
     const std::size_t N = d.rows();
-    T* qkv_ = cache;                                    // (B,T,3C)
-    T* att = cache + N * C3;                            // (B,NH,T,T)
-    T* a = att + std::size_t(d.B) * NH * T_ * T_;       // (B,T,C)
+    T* qkv_ = cache;                               // (B,T,3C)
+    T* att = cache + N * C3;                       // (B,NH,T,T)
+    T* a = att + std::size_t(d.B) * NH * T_ * T_;  // (B,T,C)
     qkv().forward(theta, x, qkv_, static_cast<T*>(nullptr), d, ctx);
     const T scale = T(1) / std::sqrt(T(hs));
     for (int b = 0; b < d.B; ++b)
@@ -67,8 +67,8 @@ struct causal_attention {
         for (int r0 = 0; r0 < T_; r0 += tile) {
           const int r1 = std::min(T_, r0 + tile), rows = r1 - r0;
           // S[r0:r1, 0:r1] = q[r0:r1] k[0:r1]ᵀ · scale
-          gemm<T>(trans::no, trans::yes, rows, r1, hs, scale, q + std::size_t(r0) * C3, C3, k,
-                  C3, T(0), P + std::size_t(r0) * T_, T_);
+          gemm<T>(trans::no, trans::yes, rows, r1, hs, scale, q + std::size_t(r0) * C3, C3, k, C3,
+                  T(0), P + std::size_t(r0) * T_, T_);
           for (int t = r0; t < r1; ++t) {  // causal softmax over j ≤ t; zero above
             T* row = P + std::size_t(t) * T_;
             Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> r(row, t + 1);
@@ -129,8 +129,8 @@ struct causal_attention {
           // dq[r0:r1] += dS[r0:r1, 0:r1] k[0:r1];  dk[0:r1] += dS[r0:r1, 0:r1]ᵀ q[r0:r1]
           gemm<T>(trans::no, trans::no, rows, hs, r1, T(1), dSr, T_, k, C3, T(1),
                   dq + std::size_t(r0) * C3, C3);
-          gemm<T>(trans::yes, trans::no, r1, hs, rows, T(1), dSr, T_, q + std::size_t(r0) * C3,
-                  C3, T(1), dk, C3);
+          gemm<T>(trans::yes, trans::no, r1, hs, rows, T(1), dSr, T_, q + std::size_t(r0) * C3, C3,
+                  T(1), dk, C3);
         }
       }
     qkv().backward(theta, x, dqkv, dx, dtheta, static_cast<T*>(nullptr), d, ctx);

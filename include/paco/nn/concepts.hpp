@@ -27,13 +27,16 @@ struct dims {
 };
 
 // Modules whose input is token ids say `static constexpr bool takes_tokens = true`.
+// clang-format off
 template <class M>
 constexpr bool takes_tokens_v = requires { requires M::takes_tokens; };
+// clang-format on
 
 // The element type of module M's input when it computes in T.
 template <class M, class T>
 using input_t = std::conditional_t<takes_tokens_v<M>, std::int32_t, T>;
 
+// clang-format off
 template <class M>
 concept Module = std::copy_constructible<M> &&
     requires(const M& m, dims d, rng& r, context& ctx, float* p, const float* cp,
@@ -47,5 +50,6 @@ concept Module = std::copy_constructible<M> &&
       m.forward(cp, x, p, p, d, ctx);
       m.backward(cp, x, cp, p, p, cp, d, ctx);
     };
+// clang-format on
 
 }  // namespace paco::nn

@@ -10,9 +10,9 @@ namespace paco::nn {
 
 struct embedding {
   static constexpr bool takes_tokens = true;
-  int V = 256;   // vocabulary
-  int ctx = 0;   // maximum sequence length
-  int C = 0;     // channels
+  int V = 256;  // vocabulary
+  int ctx = 0;  // maximum sequence length
+  int C = 0;    // channels
   float init_std = 0.02f;
 
   std::size_t param_count() const { return std::size_t(V + ctx) * C; }

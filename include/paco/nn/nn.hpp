@@ -12,7 +12,7 @@
 #include "paco/nn/layer_norm.hpp"
 #include "paco/nn/linear.hpp"
 #include "paco/nn/lm_head.hpp"
-#include "paco/nn/replica.hpp"
 #include "paco/nn/repeat.hpp"
+#include "paco/nn/replica.hpp"
 #include "paco/nn/residual.hpp"
 #include "paco/nn/seq.hpp"

@@ -62,10 +62,10 @@ class replica {
       const auto [b0, b1] = chunks_[c];
       float* g = c == 0 ? g0 : grads_[c - 1].data();
       const std::size_t off = std::size_t(b0) * T_;
-      losses[c] = model_.forward_backward(theta, g, tokens + off, targets + off,
-                                          workspace_for(thread, b1 - b0),
-                                          float(b1 - b0) / float(B_)) *
-                  (b1 - b0) / B_;
+      losses[c] =
+          model_.forward_backward(theta, g, tokens + off, targets + off,
+                                  workspace_for(thread, b1 - b0), float(b1 - b0) / float(B_)) *
+          (b1 - b0) / B_;
     });
     if (!grads_.empty()) {
       pool_.run([&](int i) {  // thread i sums its slice of every buffer, in chunk order

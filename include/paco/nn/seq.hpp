@@ -12,9 +12,11 @@
 
 namespace paco::nn {
 
+// clang-format off
 template <Module... Ms>
   requires(sizeof...(Ms) >= 1)
 struct seq {
+  // clang-format on
   static constexpr std::size_t count = sizeof...(Ms);
   using first_type = std::tuple_element_t<0, std::tuple<Ms...>>;
   static constexpr bool takes_tokens = takes_tokens_v<first_type>;
@@ -90,9 +92,11 @@ struct seq {
  private:
   template <class F>
   void for_each(F&& f) const {
+    // clang-format off
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (f(std::get<I>(children), I), ...);
     }(std::make_index_sequence<count>{});
+    // clang-format on
   }
   std::size_t children_cache(dims d) const {
     std::size_t n = 0;
@@ -109,8 +113,8 @@ struct seq {
     } else {
       m.forward(theta, x, act, cache, d, ctx);
       forward_from<I + 1>(theta + m.param_count(), static_cast<const T*>(act), y,
-                          cache + m.cache_size(d), act + std::size_t(d.rows()) * m.out_width(),
-                          d, ctx);
+                          cache + m.cache_size(d), act + std::size_t(d.rows()) * m.out_width(), d,
+                          ctx);
     }
   }
 

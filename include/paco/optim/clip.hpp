@@ -1,5 +1,6 @@
 #pragma once
-// Global gradient-norm clipping (PyTorch clip_grad_norm_): if ‖g‖₂ > max_norm, g ← g·max_norm/(‖g‖₂+1e-6).
+// Global gradient-norm clipping (PyTorch clip_grad_norm_): if ‖g‖₂ > max_norm, g ←
+// g·max_norm/(‖g‖₂+1e-6).
 
 #include <cmath>
 #include <cstddef>

@@ -34,8 +34,8 @@ inline result<path_rescale> parse_path_rescale(const std::string& s) {
 }
 
 struct delta_options {
-  bool weight_by_shard = true;                    // α_i ∝ shard tokens (else uniform)
-  path_rescale rescale = path_rescale::none;      // s
+  bool weight_by_shard = true;                // α_i ∝ shard tokens (else uniform)
+  path_rescale rescale = path_rescale::none;  // s
 };
 
 // The coefficient c_i = s·α_i of each contribution, given the shard weights of the paths that
@@ -46,9 +46,10 @@ inline std::vector<double> delta_coefficients(const std::vector<double>& weights
   std::vector<double> c(weights.size());
   double sum = 0;
   for (double w : weights) sum += o.weight_by_shard ? w : 1.0;
-  const double s = o.rescale == path_rescale::sqrt_paths       ? std::sqrt(double(paths_through))
-                   : o.rescale == path_rescale::inv_sqrt_paths ? 1.0 / std::sqrt(double(paths_through))
-                                                               : 1.0;
+  const double s = o.rescale == path_rescale::sqrt_paths ? std::sqrt(double(paths_through))
+                   : o.rescale == path_rescale::inv_sqrt_paths
+                       ? 1.0 / std::sqrt(double(paths_through))
+                       : 1.0;
   for (std::size_t i = 0; i < weights.size(); ++i)
     c[i] = s * (o.weight_by_shard ? weights[i] : 1.0) / sum;
   return c;

@@ -71,7 +71,8 @@ inline result<std::vector<level_span>> split_gpt_levels(const param_layout& layo
                                              " blocks into " + std::to_string(levels) + " levels");
   std::vector<std::vector<std::string>> names(levels);
   names[0].push_back("embed");
-  for (int b = 0; b < blocks; ++b) names[std::size_t(b) * levels / blocks].push_back("block." + std::to_string(b));
+  for (int b = 0; b < blocks; ++b)
+    names[std::size_t(b) * levels / blocks].push_back("block." + std::to_string(b));
   names.back().push_back("ln_f");
   if (layout.find("head")) names.back().push_back("head");
   return make_level_map(layout, names);

@@ -32,7 +32,7 @@ struct check_report {
   bool backward_accumulates = false;
   double max_err_theta = 0;  // max |fd − analytic| / max(1, |fd|, |analytic|)
   double max_err_x = 0;
-  std::string detail;        // where the worst error was
+  std::string detail;  // where the worst error was
 };
 
 template <class T, nn::Module M>

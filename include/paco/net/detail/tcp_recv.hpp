@@ -50,14 +50,11 @@ inline void on_header(tcp_core& core, tcp_link& L, const boost::system::error_co
     return core.fail_link(
         L, ec, "bad frame header from rank " + std::to_string(L.peer) + ": " + ec.message());
   switch (static_cast<wire::kind>(L.rh.kind)) {
-    case wire::kind::heartbeat:
-      lk.unlock();
-      return read_header(core, L);
+    case wire::kind::heartbeat: lk.unlock(); return read_header(core, L);
     case wire::kind::bye:
       return core.fail_link(L, errc::peer_lost,
                             "rank " + std::to_string(L.peer) + " closed the connection");
-    case wire::kind::data:
-      return dispatch(core, L);
+    case wire::kind::data: return dispatch(core, L);
     default:
       return core.fail_link(L, errc::protocol,
                             "unexpected frame kind " + std::to_string(L.rh.kind) + " from rank " +
