@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Configures and builds paco into ${PACO_BUILD_DIR:-build} (Release, Ninja). Extra args go to cmake.
+# Configures and builds paco into ${PACO_BUILD_DIR:-build} (Release, Ninja). Extra args go to cmake;
+# PACO_WERROR=ON makes warnings in the project's own binaries errors (as CI builds).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${PACO_BUILD_DIR:-$root/build}"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+werror=()
+[[ -n "${PACO_WERROR:-}" ]] && werror=(-DPACO_WERROR="$PACO_WERROR")  # CI: PACO_WERROR=ON
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${werror[@]}" "$@" >/dev/null
 cmake --build "$build" -j "${PACO_JOBS:-$(nproc)}"

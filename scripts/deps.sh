@@ -7,7 +7,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config clang
+  build-essential cmake ninja-build pkg-config clang clang-format
   libeigen3-dev libboost-dev librange-v3-dev libssl-dev nlohmann-json3-dev
   catch2 libcli11-dev libtomlplusplus-dev libbenchmark-dev
   libopenblas-dev libopenblas0-openmp libopenmpi-dev openmpi-bin

@@ -294,9 +294,25 @@ status load_store(const train_config& cfg, const run_dir& rd, const path::path_p
 }
 
 // ---- export: every path (and the base model) as a self-describing model file ----
+// One exported model: out/<stem>.safetensors (nn::save_gpt), and with hf also out/hf/<stem>/
+// in Hugging Face's GPT-2 layout (nn::save_gpt_hf). Errors name the file.
+inline status export_model(const fs::path& out, const std::string& stem, const nn::gpt& model,
+                           const float* theta, const std::map<std::string, std::string>& meta,
+                           bool hf) {
+  const fs::path file = out / (stem + ".safetensors");
+  if (auto s = nn::save_gpt(file, model, theta, meta); !s) return s;
+  std::printf("paco_train: wrote %s\n", file.c_str());
+  if (!hf) return {};
+  if (auto s = nn::save_gpt_hf(out / "hf" / stem, model, theta, meta); !s) return s;
+  std::printf("paco_train: wrote %s/ (Hugging Face GPT-2 layout)\n", (out / "hf" / stem).c_str());
+  return {};
+}
+
 // Writes out/base.safetensors and out/path-E0-E1….safetensors (nn/gpt_file.hpp: GPT-2 tensor
-// names, the model config in the metadata) from the run's store checkpoint. Errors name the file.
-inline status export_paths(const train_config& cfg, const run_dir& rd, const fs::path& out) {
+// names, the model config in the metadata) from the run's store checkpoint, and with hf each also
+// in Hugging Face's layout under out/hf/. Errors name the file.
+inline status export_paths(const train_config& cfg, const run_dir& rd, const fs::path& out,
+                           bool hf = false) {
   const auto g = make_plan(cfg);
   nn::gpt model(cfg.model);
   arena<host> base(model.layout());
@@ -305,29 +321,26 @@ inline status export_paths(const train_config& cfg, const run_dir& rd, const fs:
   if (auto s = load_store(cfg, rd, g, store); !s) return s;
   fs::create_directories(out);
   const float* b = base.get(plane::param).data();
-  if (auto s = nn::save_gpt(out / "base.safetensors", model, b,
-                            {{"source", rd.base().string()}, {"path", "base"}});
+  if (auto s = export_model(out, "base", model, b,
+                            {{"source", rd.base().string()}, {"path", "base"}}, hf);
       !s)
     return s;
-  std::printf("paco_train: wrote %s\n", (out / "base.safetensors").c_str());
   for (int p = 0; p < g.paths(); ++p) {
     std::vector<float> th(b, b + model.layout().total());
     long round = 0;
     g.assemble(p, th.data(),
                [&](int m, std::span<float> dst) { round = store.pull(m, dst).first; });
     const std::string name = g.path_name(p);
-    std::string file = "path";  // path (0,1) → path-0-1.safetensors
-    for (int e : g.path_experts(p)) file += "-" + std::to_string(e);
-    file += ".safetensors";
-    if (auto s = nn::save_gpt(out / file, model, th.data(),
+    std::string stem = "path";  // path (0,1) → path-0-1.safetensors
+    for (int e : g.path_experts(p)) stem += "-" + std::to_string(e);
+    if (auto s = export_model(out, stem, model, th.data(),
                               {{"source", rd.store().string()},
                                {"path", name},
                                {"grid", g.describe()},
-                               {"round", std::to_string(round)}});
+                               {"round", std::to_string(round)}},
+                              hf);
         !s)
       return s;
-    std::printf("paco_train: wrote %s (path %s, round %ld)\n", (out / file).c_str(), name.c_str(),
-                round);
   }
   return {};
 }

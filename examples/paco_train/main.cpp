@@ -71,6 +71,10 @@ int main(int argc, char** argv) {
                  "write the trained model(s) to DIR as self-describing safetensors (GPT-2 tensor "
                  "names, config in the metadata) and exit: dipaco jobs every path and the base "
                  "model, the LM job its checkpoint");
+  bool export_hf = false;
+  app.add_flag("--export-hf", export_hf,
+               "with --export: also write each model in Hugging Face's GPT-2 layout, "
+               "DIR/hf/<name>/ (config.json + model.safetensors, GPT2LMHeadModel's names)");
   CLI11_PARSE(app, argc, argv);
 
   auto cfg_r = paco_train::load_config(config_path, overrides);
@@ -83,7 +87,7 @@ int main(int argc, char** argv) {
     paco_train::run_dir rd{run_dir.empty() ? fs::path(cfg.output.dir) : fs::path(run_dir)};
     try {
       if (!export_dir.empty()) {
-        auto s = paco_train::export_paths(cfg, rd, export_dir);
+        auto s = paco_train::export_paths(cfg, rd, export_dir, export_hf);
         if (!s)
           return std::fprintf(stderr, "paco_train: export: %s\n", s.error().what().c_str()), 2;
         return 0;
@@ -116,13 +120,12 @@ int main(int argc, char** argv) {
     auto info = io::load_checkpoint(ckpt, model.tensors(), a);
     if (!info)
       return std::fprintf(stderr, "paco_train: export: %s\n", info.error().what().c_str()), 2;
-    const fs::path out = fs::path(export_dir) / "model.safetensors";
     fs::create_directories(export_dir);
-    if (auto s = nn::save_gpt(out, model, a.get(plane::param).data(),
-                              {{"source", ckpt.string()}, {"step", std::to_string(info->step)}});
+    if (auto s = paco_train::export_model(
+            export_dir, "model", model, a.get(plane::param).data(),
+            {{"source", ckpt.string()}, {"step", std::to_string(info->step)}}, export_hf);
         !s)
       return std::fprintf(stderr, "paco_train: export: %s\n", s.error().what().c_str()), 2;
-    std::printf("paco_train: wrote %s (step %ld)\n", out.c_str(), info->step);
     return 0;
   }
 

@@ -3,7 +3,10 @@ GPT-2-style tensor names and its configuration in the metadata) into PyTorch and
 files with paco's one scorer: sliding windows of ctx bytes with stride ctx/2, every byte after
 the first one a target, each scored once.
 
-usage: /usr/bin/python3 score_exported.py MODEL.safetensors FILE [FILE ...] [--stride S]
+usage: /usr/bin/python3 score_exported.py MODEL FILE [FILE ...] [--stride S]
+MODEL: a paco-gpt-1 file, or a directory nn::save_gpt_hf wrote (Hugging Face's GPT-2 layout:
+config.json + model.safetensors with Conv1D weights stored (in, out)), read back here into the
+same PyTorch twin.
 prints bits/byte per file and in all; the last line is JSON {"bits_per_byte":..,"bytes":..}.
 The model class is bench/peers/torch_gpt.py, the PyTorch twin of paco's GPT (tests/parity).
 Runs with Debian's python3-torch."""
@@ -25,19 +28,43 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from torch_gpt import GPT  # noqa: E402
 
 
-def load(path):
+def read_safetensors(path):
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
         data = f.read()
     meta = header.pop("__metadata__", {})
-    if meta.get("format") != "paco-gpt-1":
-        raise SystemExit(f"{path}: not a paco-gpt-1 file (format {meta.get('format')!r})")
-    cfg = json.loads(meta["config"])
     tensors = {}
     for name, v in header.items():
         b, e = v["data_offsets"]
         tensors[name] = torch.from_numpy(np.frombuffer(data[b:e], dtype=np.float32).copy()).reshape(v["shape"])
+    return tensors, meta
+
+
+def from_hf(directory):
+    """Hugging Face GPT-2 layout back to paco's names and PyTorch Linear shapes."""
+    hf = json.load(open(os.path.join(directory, "config.json")))
+    tensors, meta = read_safetensors(os.path.join(directory, "model.safetensors"))
+    cfg = {"vocab": hf["vocab_size"], "ctx": hf["n_positions"], "d": hf["n_embd"],
+           "layers": hf["n_layer"], "heads": hf["n_head"], "mlp_mult": hf["n_inner"] // hf["n_embd"],
+           "tie_weights": hf["tie_word_embeddings"]}
+    out = {}
+    for name, t in tensors.items():
+        name = name.removeprefix("transformer.")
+        if name.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")):
+            t = t.t().contiguous()  # Conv1D (in, out) -> Linear (out, in)
+        out[name] = t
+    return out, cfg, meta
+
+
+def load(path):
+    if os.path.isdir(path):
+        tensors, cfg, meta = from_hf(path)
+    else:
+        tensors, meta = read_safetensors(path)
+        if meta.get("format") != "paco-gpt-1":
+            raise SystemExit(f"{path}: not a paco-gpt-1 file (format {meta.get('format')!r})")
+        cfg = json.loads(meta["config"])
     model = GPT(vocab=cfg["vocab"], ctx=cfg["ctx"], d=cfg["d"], layers=cfg["layers"],
                 heads=cfg["heads"], mlp_mult=cfg["mlp_mult"], tie=cfg["tie_weights"])
     if cfg["tie_weights"]:

@@ -64,22 +64,42 @@ TEST_CASE("an exported GPT loads back bit for bit and scores the same in PyTorch
     route::nll paco_nll;
     for (auto& s : seqs) paco_nll += route::sequence_nll(model, theta, s, 1, s.size(), rule, ws);
 
-    std::string cmd = "OMP_NUM_THREADS=1 /usr/bin/python3 " + src +
-                      "/examples/torch/score_exported.py " + (dir / "model.safetensors").string();
-    for (auto& f : files) cmd += " " + f;
-    cmd += " > " + (dir / "torch.out").string() + " 2>&1";
-    const int rc = std::system(cmd.c_str());
-    std::ifstream in(dir / "torch.out");
-    const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    INFO(out);
-    REQUIRE(rc == 0);
-    std::smatch m;
-    REQUIRE(
-        std::regex_search(out, m, std::regex(R"("bits_per_byte": ([0-9.eE+-]+), "bytes": (\d+))")));
-    const double torch_bpb = std::stod(m[1]);
-    REQUIRE(std::stoul(m[2]) == paco_nll.tokens);
-    INFO("paco " << paco_nll.bits_per_token() << " torch " << torch_bpb);
-    REQUIRE(std::abs(torch_bpb - paco_nll.bits_per_token()) < 1e-4 * paco_nll.bits_per_token());
+    // PyTorch's bits/byte of the model at `path` (a paco-gpt-1 file or a Hugging Face directory).
+    auto torch_bpb = [&](const fs::path& path) {
+      std::string cmd = "OMP_NUM_THREADS=1 /usr/bin/python3 " + src +
+                        "/examples/torch/score_exported.py " + path.string();
+      for (auto& f : files) cmd += " " + f;
+      cmd += " > " + (dir / "torch.out").string() + " 2>&1";
+      const int rc = std::system(cmd.c_str());
+      std::ifstream in(dir / "torch.out");
+      const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      INFO(out);
+      REQUIRE(rc == 0);
+      std::smatch m;
+      REQUIRE(std::regex_search(out, m,
+                                std::regex(R"("bits_per_byte": ([0-9.eE+-]+), "bytes": (\d+))")));
+      REQUIRE(std::stoul(m[2]) == paco_nll.tokens);
+      return std::stod(m[1]);
+    };
+    const double bpb = paco_nll.bits_per_token();
+    INFO("paco " << bpb);
+    REQUIRE(std::abs(torch_bpb(dir / "model.safetensors") - bpb) < 1e-4 * bpb);
+
+    // The Hugging Face GPT-2 layout: GPT2LMHeadModel's names, Conv1D weights as (in, out).
+    REQUIRE(nn::save_gpt_hf(dir / "hf", model, theta).ok());
+    auto hf = io::load_safetensors(dir / "hf" / "model.safetensors");
+    REQUIRE(hf.ok());
+    REQUIRE(hf->metadata.at("format") == "pt");
+    REQUIRE(hf->tensors.count("lm_head.weight") == (tie ? 0u : 1u));
+    const auto& qkv = hf->tensors.at("transformer.h.1.attn.c_attn.weight");
+    REQUIRE(qkv.shape == std::vector<std::size_t>{32, 96});
+    std::size_t off = 0;
+    for (auto& t : model.tensors())
+      if (t.name == "h.1.attn.c_attn.weight") off = t.offset;
+    for (std::size_t o : {0u, 5u, 95u})
+      for (std::size_t i : {0u, 7u, 31u})
+        REQUIRE(qkv.values[i * 96 + o] == theta[off + o * 32 + i]);
+    REQUIRE(std::abs(torch_bpb(dir / "hf") - bpb) < 1e-4 * bpb);
     fs::remove_all(dir);
   }
 }

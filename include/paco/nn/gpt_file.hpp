@@ -8,6 +8,13 @@
 // plus what the caller adds (which path of which run, the round, the scorer). paco's checksum
 // (io::checksum_key) covers tensors and metadata. examples/torch/score_exported.py loads such a
 // file into PyTorch and reproduces paco's bits/byte.
+//
+// save_gpt_hf writes the same parameters in Hugging Face's GPT-2 layout instead: a directory
+// with config.json (GPT2LMHeadModel: n_embd, n_layer, n_head, n_inner, n_positions, gelu_new,
+// layer_norm_epsilon 1e-5, tie_word_embeddings) and model.safetensors whose tensors carry
+// GPT2LMHeadModel's names ("transformer.h.0.attn.c_attn.weight", …) and shapes — GPT-2's Conv1D
+// stores a projection as (in, out), the transpose of PyTorch's Linear — so that
+// GPT2LMHeadModel.from_pretrained(dir) loads it.
 
 #include <filesystem>
 #include <map>
@@ -17,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "paco/core/error.hpp"
+#include "paco/io/atomic_file.hpp"
 #include "paco/io/safetensors.hpp"
 #include "paco/nn/gpt.hpp"
 
@@ -66,6 +74,54 @@ inline status save_gpt(const std::filesystem::path& path, const gpt& model, cons
   extra["format"] = gpt_file_format;
   extra["config"] = gpt_config_json(model.config());
   return io::save_safetensors(path, refs, std::move(extra));
+}
+
+// Writes θ (a full parameter plane of `model`) in Hugging Face's GPT-2 layout to dir (created):
+// dir/config.json and dir/model.safetensors (metadata "format": "pt", as transformers expects,
+// plus `extra`). Errors: io (the directory or config.json), save_safetensors'.
+inline status save_gpt_hf(const std::filesystem::path& dir, const gpt& model, const float* theta,
+                          std::map<std::string, std::string> extra = {}) {
+  const gpt_config& c = model.config();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return {errc::io, "cannot create '" + dir.string() + "': " + ec.message()};
+  std::vector<io::tensor_ref> refs;
+  std::vector<std::vector<float>> transposed;  // Conv1D weights, (in, out)
+  transposed.reserve(model.tensors().size());
+  for (auto& t : model.tensors()) {
+    const bool conv1d = t.shape.size() == 2 &&
+                        (t.name.ends_with("c_attn.weight") || t.name.ends_with("c_proj.weight") ||
+                         t.name.ends_with("c_fc.weight"));
+    const std::string name = t.name == "lm_head.weight" ? t.name : "transformer." + t.name;
+    if (!conv1d) {
+      refs.push_back({name, t.shape, theta + t.offset});
+      continue;
+    }
+    const std::size_t out = t.shape[0], in = t.shape[1];
+    auto& w = transposed.emplace_back(out * in);
+    for (std::size_t o = 0; o < out; ++o)
+      for (std::size_t i = 0; i < in; ++i) w[i * out + o] = theta[t.offset + o * in + i];
+    refs.push_back({name, {in, out}, w.data()});
+  }
+  nlohmann::ordered_json cfg = {{"architectures", {"GPT2LMHeadModel"}},
+                                {"model_type", "gpt2"},
+                                {"vocab_size", c.vocab},
+                                {"n_positions", c.ctx},
+                                {"n_ctx", c.ctx},
+                                {"n_embd", c.d},
+                                {"n_layer", c.layers},
+                                {"n_head", c.heads},
+                                {"n_inner", c.mlp_mult * c.d},
+                                {"activation_function", "gelu_new"},
+                                {"layer_norm_epsilon", 1e-5},
+                                {"resid_pdrop", 0.0},
+                                {"embd_pdrop", 0.0},
+                                {"attn_pdrop", 0.0},
+                                {"tie_word_embeddings", c.tie_weights},
+                                {"paco_config", nlohmann::json::parse(gpt_config_json(c))}};
+  if (auto s = io::write_file_atomic(dir / "config.json", cfg.dump(2) + "\n"); !s) return s;
+  extra["format"] = "pt";
+  return io::save_safetensors(dir / "model.safetensors", refs, std::move(extra));
 }
 
 struct gpt_file {
