@@ -5,8 +5,8 @@
 #include <mutex>
 #include <string>
 
-#include "../dipaco/service_case.hpp"
 #include "../net/tcp_world.hpp"
+#include "../sync/service_case.hpp"
 
 TEST_CASE("DiPaCo 2x2 over asio_tcp equals the in-process run bit for bit",
           "[multiproc][service]") {

@@ -1,5 +1,5 @@
 #pragma once
-// The DiPaCo-over-store-service case shared by the inproc test (tests/dipaco), the asio_tcp test
+// The DiPaCo-over-store-service case shared by the inproc test (tests/sync), the asio_tcp test
 // and the MPI run (tests/multiproc): rank 0 serves the store, ranks 1..4 train the four paths of
 // a 2x2 grid; the final modules must be bit-identical to the in-process run over local_store.
 // With a compression (e.g. int8), workers push encoded payloads and both stores decode them.
