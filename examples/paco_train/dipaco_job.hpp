@@ -52,6 +52,7 @@
 #include "paco/sync/path_worker.hpp"
 #include "paco/sync/store_service.hpp"
 #include "paco/train/inner_loop.hpp"
+#include "paco/train/routing.hpp"
 #include "paco/train/worker_file.hpp"
 #include "paco/train/worker_loop.hpp"
 
@@ -93,14 +94,13 @@ inline result<job_data> load_job_data(const train_config& cfg) {
   return j;
 }
 
+// The shard of `path`: the training documents routed to it (path < 0: every document).
 inline io::token_stream stream_of(const job_data& j, const std::vector<int>& route, int path) {
-  io::token_stream s;
+  const train::routed_docs docs{.train = {j.train.begin(), j.train.end()}};
+  std::vector<std::vector<int>> sets(j.train.size());
   for (std::size_t i = 0; i < j.train.size(); ++i)
-    if (path < 0 || route[i] == path) {
-      s.doc_start.push_back(s.ids.size());
-      s.ids.insert(s.ids.end(), j.train[i].begin(), j.train[i].end());
-    }
-  return s;
+    if (path < 0 || route[i] == path) sets[i] = {0};
+  return train::shards_of(docs, sets, 1)[0];
 }
 
 inline std::vector<path::level_span> levels_of(const nn::gpt& m, const train_config& cfg) {
