@@ -37,6 +37,7 @@
 #include "paco/sync/dipaco_local.hpp"
 #include "paco/train/diloco_replica.hpp"
 #include "paco/train/inner_loop.hpp"
+#include "paco/train/local_trainer.hpp"
 
 using namespace paco;
 using clk = std::chrono::steady_clock;
@@ -338,36 +339,35 @@ int main(int argc, char** argv) {
           double(o.rounds) * double(sync::allreduce_ring.cost(4 * n, K).bytes +
                                     sync::allreduce_ring.cost(8 * std::size_t(K), K).bytes);
     } else {
-      // ---- workers push to an in-process store ----
-      sync::local_store<outer_t> store(plan.module_table(), outer_opt, {.weight_by_shard = false});
-      sync::init_modules(store, plan, theta0.data());
-      if (c.spec.kind != compress::codec_kind::identity)
-        if (auto s = store.set_compression(c, model, {levels[0]}); !s) {
-          std::fprintf(stderr, "compress_quality: %s\n", s.error().what().c_str());
-          return 2;
-        }
+      // ---- workers push to an in-process store (train/local_trainer.hpp) ----
+      using trainer_t = train::local_trainer<nn::gpt, optim::adamw, outer_t>;
+      auto t = trainer_t::make(model, plan, theta0, shards, inner,
+                               {.inner = icfg,
+                                .outer = outer_opt,
+                                .delta = {.weight_by_shard = false},
+                                .rounds = o.rounds,
+                                .seed = o.seed + 100,
+                                .compression = c});
+      auto sent = [&] {  // bytes per worker so far
+        double b = 0;
+        for (int w = 0; w < K; ++w) b += double((*t)->store().bytes_sent(w)) / K;
+        return b;
+      };
       double prev = 0;
-      auto st = sync::run_local(store, model, plan, spec, inner, icfg, o.rounds,
-                                [&](const sync::round_report& rr) {
-                                  double b = 0;
-                                  for (int w = 0; w < K; ++w) b += double(store.bytes_sent(w)) / K;
-                                  r.bytes_per_round.push_back(b - prev);
-                                  prev = b;
-                                  double l = 0;
-                                  for (double x : rr.worker_loss) l += x / rr.worker_loss.size();
-                                  char txt[48];
-                                  std::snprintf(txt, sizeof txt, "inner loss %.3f", l);
-                                  bar.update(rr.round + 1, txt);
-                                });
+      const status st = !t ? status(t.error()) : (*t)->run({}, [&](const sync::round_report& rr) {
+        r.bytes_per_round.push_back(sent() - prev);
+        prev = sent();
+        bar.update(rr.round + 1, "inner loss", rr.mean_loss());
+      });
       if (!st) {
         std::fprintf(stderr, "compress_quality: %s: %s\n", r.codec.c_str(),
                      st.error().what().c_str());
         return 3;
       }
-      for (int w = 0; w < K; ++w) r.bytes_sent += double(store.bytes_sent(w)) / K;
+      r.bytes_sent = sent();
       r.payload_bytes = r.bytes_sent - double(o.rounds) * sizeof(sync::store_wire::request);
       r.fp32_bytes = double(o.rounds) * fp32_push;
-      sync::assemble_path(store, plan, 0, theta.data());
+      theta = (*t)->path_thetas()[0];
     }
     bar.finish();
     r.val_bpb = val_bpb(theta);

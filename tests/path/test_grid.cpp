@@ -96,6 +96,8 @@ TEST_CASE("path_plan: modules, spans, paths and the store's table from a grid an
   REQUIRE(plan->paths_through(2) == 2);
   REQUIRE(plan->paths_through(3) == 1);
   REQUIRE(plan->path_of_worker(3) == 1);
+  // Every module once: level 0's span twice, level 2's twice (path-specific), level 1's once.
+  REQUIRE(plan->grid_params(m.param_count()) == m.param_count() + lv[0].size + lv[2].size);
   const auto t = plan->module_table();
   REQUIRE(t.size() == 5);
   REQUIRE(t[2].paths_through == 4);  // the shared module: both paths × 2 workers

@@ -293,4 +293,6 @@ TEST_CASE("specialisation_of: per-domain path bits/byte, routed and best counts,
   REQUIRE(s.routed[1] == std::vector<int>{1, 1});
   REQUIRE(s.best[1] == std::vector<int>{0, 2});
   REQUIRE(s.best[0] == std::vector<int>{1, 0});
+  REQUIRE(s.bits(1) ==
+          std::vector<double>{s.nats[1][0].bits_per_token(), s.nats[1][1].bits_per_token()});
 }

@@ -13,14 +13,17 @@ namespace {
 io::token_stream stream(std::uint64_t seed) {
   return testing::synthetic_stream(seed, 3000, 5, 4);
 }
+std::vector<float> init_params(const nn::gpt& model) {  // init(seed 3)'s parameters
+  arena<host> a(model.layout());
+  model.init(a, 3);
+  return {a.get(plane::param).begin(), a.get(plane::param).end()};
+}
 }  // namespace
 
 TEST_CASE("local_trainer: a DiPaCo 2x2 run with a re-routing equals the run built by hand",
           "[train][local_trainer]") {
   nn::gpt model({.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2});
-  arena<host> a0(model.layout());
-  model.init(a0, 3);
-  const std::vector<float> theta0(a0.get(plane::param).begin(), a0.get(plane::param).end());
+  const auto theta0 = init_params(model);
   const auto plan = *path::path_plan::make(path::module_grid<2>::experts({2, 2}),
                                            *path::split_gpt_levels(model.layout(), 2, 2));
   std::vector<io::token_stream> first{stream(1), stream(2), stream(3), stream(4)};
@@ -188,4 +191,40 @@ TEST_CASE("local_trainer: outer optimizers of different types per level (outer::
     REQUIRE(same_level(mixed[p], all_fedavg[p], 1));
     REQUIRE(!same_level(mixed[p], all_nesterov[p], 1));
   }
+}
+
+TEST_CASE("local_trainer: compressed pushes equal the store with set_compression run by hand",
+          "[train][local_trainer]") {
+  nn::gpt model({.vocab = 64, .ctx = 16, .d = 16, .layers = 1, .heads = 2});
+  const auto theta0 = init_params(model);
+  const auto levels = *path::split_gpt_levels(model.layout(), 1, 1);
+  const auto plan = *path::path_plan::make(path::module_grid<1>::experts({1}), levels, 2);
+  std::vector<io::token_stream> shards{stream(1), stream(2)};
+  const train::inner_config icfg{.batch = 2, .ctx = 16, .steps = 2};
+  const optim::adamw inner{.lr = 1e-2f};
+  const sync::compression int8{.spec = *compress::parse_compress_spec("int8")};
+  using trainer_t = train::local_trainer<nn::gpt, optim::adamw, outer::nesterov>;
+  auto t = trainer_t::make(model, plan, theta0, shards, inner,
+                           {.inner = icfg, .rounds = 3, .seed = 9, .compression = int8});
+  REQUIRE(t.ok());
+  REQUIRE((*t)->store().encoded());
+  REQUIRE((*t)->run().ok());
+
+  sync::local_store<outer::nesterov> store(plan.module_table(), outer::nesterov{}, {});
+  sync::init_modules(store, plan, theta0.data());
+  REQUIRE(store.set_compression(int8, model, {levels[0]}).ok());
+  const std::vector<sync::worker_spec> ws{{&shards[0], 9}, {&shards[1], 10}};
+  REQUIRE(sync::run_local(store, model, plan, ws, inner, icfg, 3).ok());
+  std::vector<float> want(theta0);
+  sync::assemble_path(store, plan, 0, want.data());
+  REQUIRE((*t)->path_thetas()[0] == want);  // bit-identical
+  for (int w = 0; w < 2; ++w) {
+    REQUIRE((*t)->store().bytes_sent(w) == store.bytes_sent(w));
+    REQUIRE(store.bytes_sent(w) < 3 * 4 * levels[0].size);  // int8: fewer bytes than fp32
+  }
+  // A compression the store cannot decode is make's error.
+  const sync::compression powersgd{.spec = *compress::parse_compress_spec("powersgd:2")};
+  REQUIRE(!trainer_t::make(model, plan, theta0, shards, inner,
+                           {.inner = icfg, .rounds = 1, .compression = powersgd})
+               .ok());
 }

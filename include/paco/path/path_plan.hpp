@@ -122,6 +122,14 @@ class path_plan {
   }
   // "2x2", "1xP", …
   const std::string& describe() const noexcept { return describe_; }
+  // Parameters of the whole grid for a model of `model_params`: every module once, so each
+  // level's span once per expert. Requires: the levels lie within the model's parameters.
+  // Ensures: model_params + Σ_l (experts at l − 1) · level(l).size.
+  std::size_t grid_params(std::size_t model_params) const {
+    for (int m = 0; m < modules(); ++m) model_params += span_of(m).size;
+    for (auto& l : levels_) model_params -= l.size;
+    return model_params;
+  }
 
   // Workers 0 … workers()−1; worker w trains path w / workers_per_path().
   int path_of_worker(int w) const { return w / workers_per_path_; }

@@ -25,6 +25,12 @@ struct specialisation {
   nll oracle;                                  // every document by its best path
   int router_picks_best = 0;                   // documents whose routed path is their best
   std::size_t documents = 0;
+  // Each path's bits/byte on domain d's documents.
+  std::vector<double> bits(std::size_t d) const {
+    std::vector<double> b;
+    for (auto& n : nats[d]) b.push_back(n.bits_per_token());
+    return b;
+  }
 };
 
 // Requires: per.size() == routed.size() == domain.size(); every per[j] has the same number of

@@ -9,9 +9,11 @@
 //                                    [&](arena<host>& a) { train::dense_run(model, a, …); });
 
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <type_traits>
 
 #include "paco/core/arena.hpp"
 #include "paco/core/error.hpp"
@@ -36,6 +38,23 @@ struct base_model {
   base_origin origin = base_origin::pretrained;
   status saved;  // the save's error, if saving a pretrained model failed
 };
+
+// A configuration key (base_checkpoint::key) from the values that define the base model: each
+// string as is, each number by std::to_string, joined by '/'.
+// Ensures: base_key(std::string("a:"), 1, 2.5f) == "a:/1/2.500000".
+template <class... V>
+std::string base_key(const V&... values) {
+  std::string k;
+  [[maybe_unused]] auto add = [&](const auto& v) {
+    if constexpr (std::is_arithmetic_v<std::decay_t<decltype(v)>>)
+      k += std::to_string(v) + "/";
+    else
+      k += std::string(v) + "/";
+  };
+  (add(values), ...);
+  if (!k.empty()) k.pop_back();
+  return k;
+}
 
 // The base model in `a`: its parameters loaded from ck.file when that exists and its "base_key"
 // equals ck.key; otherwise model.init(a, seed), pretrain(a), and — when ck.file is not empty —
@@ -64,6 +83,17 @@ base_model load_or_pretrain(const M& model, arena<host>& a, const base_checkpoin
     b.saved = io::save_checkpoint(ck.file, model.tensors(), a, ck.step, {{"base_key", ck.key}});
   }
   return b;
+}
+
+// Writes to `out` where a loaded or replaced base model came from: "base model loaded from
+// <file>" or "<file> does not hold this configuration's base model; pretraining"; nothing for a
+// model pretrained without a file to read.
+inline void print_base_origin(std::FILE* out, const base_model& b, const std::string& file) {
+  if (b.origin == base_origin::loaded)
+    std::fprintf(out, "base model loaded from %s\n", file.c_str());
+  if (b.origin == base_origin::replaced)
+    std::fprintf(out, "%s does not hold this configuration's base model; pretraining\n",
+                 file.c_str());
 }
 
 }  // namespace paco::train

@@ -53,6 +53,9 @@ struct local_trainer_config {
   int rounds = 1;                           // outer rounds in all
   std::vector<int> phases;  // phase ends (ascending, the last == rounds); empty: one phase
   std::uint64_t seed = 1;   // worker w samples its shard with seed + w
+  // The workers' pushes: fp32 (identity, the default) or encoded by this compression, which the
+  // store decodes (sync::local_store::set_compression over the plan's module spans).
+  sync::compression compression{};
 };
 
 template <train::Model Model, optim::InnerOptimizer InnerOpt, outer::OuterOptimizer OuterOpt>
@@ -64,7 +67,8 @@ class local_trainer {
       int phase, const std::vector<std::vector<float>>& path_thetas)>;
 
   // Requires: model outlives the trainer. shards: one per plan worker, each longer than ctx.
-  // Errors: invalid_argument for a wrong shard count, θ0 size or phase list; local_run's.
+  // Errors: invalid_argument for a wrong shard count, θ0 size or phase list; set_compression's
+  // (a compression the store cannot decode); local_run's.
   static result<std::unique_ptr<local_trainer>> make(const Model& model, path::path_plan plan,
                                                      std::span<const float> theta0,
                                                      std::vector<io::token_stream> shards,
@@ -91,6 +95,9 @@ class local_trainer {
                        std::to_string(cfg.rounds));
     std::unique_ptr<local_trainer> t(
         new local_trainer(model, std::move(plan), theta0, std::move(shards), cfg));
+    if (cfg.compression.spec.kind != compress::codec_kind::identity)
+      if (auto s = t->store_.set_compression(cfg.compression, model, t->plan_.module_spans()); !s)
+        return s.error();
     std::vector<sync::worker_spec> ws;
     for (int w = 0; w < t->plan_.workers(); ++w)
       ws.push_back({&t->shards_[std::size_t(w)], cfg.seed + std::uint64_t(w)});

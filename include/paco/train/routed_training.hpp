@@ -14,9 +14,11 @@
 //   r->router.route(features_of_a_new_document);
 
 #include <cstddef>
+#include <cstdio>
 #include <functional>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "paco/core/error.hpp"
@@ -48,6 +50,17 @@ struct routed_paths {
   std::vector<long> best_round;
   std::vector<double> best_bits;
 };
+
+// With early stopping, writes one line to `out`: "<name>: early stopping kept each path's
+// parameters of round (held-out bpb):" and each path's best round (from 1) and bits/byte.
+inline void print_early_stopping(std::FILE* out, const std::string& name, const routed_paths& r) {
+  if (r.best_round.empty()) return;
+  std::fprintf(
+      out, "%s: early stopping kept each path's parameters of round (held-out bpb):", name.c_str());
+  for (std::size_t p = 0; p < r.best_round.size(); ++p)
+    std::fprintf(out, " %ld (%.4f)", r.best_round[p] + 1, r.best_bits[p]);
+  std::fprintf(out, "\n");
+}
 
 // Called after re-routing `phase` (1 … reroutes), which the run reaches at round `round`, with
 // the re-routing and the shards the workers take from there on.

@@ -16,7 +16,9 @@
 // generalises to the document, not how well it memorised it.
 
 #include <cstdint>
+#include <cstdio>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "paco/core/error.hpp"
@@ -92,6 +94,19 @@ struct rerouting {
   std::vector<std::vector<int>> sets;  // per document: its top-n paths under the new router
   int moved = 0;                       // documents whose first path differs from `previous`
 };
+
+// Writes one line to `out`: "<name>: re-routing <phase> at round <round>: <moved> of <documents>
+// training documents changed path; shards (MB):" and each shard's tokens in millions.
+inline void print_rerouting(std::FILE* out, const std::string& name, int phase, int round,
+                            const rerouting& r, std::size_t documents,
+                            const std::vector<io::token_stream>& shards) {
+  std::fprintf(out,
+               "%s: re-routing %d at round %d: %d of %zu training documents changed path; "
+               "shards (MB):",
+               name.c_str(), phase, round, r.moved, documents);
+  for (auto& x : shards) std::fprintf(out, " %.2f", x.ids.size() / 1e6);
+  std::fprintf(out, "\n");
+}
 
 // One discriminative re-routing. thetas[p]: path p's full parameters. previous[i]: document i's
 // path so far (kept as its label when its tail is too short to score). Errors: the router's fit

@@ -1,7 +1,7 @@
 #pragma once
 // paco/train: the one inner loop, dense runs and the shared base model, the in-process trainer,
-// DiPaCo's held-out documents and routed training, and the round loop of a path worker against a
-// shared store.
+// DiPaCo's held-out documents, routed training and a routed comparison's shared setup, and the
+// round loop of a path worker against a shared store.
 #include "paco/train/base_model.hpp"
 #include "paco/train/concepts.hpp"
 #include "paco/train/dense_run.hpp"
@@ -11,6 +11,7 @@
 #include "paco/train/inner_loop.hpp"
 #include "paco/train/learning_curve.hpp"
 #include "paco/train/local_trainer.hpp"
+#include "paco/train/routed_setup.hpp"
 #include "paco/train/routed_training.hpp"
 #include "paco/train/routing.hpp"
 #include "paco/train/worker_file.hpp"
