@@ -86,8 +86,7 @@ inline status save_gpt_hf(const std::filesystem::path& dir, const gpt& model, co
   std::filesystem::create_directories(dir, ec);
   if (ec) return {errc::io, "cannot create '" + dir.string() + "': " + ec.message()};
   std::vector<io::tensor_ref> refs;
-  std::vector<std::vector<float>> transposed;  // Conv1D weights, (in, out)
-  transposed.reserve(model.tensors().size());
+  std::vector<std::vector<float>> transposed;  // Conv1D weights, (in, out); moving keeps buffers
   for (auto& t : model.tensors()) {
     const bool conv1d = t.shape.size() == 2 &&
                         (t.name.ends_with("c_attn.weight") || t.name.ends_with("c_proj.weight") ||

@@ -60,7 +60,6 @@ class one_of {
   const X* get_if() const noexcept {
     return std::get_if<X>(&v_);
   }
-  std::size_t index() const noexcept { return v_.index(); }
 
  private:
   std::variant<O...> v_;

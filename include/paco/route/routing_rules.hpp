@@ -9,7 +9,8 @@
 //                     frozen base model's, over min(W, T) tokens), chunk 0 by the prefix's
 //   "_reroute<W>_lik" chunk i+1 by the path that predicted chunk i best
 //
-// after_prefix gives the spans: every document scored after its routing prefix.
+// route/scored_docs.hpp's after_prefix gives the spans: every document scored after its routing
+// prefix.
 //
 //   auto ev = route::after_prefix(docs, 32);
 //   auto s = route::score_routing_rules(model, thetas, ev.spans, features, router,
@@ -25,27 +26,10 @@
 #include "paco/route/concepts.hpp"
 #include "paco/route/evaluate.hpp"
 #include "paco/route/features.hpp"
+#include "paco/route/scored_docs.hpp"
 #include "paco/train/concepts.hpp"
 
 namespace paco::route {
-
-struct prefixed_spans {
-  std::vector<scored_span> spans;  // targets seq[prefix … end) of each kept document
-  std::vector<std::size_t> doc;    // the document of each span
-};
-
-// The documents longer than prefix + 1 tokens, each scored after its first `prefix` tokens.
-// Ensures: spans[j] == {docs[doc[j]], prefix, docs[doc[j]].size()}, doc ascending.
-inline prefixed_spans after_prefix(const std::vector<std::span<const std::int32_t>>& docs,
-                                   std::size_t prefix) {
-  prefixed_spans r;
-  for (std::size_t i = 0; i < docs.size(); ++i)
-    if (docs[i].size() > prefix + 1) {
-      r.spans.push_back({docs[i], prefix, docs[i].size()});
-      r.doc.push_back(i);
-    }
-  return r;
-}
 
 struct rule_score {
   std::string suffix;  // "" for the router's routing, else the rule's (see the top)

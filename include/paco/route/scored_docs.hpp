@@ -1,12 +1,13 @@
 #pragma once
-// scored_docs: a corpus's documents as byte tokens, with the spans the one scorer
-// (route/evaluate.hpp) reads: each document longer than prefix + 1 bytes, scored after its first
-// `prefix` bytes (the bytes a router reads; 0: from the second byte). Owns the tokens the spans
-// point into (move-only, so the spans stay valid).
+// Documents as the one scorer (route/evaluate.hpp) reads them after a routing prefix:
+// after_prefix picks the spans of token sequences one already holds (each document longer than
+// prefix + 1 tokens, scored after its first `prefix`: the bytes a router reads); scored_docs
+// tokenizes a corpus and owns the tokens its spans point into (move-only, so they stay valid).
 //
 //   auto val = route::scored_docs::of(brown.subset(io::split::validation), 32);
 //   route::routed_nll(model, thetas, val.spans, routes, rule, ws).bits_per_token();
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -18,6 +19,25 @@
 
 namespace paco::route {
 
+struct prefixed_spans {
+  std::vector<scored_span> spans;  // targets seq[prefix … end) of each kept document
+  std::vector<std::size_t> doc;    // the document of each span
+};
+
+// The documents longer than prefix + 1 tokens, each scored after its first `prefix` tokens (with
+// prefix 0, from its second: the first token is no target).
+// Ensures: spans[j] == {docs[doc[j]], max(prefix, 1), docs[doc[j]].size()}, doc ascending.
+inline prefixed_spans after_prefix(const std::vector<std::span<const std::int32_t>>& docs,
+                                   std::size_t prefix) {
+  prefixed_spans r;
+  for (std::size_t i = 0; i < docs.size(); ++i)
+    if (docs[i].size() > prefix + 1) {
+      r.spans.push_back({docs[i], std::max<std::size_t>(prefix, 1), docs[i].size()});
+      r.doc.push_back(i);
+    }
+  return r;
+}
+
 struct scored_docs {
   std::vector<std::vector<std::int32_t>> tokens;  // one per scored document
   std::vector<std::string> domains;               // each document's domain (analysis only)
@@ -27,16 +47,18 @@ struct scored_docs {
   scored_docs(scored_docs&&) = default;
   scored_docs& operator=(scored_docs&&) = default;
 
-  // Ensures: every document of c with more than prefix + 1 bytes, in corpus order.
+  // Ensures: every document of c that after_prefix keeps, in corpus order, with its span.
   static scored_docs of(const io::corpus& c, std::size_t prefix = 0) {
-    scored_docs s;
     io::byte_tokenizer tok;
-    for (auto& d : c.docs)
-      if (d.text.size() > prefix + 1) {
-        s.tokens.push_back(tok.encode(d.text));
-        s.domains.push_back(d.domain);
-      }
-    for (auto& t : s.tokens) s.spans.push_back({t, std::max<std::size_t>(prefix, 1), t.size()});
+    std::vector<std::vector<std::int32_t>> all;
+    for (auto& d : c.docs) all.push_back(tok.encode(d.text));
+    auto kept = after_prefix({all.begin(), all.end()}, prefix);
+    scored_docs s;
+    for (auto i : kept.doc) {
+      s.tokens.push_back(std::move(all[i]));  // moves the buffer the span points into
+      s.domains.push_back(c.docs[i].domain);
+    }
+    s.spans = std::move(kept.spans);
     return s;
   }
 

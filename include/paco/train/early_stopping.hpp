@@ -18,6 +18,7 @@
 
 #include "paco/core/error.hpp"
 #include "paco/route/evaluate.hpp"
+#include "paco/route/scored_docs.hpp"
 #include "paco/train/concepts.hpp"
 #include "paco/train/routing.hpp"
 
@@ -30,12 +31,12 @@ inline std::vector<std::vector<route::scored_span>> held_out_slices(
     const routed_docs& docs, const std::vector<std::vector<int>>& sets, int paths) {
   PACO_ASSERT(sets.size() == docs.size(), "one path set per document");
   std::vector<std::vector<route::scored_span>> s(static_cast<std::size_t>(paths));
-  for (std::size_t i = 0; i < docs.size(); ++i)
-    if (docs.tail[i].size() >= 2)
-      for (int p : sets[i]) {
-        PACO_ASSERT(p >= 0 && p < paths, "a path outside the grid");
-        s[std::size_t(p)].push_back({docs.tail[i], 1, docs.tail[i].size()});
-      }
+  const auto tails = route::after_prefix(docs.tail, 0);  // the tails of ≥ 2 tokens, whole
+  for (std::size_t j = 0; j < tails.spans.size(); ++j)
+    for (int p : sets[tails.doc[j]]) {
+      PACO_ASSERT(p >= 0 && p < paths, "a path outside the grid");
+      s[std::size_t(p)].push_back(tails.spans[j]);
+    }
   return s;
 }
 

@@ -23,9 +23,11 @@
 
 #include "paco/core/error.hpp"
 #include "paco/io/batches.hpp"
+#include "paco/route/assign.hpp"
 #include "paco/route/concepts.hpp"
 #include "paco/route/evaluate.hpp"
 #include "paco/route/logistic.hpp"
+#include "paco/route/scored_docs.hpp"
 #include "paco/train/concepts.hpp"
 
 namespace paco::train {
@@ -63,9 +65,7 @@ inline std::vector<io::token_stream> shards_of(const routed_docs& docs,
 // router's dimension; n ≥ 1. Ensures: out[i] == router.rank(docs.feature(i), n).
 template <route::RankingRouter R>
 std::vector<std::vector<int>> top_sets(const R& router, const routed_docs& docs, int n) {
-  std::vector<std::vector<int>> sets(docs.size());
-  for (std::size_t i = 0; i < docs.size(); ++i) sets[i] = router.rank(docs.feature(i), n);
-  return sets;
+  return route::rank_rows(router, docs.features, docs.dim, n);
 }
 
 // Phase ends of a routed run of `rounds` rounds: phase 0 ends at rounds / 3 (the initial
@@ -123,17 +123,11 @@ result<rerouting> discriminative_reroute(const M& model, std::span<const float* 
     return error(errc::invalid_argument, "discriminative_reroute: overlap " +
                                              std::to_string(o.overlap) + " outside [1, " +
                                              std::to_string(paths) + "]");
-  std::vector<route::scored_span> tails;
-  std::vector<std::size_t> tail_doc;
-  for (std::size_t i = 0; i < docs.size(); ++i)
-    if (docs.tail[i].size() >= 2) {
-      tails.push_back({docs.tail[i], 1, docs.tail[i].size()});
-      tail_doc.push_back(i);
-    }
+  const auto tails = route::after_prefix(docs.tail, 0);  // the tails of ≥ 2 tokens, whole
   rerouting r;
   r.labels = previous;
-  const auto best = route::best_paths(route::per_path_nll(model, thetas, tails, rule, ws));
-  for (std::size_t j = 0; j < tails.size(); ++j) r.labels[tail_doc[j]] = best[j];
+  const auto best = route::best_paths(route::per_path_nll(model, thetas, tails.spans, rule, ws));
+  for (std::size_t j = 0; j < tails.spans.size(); ++j) r.labels[tails.doc[j]] = best[j];
   auto ro = o.router;
   ro.k = paths;
   const std::vector<float> x(docs.features.begin(), docs.features.end());
