@@ -1,5 +1,5 @@
 // bench_allreduce MODE RANK SIZE PORT [MAX_BYTES]
-//   MODE asio: paco::sync::allreduce_ring over net::asio_tcp (coordinator 127.0.0.1:PORT)
+//   MODE asio: paco::collectives::allreduce_ring over net::asio_tcp (coordinator 127.0.0.1:PORT)
 //   MODE raw:  the same processes moving the same bytes in the same ring pattern over plain
 //              blocking TCP sockets (no framing, no checksum, no reduction): chunk c of step
 //              s+1 leaves only after chunk c of step s arrived, as in the pipelined ring.
@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include "paco/collectives/collectives.hpp"
 #include "paco/core/buffer.hpp"
 #include "paco/net/asio_tcp.hpp"
-#include "paco/sync/collectives.hpp"
 #include "ring_common.hpp"
 
 using namespace paco;
@@ -54,14 +54,15 @@ static int run_asio(int rank, int p, int port, std::size_t max_bytes) {
     std::vector<double> secs, cpu;
     for (int it = -2; it < iters; ++it) {
       for (std::size_t i = 0; i < n; ++i) x[i] = float((rank + 1) * int(i % 89 + 1));
-      if (auto st = sync::barrier(t, {.until = net::after(std::chrono::seconds(30)), .tag = 2});
+      if (auto st =
+              collectives::barrier(t, {.until = net::after(std::chrono::seconds(30)), .tag = 2});
           !st) {
         std::fprintf(stderr, "rank %d: %s\n", rank, st.error().what().c_str());
         return 1;
       }
       double c0 = bench::cpu_seconds();
       auto t0 = clk::now();
-      auto st = sync::allreduce_ring(
+      auto st = collectives::allreduce_ring(
           t, x.view(), {.until = net::after(std::chrono::seconds(30)), .chunk_bytes = chunk});
       double s = secs_since(t0);
       double c = bench::cpu_seconds() - c0;

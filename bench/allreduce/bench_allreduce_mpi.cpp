@@ -1,13 +1,13 @@
-// mpirun -np 4 bench_allreduce_mpi [MAX_BYTES]: paco::sync::allreduce_ring over net::mpi and
+// mpirun -np 4 bench_allreduce_mpi [MAX_BYTES]: paco::collectives::allreduce_ring over net::mpi and
 // Open MPI's own MPI_Allreduce, same processes, same sizes; rank 0 prints one JSON row per size.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
+#include "paco/collectives/collectives.hpp"
 #include "paco/core/buffer.hpp"
 #include "paco/net/mpi.hpp"
-#include "paco/sync/collectives.hpp"
 #include "ring_common.hpp"
 
 using namespace paco;
@@ -31,8 +31,8 @@ int main(int argc, char** argv) {
         double c0 = bench::cpu_seconds();
         auto t0 = clk::now();
         if (which == 0) {
-          auto st =
-              sync::allreduce_ring(t, x.view(), {.until = net::after(std::chrono::seconds(60))});
+          auto st = collectives::allreduce_ring(t, x.view(),
+                                                {.until = net::after(std::chrono::seconds(60))});
           if (!st) {
             std::fprintf(stderr, "rank %d: %s\n", rank, st.error().what().c_str());
             MPI_Abort(MPI_COMM_WORLD, 1);

@@ -6,7 +6,7 @@
 // and rounds, and combines their pseudo-gradients with a plain mean (outer Nesterov 0.7 / 0.9,
 // or sgd lr 1 with --outer sgd):
 //   store rows      fp32, int8, int4, lgreco:int, topk:D: workers push to an in-process
-//                   local_store; bytes = request header + payload per push (what store_client
+//                   local_store; bytes = request header + payload per push (what store::client
 //                   sends over a transport), per worker.
 //   all-reduce rows powersgd:R: the ranks run diloco_round over inproc (threads as ranks) with
 //                   two summed rounds; bytes = what the rank sent in every collective
@@ -33,9 +33,9 @@
 #include "paco/path/level_map.hpp"
 #include "paco/path/module_grid.hpp"
 #include "paco/route/route.hpp"
-#include "paco/sync/diloco_allreduce.hpp"
-#include "paco/sync/dipaco_local.hpp"
+#include "paco/train/diloco_allreduce.hpp"
 #include "paco/train/diloco_replica.hpp"
+#include "paco/train/dipaco_local.hpp"
 #include "paco/train/inner_loop.hpp"
 #include "paco/train/local_trainer.hpp"
 
@@ -106,9 +106,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "compress_quality: --codecs is empty\n");
     return 2;
   }
-  std::vector<sync::compression> comps;
+  std::vector<store::compression> comps;
   for (auto& n : names) {
-    auto c = sync::parse_compression(n, std::size_t(o.lgreco_every), o.lgreco_alpha);
+    auto c = store::parse_compression(n, std::size_t(o.lgreco_every), o.lgreco_alpha);
     if (!c) {
       std::fprintf(stderr, "compress_quality: %s\n", c.error().what().c_str());
       return 2;
@@ -200,9 +200,9 @@ int main(int argc, char** argv) {
       .schedule = {.lr = o.lr, .min_lr = o.min_lr, .warmup = 50, .total = long(o.rounds) * o.inner},
       .threads = std::max(1, o.threads / K)};
   const optim::adamw inner{.lr = o.lr};
-  std::vector<sync::worker_spec> spec(K);
+  std::vector<train::worker_spec> spec(K);
   for (int w = 0; w < K; ++w) spec[std::size_t(w)] = {&shards[std::size_t(w)], o.seed + 100 + w};
-  const double fp32_push = double(sync::store_wire::push_bytes(4 * levels[0].size));
+  const double fp32_push = double(store::wire::push_bytes(4 * levels[0].size));
 
   // ---- L-GreCo's view of a pseudo-gradient: one worker's Δ after H steps from the base ----
   // Per tensor, the quantisation error ‖g − Q_b(g)‖ at b = 2..8 bits and the multiple-choice
@@ -210,14 +210,14 @@ int main(int argc, char** argv) {
   // bytes than uniform int4 each buys.
   nlohmann::json sweep = nlohmann::json::array();
   {
-    sync::path_worker<nn::gpt, optim::adamw> wk(0, model, levels, {0}, inner, icfg, shards[0],
-                                                spec[0].seed);
+    train::path_worker<nn::gpt, optim::adamw> wk(0, model, levels, {0}, inner, icfg, shards[0],
+                                                 spec[0].seed);
     auto p = wk.state().get(plane::param);
     std::copy(theta0.begin(), theta0.end(), p.begin());
     wk.train();
     std::vector<float> delta(p.size());
     for (std::size_t i = 0; i < p.size(); ++i) delta[i] = theta0[i] - p[i];
-    const auto segs = *sync::module_segments(model, levels[0]);
+    const auto segs = *store::module_segments(model, levels[0]);
     compress::quantize q;
     const std::vector<int> all_bits = compress::lgreco_bits();  // 2..8
     std::vector<std::vector<double>> bytes, errs;               // [tensor][bits − 2]
@@ -282,7 +282,7 @@ int main(int argc, char** argv) {
 
   std::vector<row> rows;
   // One row per codec, with the outer optimizer chosen by --outer.
-  auto run_row = [&](const sync::compression& c, const auto& outer_opt) -> int {
+  auto run_row = [&](const store::compression& c, const auto& outer_opt) -> int {
     using outer_t = std::decay_t<decltype(outer_opt)>;
     const auto t0 = clk::now();
     row r{c.name(), "store"};
@@ -293,18 +293,18 @@ int main(int argc, char** argv) {
       r.transport = "allreduce";
       auto world = net::inproc::world(K);
       std::vector<status> errs(static_cast<std::size_t>(K));
-      std::vector<sync::diloco_traffic> traffic(static_cast<std::size_t>(K));
+      std::vector<train::diloco_traffic> traffic(static_cast<std::size_t>(K));
       std::vector<std::vector<double>> per_round(static_cast<std::size_t>(K));
       std::vector<double> loss(static_cast<std::size_t>(K));
       std::vector<std::thread> th;
       for (int w = 0; w < K; ++w)
         th.emplace_back([&, w] {
-          sync::path_worker<nn::gpt, optim::adamw> wk(w, model, levels, {0}, inner, icfg,
-                                                      shards[std::size_t(w)],
-                                                      spec[std::size_t(w)].seed);
+          train::path_worker<nn::gpt, optim::adamw> wk(w, model, levels, {0}, inner, icfg,
+                                                       shards[std::size_t(w)],
+                                                       spec[std::size_t(w)].seed);
           auto p = wk.state().get(plane::param);
           std::copy(theta0.begin(), theta0.end(), p.begin());
-          auto codec = sync::diloco_codec(c, model);
+          auto codec = train::diloco_codec(c, model);
           if (!codec) return void(errs[std::size_t(w)] = codec.error());
           train::diloco_replica<net::inproc, nn::gpt, optim::adamw, outer_t> rep(
               world[std::size_t(w)], wk, outer_opt, std::move(*codec));
@@ -336,8 +336,8 @@ int main(int argc, char** argv) {
       // fp32 over the same transport: one ring all-reduce of Δ and the hash check per round.
       const std::size_t n = model.layout().total();
       r.fp32_bytes =
-          double(o.rounds) * double(sync::allreduce_ring.cost(4 * n, K).bytes +
-                                    sync::allreduce_ring.cost(8 * std::size_t(K), K).bytes);
+          double(o.rounds) * double(collectives::allreduce_ring.cost(4 * n, K).bytes +
+                                    collectives::allreduce_ring.cost(8 * std::size_t(K), K).bytes);
     } else {
       // ---- workers push to an in-process store (train/local_trainer.hpp) ----
       using trainer_t = train::local_trainer<nn::gpt, optim::adamw, outer_t>;
@@ -354,7 +354,7 @@ int main(int argc, char** argv) {
         return b;
       };
       double prev = 0;
-      const status st = !t ? status(t.error()) : (*t)->run({}, [&](const sync::round_report& rr) {
+      const status st = !t ? status(t.error()) : (*t)->run({}, [&](const train::round_report& rr) {
         r.bytes_per_round.push_back(sent() - prev);
         prev = sent();
         bar.update(rr.round + 1, "inner loss", rr.mean_loss());
@@ -365,7 +365,7 @@ int main(int argc, char** argv) {
         return 3;
       }
       r.bytes_sent = sent();
-      r.payload_bytes = r.bytes_sent - double(o.rounds) * sizeof(sync::store_wire::request);
+      r.payload_bytes = r.bytes_sent - double(o.rounds) * sizeof(store::wire::request);
       r.fp32_bytes = double(o.rounds) * fp32_push;
       theta = (*t)->path_thetas()[0];
     }

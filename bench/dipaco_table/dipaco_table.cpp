@@ -247,7 +247,7 @@ int main(int argc, char** argv) {
     const int w = plan.workers();
     const double dp = spec.dp_peer ? double(o.steps) * 2.0 * (w - 1) / w * double(P) * 4.0 : 0;
     io::progress bar(spec.name, rounds);
-    auto on_round = [&](const sync::round_report& rr) {
+    auto on_round = [&](const train::round_report& rr) {
       bar.update(rr.round + 1, "inner loss", rr.mean_loss());
     };
     if (spec.data == shards::kmeans) {

@@ -39,7 +39,7 @@ int main(int argc, char** argv) try {
           .value_or_throw();
   diloco
       ->run({},
-            [](const sync::round_report& r) {
+            [](const train::round_report& r) {
               double loss = 0;
               for (double l : r.worker_loss) loss += l / double(r.worker_loss.size());
               std::printf("round %3ld  mean inner loss %.3f nats/byte\n", r.round + 1, loss);

@@ -15,9 +15,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "paco/collectives/collectives.hpp"
 #include "paco/net/asio_tcp.hpp"
 #include "paco/net/free_port.hpp"
-#include "paco/sync/collectives.hpp"
 
 using namespace paco;
 
@@ -66,11 +66,13 @@ int main(int argc, char** argv) {
       for (long k = 0;; ++k) {
         bool stop = net::clock::now() >= end;
         int go = stop ? 0 : 1;  // agree on stopping: an all-reduce of the votes
-        if (!sync::allreduce_ring(*t.value(), std::span<int>(&go, 1), {.tag = 1}).ok() || go < p)
+        if (!collectives::allreduce_ring(*t.value(), std::span<int>(&go, 1), {.tag = 1}).ok() ||
+            go < p)
           break;
         for (std::size_t i = 0; i < n; ++i) x[i] = float(r + 1);
-        auto st = sync::allreduce_ring(*t.value(), std::span<float>(x),
-                                       {.until = net::after(std::chrono::seconds(120)), .tag = 2});
+        auto st =
+            collectives::allreduce_ring(*t.value(), std::span<float>(x),
+                                        {.until = net::after(std::chrono::seconds(120)), .tag = 2});
         if (!st || x[n / 2] != float(p * (p + 1) / 2)) {
           std::fprintf(stderr, "rank %d: %s\n", r, st ? "wrong result" : st.error().what().c_str());
           failures++;

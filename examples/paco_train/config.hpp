@@ -18,7 +18,7 @@
 #include "paco/nn/gpt.hpp"
 #include "paco/optim/adamw.hpp"
 #include "paco/path/path_plan.hpp"
-#include "paco/sync/compression.hpp"
+#include "paco/store/compression.hpp"
 
 namespace paco_train {
 
@@ -224,8 +224,8 @@ inline result<paco::io::corpus> load_data(const data_section& d) {
 }
 
 // The push codec of a validated config's DiPaCo job.
-inline paco::sync::compression compression_of(const train_config& c) {
-  return paco::sync::parse_compression(c.dipaco.compress, std::size_t(c.dipaco.lgreco_every))
+inline paco::store::compression compression_of(const train_config& c) {
+  return paco::store::parse_compression(c.dipaco.compress, std::size_t(c.dipaco.lgreco_every))
       .value_or_throw();
 }
 
@@ -297,9 +297,9 @@ inline paco::status validate(const train_config& c) {
           range(d.lgreco_every >= 1 && d.lgreco_every <= 1000000, "dipaco.lgreco_every",
                 "in [1, 1000000] (rounds)")})
       if (!s) return s;
-    auto comp = paco::sync::parse_compression(d.compress, std::size_t(d.lgreco_every));
+    auto comp = paco::store::parse_compression(d.compress, std::size_t(d.lgreco_every));
     if (!comp) return {errc::invalid_argument, "dipaco." + comp.error().message};
-    if (auto s = paco::sync::check_store_compression(*comp); !s)
+    if (auto s = paco::store::check_store_compression(*comp); !s)
       return {errc::invalid_argument, "dipaco." + s.error().message};
   }
   paco::optim::adamw o{

@@ -47,11 +47,11 @@
 #include "paco/outer/outer.hpp"
 #include "paco/path/level_map.hpp"
 #include "paco/path/path_plan.hpp"
-#include "paco/path/store_file.hpp"
 #include "paco/route/route.hpp"
-#include "paco/sync/path_worker.hpp"
-#include "paco/sync/store_service.hpp"
+#include "paco/store/store.hpp"
+#include "paco/store/store_file.hpp"
 #include "paco/train/inner_loop.hpp"
+#include "paco/train/path_worker.hpp"
 #include "paco/train/routing.hpp"
 #include "paco/train/worker_file.hpp"
 #include "paco/train/worker_loop.hpp"
@@ -278,19 +278,19 @@ inline status load_base(const train_config& cfg, const run_dir& rd, const nn::gp
   return {};
 }
 
-// ---- the store's checkpoint (path/store_file.hpp: θ, outer state, round and layout of every
+// ---- the store's checkpoint (store/store_file.hpp: θ, outer state, round and layout of every
 // module, the configuration fingerprint) ----
 template <class OuterOpt>
 status save_store(const train_config& cfg, const run_dir& rd, const path::path_plan& g,
-                  const path::module_store<OuterOpt>& st) {
-  return path::save_store_file(rd.store(), st, g, config_fingerprint(cfg));
+                  const store::module_store<OuterOpt>& st) {
+  return store::save_store_file(rd.store(), st, g, config_fingerprint(cfg));
 }
 
-// Errors name the file and the problem (path::load_store_file's).
+// Errors name the file and the problem (store::load_store_file's).
 template <class OuterOpt>
 status load_store(const train_config& cfg, const run_dir& rd, const path::path_plan& g,
-                  path::module_store<OuterOpt>& st) {
-  return path::load_store_file(rd.store(), st, g, config_fingerprint(cfg));
+                  store::module_store<OuterOpt>& st) {
+  return store::load_store_file(rd.store(), st, g, config_fingerprint(cfg));
 }
 
 // ---- export: every path (and the base model) as a self-describing model file ----
@@ -317,7 +317,7 @@ inline status export_paths(const train_config& cfg, const run_dir& rd, const fs:
   nn::gpt model(cfg.model);
   arena<host> base(model.layout());
   if (auto s = load_base(cfg, rd, model, base); !s) return s;
-  path::module_store<outer::nesterov> store(g.module_table(), outer_of(cfg));
+  store::module_store<outer::nesterov> store(g.module_table(), outer_of(cfg));
   if (auto s = load_store(cfg, rd, g, store); !s) return s;
   fs::create_directories(out);
   const float* b = base.get(plane::param).data();
@@ -353,7 +353,7 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
   nn::gpt model(cfg.model);
   auto routing = read_routing(rd);
   if (!routing) return std::fprintf(stderr, "store: %s\n", routing.error().what().c_str()), 2;
-  path::module_store<outer::nesterov> store(
+  store::module_store<outer::nesterov> store(
       g.module_table(), outer_of(cfg),
       {.weight_by_shard = cfg.dipaco.weight_by_shard,
        .rescale = *outer::parse_path_rescale(cfg.dipaco.path_rescale)});
@@ -390,15 +390,15 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
   const auto comp = compression_of(cfg);
   std::shared_ptr<const std::vector<compress::module_codec>> codecs;
   if (comp.spec.kind != compress::codec_kind::identity) {
-    auto c = sync::make_codecs(comp, model, g.module_spans());
+    auto c = store::make_codecs(comp, model, g.module_spans());
     if (!c) return std::fprintf(stderr, "store: %s\n", c.error().what().c_str()), 2;
     codecs = std::make_shared<const std::vector<compress::module_codec>>(std::move(*c));
   }
-  sync::store_server<net::asio_tcp, outer::nesterov> server(
-      std::map<int, sync::worker_link<net::asio_tcp>>{}, store, mods,
+  store::server<net::asio_tcp, outer::nesterov> server(
+      std::map<int, store::worker_link<net::asio_tcp>>{}, store, mods,
       {.round_timeout = std::chrono::milliseconds(long(cfg.launch.round_timeout_s * 1000)),
        .on_close =
-           [&](const path::round_summary& r) {
+           [&](const store::round_summary& r) {
              if (auto s = save_store(cfg, rd, g, store); !s)
                std::fprintf(stderr, "store: checkpoint failed: %s\n", s.error().what().c_str());
              std::printf(
@@ -491,12 +491,12 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
   icfg.start_step = start_step;
   optim::adamw opt{
       .lr = tc.lr, .beta1 = tc.beta1, .beta2 = tc.beta2, .weight_decay = tc.weight_decay};
-  sync::path_worker<nn::gpt, optim::adamw> worker(
+  train::path_worker<nn::gpt, optim::adamw> worker(
       w, model, lv, g.path_modules(p), opt, icfg, shard,
       std::uint64_t(tc.seed) * 1000 + std::uint64_t(w) * 7 + std::uint64_t(start_step));
   const auto comp = compression_of(cfg);
   if (comp.spec.kind != compress::codec_kind::identity) {
-    auto c = sync::make_codecs(comp, model, lv);
+    auto c = store::make_codecs(comp, model, lv);
     if (!c) return std::fprintf(stderr, "worker %d: %s\n", w, c.error().what().c_str()), 2;
     if (auto s = worker.set_codecs(std::move(*c)); !s)
       return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), 2;
@@ -505,9 +505,9 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
   const int port = port_of(cfg, *routing, w);
   auto link = net::asio_tcp::connect(link_options(cfg, w, port, 1, token_from_env()));
   if (!link) return std::fprintf(stderr, "worker %d: %s\n", w, link.error().what().c_str()), 3;
-  sync::store_client<net::asio_tcp> client(
-      std::map<int, sync::worker_link<net::asio_tcp>>{{0, {link->get(), 0}}},
-      sync::store_layout{{0}}, w);
+  store::client<net::asio_tcp> client(
+      std::map<int, store::worker_link<net::asio_tcp>>{{0, {link->get(), 0}}},
+      store::store_layout{{0}}, w);
   if (auto s = client.hello(); !s)
     return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), 3;
   auto log = io::metrics_log::open(rd.worker_log(w), true);

@@ -156,7 +156,7 @@ inline result<bool> verify_resume(const train_config& cfg, const run_dir& rd,
                                         "' is missing while workers have checkpoints");
     return false;
   }
-  path::module_store<outer::nesterov> store(g.module_table(), outer_of(cfg));
+  store::module_store<outer::nesterov> store(g.module_table(), outer_of(cfg));
   if (auto s = load_store(cfg, rd, g, store); !s)
     return error(s.error().code, "--resume: " + s.error().message);
   return true;
@@ -463,7 +463,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   // ---- evaluation: every path on the validation documents routed to it ----
   std::printf("paco_train: evaluating every path on its routed validation documents...\n");
   nn::gpt model(cfg.model);
-  path::module_store<outer::nesterov> store(g.module_table(), outer_of(cfg));
+  store::module_store<outer::nesterov> store(g.module_table(), outer_of(cfg));
   if (auto s = load_store(cfg, rd, g, store); !s)
     return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
   auto val_route = (*routing)["val_route"].get<std::vector<int>>();
@@ -523,7 +523,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   for (int w = 1; w <= g.workers(); ++w)
     for (int m : g.worker_modules(w - 1))
       fp32_bytes +=
-          double(cfg.dipaco.rounds) * double(sync::store_wire::push_bytes(4 * g.span_of(m).size));
+          double(cfg.dipaco.rounds) * double(store::wire::push_bytes(4 * g.span_of(m).size));
   const std::string sent_col = "sent (" + comp.name() + ")";
   const int sw = std::max(14, int(sent_col.size()));  // width of the bytes column
   std::printf("\n| %-14s | %-9s | %-14s | %-*s |\n", "path", "val docs", "val bits/byte", sw,

@@ -63,7 +63,7 @@ int main(int argc, char** argv) try {
           .value_or_throw();
   dipaco
       ->run({},
-            [&](const sync::round_report& r) {
+            [&](const train::round_report& r) {
               std::printf("round %3ld  inner loss per path:", r.round + 1);
               for (double l : r.worker_loss) std::printf(" %.3f", l);
               std::printf("\n");

@@ -2,6 +2,7 @@
 // paco: every CPU header of the library in one include. The transports with their own
 // dependencies are included on their own (paco/net/asio_tcp.hpp: link paco::asio;
 // paco/net/mpi.hpp: link paco::mpi), as are the CUDA kernels (kernels/paco).
+#include "paco/collectives/collectives.hpp"
 #include "paco/compress/compress.hpp"
 #include "paco/core/core.hpp"
 #include "paco/io/io.hpp"
@@ -12,5 +13,5 @@
 #include "paco/path/path.hpp"
 #include "paco/place/place.hpp"
 #include "paco/route/route.hpp"
-#include "paco/sync/sync.hpp"
+#include "paco/store/store.hpp"
 #include "paco/train/train.hpp"

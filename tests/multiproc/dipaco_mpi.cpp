@@ -4,7 +4,7 @@
 // Exit status 0 iff the check passed.
 #include <cstdio>
 
-#include "../sync/service_setup.hpp"
+#include "../store/service_setup.hpp"
 #include "paco/net/mpi.hpp"
 
 int main(int argc, char** argv) {

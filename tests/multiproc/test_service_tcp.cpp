@@ -6,7 +6,7 @@
 #include <string>
 
 #include "../net/tcp_world.hpp"
-#include "../sync/service_case.hpp"
+#include "../store/service_case.hpp"
 
 TEST_CASE("DiPaCo 2x2 over asio_tcp equals the in-process run bit for bit",
           "[multiproc][service]") {

@@ -153,7 +153,7 @@ TEMPLATE_TEST_CASE("transport: a lost peer completes pending recvs with peer_los
   REQUIRE(errors[0].empty());
 }
 
-#include "paco/sync/collectives.hpp"
+#include "paco/collectives/collectives.hpp"
 
 TEMPLATE_TEST_CASE("collectives over the transport: exact, bit-identical; dead peer -> error",
                    "[net][conformance][sync]", PACO_TEST_WORLDS) {
@@ -169,18 +169,18 @@ TEMPLATE_TEST_CASE("collectives over the transport: exact, bit-identical; dead p
         for (std::size_t i = 0; i < n; ++i) x[i] = float((r + 1) * int(i % 89 + 1));
         std::vector<int> order(p);
         for (int i = 0; i < p; ++i) order[i] = p - 1 - i;
-        auto st = sync::allreduce_ring(t, std::span<float>(x),
-                                       {.chunk_bytes = 64 * 1024, .order = order});
+        auto st = collectives::allreduce_ring(t, std::span<float>(x),
+                                              {.chunk_bytes = 64 * 1024, .order = order});
         if (!st) err[r] += st.error().what();
         std::vector<float> b(n, float(r));
-        if (auto s2 = sync::broadcast(t, std::span<float>(b), p - 1, {.tag = 3}); !s2)
+        if (auto s2 = collectives::broadcast(t, std::span<float>(b), p - 1, {.tag = 3}); !s2)
           err[r] += s2.error().what();
         for (std::size_t i = 0; i < n; ++i)
           if (b[i] != float(p - 1)) {
             err[r] += " broadcast";
             break;
           }
-        if (auto s3 = sync::barrier(t, {.tag = 4}); !s3) err[r] += s3.error().what();
+        if (auto s3 = collectives::barrier(t, {.tag = 4}); !s3) err[r] += s3.error().what();
         out[r] = std::move(x);
       });
       for (int r = 0; r < p; ++r) {
@@ -204,8 +204,8 @@ TEMPLATE_TEST_CASE("collectives over the transport: exact, bit-identical; dead p
       return;
     }
     auto t0 = net::clock::now();
-    auto st = sync::allreduce_ring(t, std::span<float>(x),
-                                   {.until = t0 + std::chrono::milliseconds(800)});
+    auto st = collectives::allreduce_ring(t, std::span<float>(x),
+                                          {.until = t0 + std::chrono::milliseconds(800)});
     took[r] = std::chrono::duration<double>(net::clock::now() - t0).count();
     failed[r] = !st;
   });

@@ -7,7 +7,7 @@
 //   0: the input is a raw byte stream, fed in pieces whose sizes come from the input;
 //   1: the input is a header whose CRC is recomputed, followed by its payload;
 //   2: the input holds two hello bodies and an auth body put through the handshake checks;
-//   3: the input is a store push (store_wire::request, then its fp32 Δ) applied to a
+//   3: the input is a store push (store::wire::request, then its fp32 Δ) applied to a
 //      module_store: a push with a NaN, zero, negative or huge weight, a round or module out of
 //      range, a wrong count or a non-finite Δ is refused (invalid_argument or mismatch), and one
 //      that is taken leaves θ finite after the round closes.
@@ -21,8 +21,8 @@
 
 #include "paco/net/wire.hpp"
 #include "paco/outer/outer.hpp"
-#include "paco/path/module_store.hpp"
-#include "paco/sync/store_wire.hpp"
+#include "paco/store/module_store.hpp"
+#include "paco/store/wire.hpp"
 
 using namespace paco;
 using namespace paco::net;
@@ -81,14 +81,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     require_known(rd.feed(stream, [](auto&, auto) {}));
     require_known(rd.finish());
   } else if (mode == 3) {
-    sync::store_wire::request rq{};
+    store::wire::request rq{};
     std::vector<std::byte> head(sizeof rq);
     std::memcpy(head.data(), in.data(), std::min(sizeof rq, in.size()));
     std::memcpy(&rq, head.data(), sizeof rq);
     const auto rest = in.size() > sizeof rq ? in.subspan(sizeof rq) : in.subspan(0, 0);
     std::vector<float> delta(std::min<std::size_t>(rq.count, rest.size() / sizeof(float)));
     if (!delta.empty()) std::memcpy(delta.data(), rest.data(), delta.size() * sizeof(float));
-    path::module_store<outer::sgd> st({{0, 8, 2}, {1, 3, 1}}, outer::sgd{.lr = 1.0f});
+    store::module_store<outer::sgd> st({{0, 8, 2}, {1, 3, 1}}, outer::sgd{.lr = 1.0f});
     auto s = st.push(rq.module, rq.worker, rq.round, delta, rq.weight);
     if (!s.ok()) {
       if (s.error().code != errc::invalid_argument && s.error().code != errc::mismatch)
@@ -96,7 +96,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       return 0;
     }
     const bool weight_ok =
-        std::isfinite(rq.weight) && rq.weight > 0 && rq.weight <= path::max_push_weight;
+        std::isfinite(rq.weight) && rq.weight > 0 && rq.weight <= store::max_push_weight;
     if (!weight_ok || rq.round != 0 || rq.module < 0 || rq.module > 1) std::abort();
     if (delta.size() != st.info(rq.module).size) std::abort();
     for (float v : delta)

@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "paco/collectives/collectives.hpp"
 #include "paco/net/asio_tcp.hpp"
-#include "paco/sync/collectives.hpp"
 
 using namespace paco;
 
@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
   for (int it = 0; it < iters; ++it) {
     fill(x, rank);
     auto t0 = net::clock::now();
-    auto st = sync::allreduce_ring(t, std::span<float>(x), {.until = t0 + deadline});
+    auto st = collectives::allreduce_ring(t, std::span<float>(x), {.until = t0 + deadline});
     auto ms = std::chrono::duration<double, std::milli>(net::clock::now() - t0).count();
     if (!st) {
       std::printf("error %.1f %s\n", ms, st.error().what().c_str());
@@ -133,8 +133,8 @@ int main(int argc, char** argv) {
       int me = t2.value()->rank();
       g.size = t2.value()->size();
       fill(x, me);
-      auto st2 = sync::allreduce_ring(*t2.value(), std::span<float>(x),
-                                      {.until = net::after(std::chrono::seconds(10))});
+      auto st2 = collectives::allreduce_ring(*t2.value(), std::span<float>(x),
+                                             {.until = net::after(std::chrono::seconds(10))});
       if (!st2 || !check(x, g.size)) {
         std::printf("regroup-allreduce-error %s\n",
                     st2 ? "wrong result" : st2.error().what().c_str());

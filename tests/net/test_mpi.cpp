@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "paco/collectives/collectives.hpp"
 #include "paco/net/mpi.hpp"
-#include "paco/sync/collectives.hpp"
 
 using namespace paco;
 using namespace std::chrono_literals;
@@ -55,7 +55,8 @@ int main(int argc, char** argv) {
     std::vector<float> x(n);
     for (std::size_t i = 0; i < n; ++i) x[i] = float((rank + 1) * int(i % 97 + 1));
     int order[] = {2, 0, 3, 1};
-    auto st = sync::allreduce_ring(t, std::span<float>(x), {.chunk_bytes = 4096, .order = order});
+    auto st =
+        collectives::allreduce_ring(t, std::span<float>(x), {.chunk_bytes = 4096, .order = order});
     CHECK_MPI(st.ok(), "allreduce status");
     for (std::size_t i = 0; i < n; ++i)
       if (x[i] != float(p * (p + 1) / 2 * int(i % 97 + 1))) {
@@ -63,18 +64,18 @@ int main(int argc, char** argv) {
         break;
       }
     std::vector<float> b(n, float(rank));
-    CHECK_MPI(sync::broadcast(t, std::span<float>(b), 1, {.tag = 7}).ok(), "broadcast");
+    CHECK_MPI(collectives::broadcast(t, std::span<float>(b), 1, {.tag = 7}).ok(), "broadcast");
     for (std::size_t i = 0; i < n; ++i)
       if (b[i] != 1.0f) {
         CHECK_MPI(false, "broadcast value");
         break;
       }
     std::vector<int> g(n, -1);
-    auto [off, cnt] = sync::block_of(n, p, rank);
+    auto [off, cnt] = collectives::block_of(n, p, rank);
     for (std::size_t i = off; i < off + cnt; ++i) g[i] = rank;
-    CHECK_MPI(sync::all_gather(t, std::span<int>(g), {.tag = 8}).ok(), "all_gather");
+    CHECK_MPI(collectives::all_gather(t, std::span<int>(g), {.tag = 8}).ok(), "all_gather");
     for (int q = 0; q < p; ++q) {
-      auto [qo, qc] = sync::block_of(n, p, q);
+      auto [qo, qc] = collectives::block_of(n, p, q);
       for (std::size_t i = qo; i < qo + qc; ++i)
         if (g[i] != q) {
           CHECK_MPI(false, "all_gather value");
@@ -82,7 +83,7 @@ int main(int argc, char** argv) {
           break;
         }
     }
-    CHECK_MPI(sync::barrier(t, {.tag = 9}).ok(), "barrier");
+    CHECK_MPI(collectives::barrier(t, {.tag = 9}).ok(), "barrier");
   }
   std::printf("rank %d: %s\n", rank, failures ? "FAILED" : "all mpi checks passed");
   return failures ? 1 : 0;

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "paco/sync/collectives.hpp"
+#include "paco/collectives/collectives.hpp"
 #include "tcp_world.hpp"
 #if PACO_WITH_TLS
 #include "tls_pki.hpp"
@@ -299,7 +299,7 @@ TEST_CASE("asio_tcp recv_unverified: the caller checks the frame's CRC; the ring
           exp2 = r2.expected_crc();
           bad_bytes_same = std::memcmp(got2.data(), msg.data(), msg.size()) == 0;
           std::vector<float> x(n, 2.0f);
-          auto st = sync::allreduce_ring(t, std::span<float>(x), {.until = d});
+          auto st = collectives::allreduce_ring(t, std::span<float>(x), {.until = d});
           ring_failed = !st.ok();
           if (!st.ok()) ring_error = st.error().what();
           t.send(0, 9, {}, d).wait();
@@ -320,7 +320,7 @@ TEST_CASE("asio_tcp recv_unverified: the caller checks the frame's CRC; the ring
   paco::testing::run_tcp_ranks("crc_off", 3, no_crc, [&](net::asio_tcp& t) {
     std::vector<float> x(n + 7);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(t.rank() + 1) * float(i % 13);
-    auto st = sync::allreduce_ring(t, std::span<float>(x), {.chunk_bytes = 256});
+    auto st = collectives::allreduce_ring(t, std::span<float>(x), {.chunk_bytes = 256});
     bool exact = st.ok();
     for (std::size_t i = 0; i < x.size() && exact; ++i) exact = x[i] == 6.0f * float(i % 13);
     if (t.rank() == 0) ring_ok_without_crc = exact;

@@ -1,6 +1,6 @@
 #pragma once
 // Test worlds: p ranks of one transport type, each run on its own thread. Used by the
-// conformance suite (tests/net) and the collective tests (tests/sync).
+// conformance suite (tests/net) and the collective tests (tests/collectives).
 
 #include <functional>
 #include <thread>

@@ -1,19 +1,12 @@
-// path/: module_grid indexing, level maps, the module store.
+// path/: module_grid indexing, level maps, the path plan.
 #include <catch2/catch.hpp>
 
-#include <filesystem>
 #include <set>
 
-#include <unistd.h>
-#include <nlohmann/json.hpp>
-
 #include "paco/nn/gpt.hpp"
-#include "paco/outer/outer.hpp"
 #include "paco/path/level_map.hpp"
 #include "paco/path/module_grid.hpp"
-#include "paco/path/module_store.hpp"
 #include "paco/path/path_plan.hpp"
-#include "paco/path/store_file.hpp"
 
 using namespace paco;
 using namespace paco::path;
@@ -123,102 +116,4 @@ TEST_CASE("path_plan: modules, spans, paths and the store's table from a grid an
   REQUIRE(bad.error().message.find("level 1") != std::string::npos);
   REQUIRE(!path_plan::make_runtime(std::vector<int>{}, {}).ok());
   REQUIRE(!path_plan::make(module_grid<1>::experts({1}), {lv[0]}, 0).ok());
-}
-
-TEST_CASE("module_store: weighted mean of arrived deltas, outer step, hash, late push refused",
-          "[path]") {
-  module_store<outer::sgd> st({{0, 3, 2}, {1, 2, 1}}, outer::sgd{.lr = 1.0f},
-                              {.weight_by_shard = true});
-  st.set(0, std::vector<float>{1, 2, 3});
-  auto h0 = st.hash(0);
-  REQUIRE(st.push(0, /*path*/ 0, 0, std::vector<float>{1, 1, 1}, 1.0).ok());
-  REQUIRE(!st.complete(0));
-  REQUIRE(st.push(0, 1, 0, std::vector<float>{4, 4, 4}, 3.0).ok());
-  REQUIRE(st.complete(0));
-  auto dup = st.push(0, 1, 0, std::vector<float>{0, 0, 0}, 1.0);
-  REQUIRE(dup.error().code == errc::mismatch);
-  auto r = st.close(0);
-  REQUIRE(r.arrived == 2);
-  REQUIRE(r.round == 0);
-  std::vector<float> th(3);
-  auto [round, h] = st.pull(0, th);
-  REQUIRE(round == 1);
-  // Δ = (1·1 + 3·4)/4 = 3.25; θ − Δ
-  REQUIRE(th == std::vector<float>{1 - 3.25f, 2 - 3.25f, 3 - 3.25f});
-  REQUIRE(h == r.hash);
-  REQUIRE(h != h0);
-  auto late = st.push(0, 0, 0, std::vector<float>{1, 1, 1}, 1.0);
-  REQUIRE(late.error().code == errc::mismatch);
-  REQUIRE(st.push(1, 0, 0, std::vector<float>{NAN, 0}, 1.0).error().code == errc::invalid_argument);
-  REQUIRE(st.push(1, 0, 0, std::vector<float>{1, 0, 0}, 1.0).error().code ==
-          errc::invalid_argument);
-  // A round where nobody pushed advances without changing θ.
-  auto before = st.hash(1);
-  auto r1 = st.close(1);
-  REQUIRE(r1.arrived == 0);
-  REQUIRE(st.hash(1) == before);
-  REQUIRE(st.round(1) == 1);
-}
-
-TEST_CASE("module_store snapshot round-trips θ, outer state and round", "[path]") {
-  module_store<outer::nesterov> a({{0, 4, 1}}, outer::nesterov{});
-  a.set(0, std::vector<float>{1, 2, 3, 4});
-  REQUIRE(a.push(0, 0, 0, std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f}, 1).ok());
-  a.close(0);
-  module_store<outer::nesterov> b({{0, 4, 1}}, outer::nesterov{});
-  REQUIRE(b.restore(0, a.save(0)).ok());
-  REQUIRE(b.hash(0) == a.hash(0));
-  REQUIRE(b.round(0) == 1);
-  // Same next step → same result (momentum restored too).
-  for (auto* s : {&a, &b}) {
-    REQUIRE(s->push(0, 0, 1, std::vector<float>{0.1f, 0.2f, 0.3f, 0.4f}, 1).ok());
-    s->close(0);
-  }
-  REQUIRE(a.hash(0) == b.hash(0));
-}
-
-TEST_CASE("store_file: a store checkpoint round-trips and says what its vectors are",
-          "[path][store_file]") {
-  nn::gpt m({.vocab = 16, .ctx = 8, .d = 8, .layers = 2, .heads = 2});
-  auto lv = *split_gpt_levels(m.layout(), 2, 2);
-  const auto plan = *path_plan::make(module_grid<2>::experts({2, 1}), lv);
-  module_store<outer::nesterov> st(plan.module_table(), outer::nesterov{});
-  for (int k = 0; k < plan.modules(); ++k) {
-    std::vector<float> th(plan.span_of(k).size);
-    for (std::size_t i = 0; i < th.size(); ++i) th[i] = float(k) + 0.001f * float(i);
-    st.set(k, th);
-  }
-  // Module 2 (the shared level-1 module) closes a round with one push per path.
-  for (int p = 0; p < 2; ++p)
-    REQUIRE(st.push(2, p, 0, std::vector<float>(plan.span_of(2).size, 0.5f), 1.0).ok());
-  st.close(2);
-  const auto file = std::filesystem::temp_directory_path() /
-                    ("paco_store_" + std::to_string(::getpid()) + ".safetensors");
-  REQUIRE(save_store_file(file, st, plan, "model.d=8").ok());
-
-  module_store<outer::nesterov> back(plan.module_table(), outer::nesterov{});
-  REQUIRE(load_store_file(file, back, plan, "model.d=8").ok());
-  for (int k = 0; k < plan.modules(); ++k) {
-    REQUIRE(back.round(k) == st.round(k));
-    REQUIRE(back.hash(k) == st.hash(k));
-  }
-  // The layout record: grid and, per module, level, expert, span and the tensors it covers.
-  auto f = io::load_safetensors(file);
-  REQUIRE(f.ok());
-  const auto layout = nlohmann::json::parse(f->metadata.at("layout"));
-  REQUIRE(layout["grid"] == "2x1");
-  REQUIRE(layout["modules"].size() == 3);
-  REQUIRE(layout["modules"][2]["level"] == 1);
-  REQUIRE(layout["modules"][1]["expert"] == 1);
-  REQUIRE(layout["modules"][2]["offset"] == lv[1].offset);
-  REQUIRE(layout["modules"][0]["entries"][0] == "embed");
-  // Refused: another configuration, another grid.
-  auto other_cfg = load_store_file(file, back, plan, "model.d=16");
-  REQUIRE(!other_cfg.ok());
-  const auto plan22 = *path_plan::make(module_grid<2>::experts({2, 2}), lv);
-  module_store<outer::nesterov> four(plan22.module_table(), outer::nesterov{});
-  auto other_grid = load_store_file(file, four, plan22, "model.d=8");
-  REQUIRE(!other_grid.ok());
-  REQUIRE(other_grid.error().message.find("another grid") != std::string::npos);
-  std::filesystem::remove(file);
 }

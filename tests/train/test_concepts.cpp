@@ -18,7 +18,7 @@ struct untagged_router {
 // Opted in, but no wait_closed.
 struct store_without_wait {
   using module_store_tag = void;
-  result<sync::pulled> pull(int, std::span<float>) { return sync::pulled{}; }
+  result<store::pulled> pull(int, std::span<float>) { return store::pulled{}; }
   status push(int, int, long, std::span<const float>, double) { return {}; }
 };
 // An optimizer without validate().
@@ -43,12 +43,12 @@ struct model_without_loss {
 }  // namespace
 
 static_assert(!route::Router<untagged_router>);
-static_assert(!sync::ModuleStore<store_without_wait>);
+static_assert(!store::ModuleStore<store_without_wait>);
 static_assert(!optim::InnerOptimizer<optimizer_without_validate>);
 static_assert(!train::Model<model_without_loss>);
 static_assert(!train::Model<nn::linear>);  // a Module is not a trainable Model
-static_assert(sync::EncodedModuleStore<sync::store_client<net::inproc>>);
-static_assert(sync::EncodedModuleStore<sync::local_store<outer::sgd>>);
+static_assert(store::EncodedModuleStore<store::client<net::inproc>>);
+static_assert(store::EncodedModuleStore<store::local_store<outer::sgd>>);
 static_assert(route::RankingRouter<route::kmeans_router>);
 static_assert(outer::OuterOptimizer<outer::one_of<outer::nesterov, outer::sgd>>);
 template <class T>
@@ -69,7 +69,7 @@ TEST_CASE("archetypes are enough for the inner loop and a path worker's round",
   REQUIRE(loop.step_count() == 3);
 
   path::level_span all{0, model.layout().total(), {"w"}};
-  sync::path_worker<testing::model_archetype, testing::inner_optimizer_archetype> w(
+  train::path_worker<testing::model_archetype, testing::inner_optimizer_archetype> w(
       0, model, {all}, {0}, {}, {.batch = 2, .ctx = 8, .steps = 2}, shard, 1);
   testing::module_store_archetype store;
   REQUIRE(w.run_round(store, std::chrono::seconds(1)).ok());

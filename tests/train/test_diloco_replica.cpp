@@ -4,11 +4,11 @@
 
 #include <thread>
 
+#include "paco/collectives/allreduce_ring.hpp"
 #include "paco/net/inproc.hpp"
 #include "paco/nn/gpt.hpp"
 #include "paco/optim/optim.hpp"
 #include "paco/outer/outer.hpp"
-#include "paco/sync/allreduce_ring.hpp"
 #include "paco/testing/token_streams.hpp"
 #include "paco/train/diloco_replica.hpp"
 
@@ -32,14 +32,14 @@ TEST_CASE("diloco_replica: replicas stay identical, equal the hand-written round
     std::vector<std::thread> th;
     for (int r = 0; r < K; ++r)
       th.emplace_back([&, r] {
-        sync::path_worker<nn::gpt, optim::adamw> w(r, model, levels, {0}, {}, icfg, shards[r],
-                                                   40u + std::uint64_t(r));
+        train::path_worker<nn::gpt, optim::adamw> w(r, model, levels, {0}, {}, icfg, shards[r],
+                                                    40u + std::uint64_t(r));
         auto p = w.state().get(plane::param);
         std::copy(a0.get(plane::param).begin(), a0.get(plane::param).end(), p.begin());
         if (by_hand) {
           std::vector<float> state(p.size(), 0.0f);
           for (int k = 0; k < rounds && errs[r].ok(); ++k)
-            errs[r] = sync::diloco_round(world[r], w, outer::nesterov{}, state);
+            errs[r] = train::diloco_round(world[r], w, outer::nesterov{}, state);
         } else {
           train::diloco_replica<net::inproc, nn::gpt, optim::adamw, outer::nesterov> rep(
               world[r], w, outer::nesterov{});
@@ -61,7 +61,7 @@ TEST_CASE("diloco_replica: replicas stay identical, equal the hand-written round
   REQUIRE(!std::equal(mine[0].begin(), mine[0].end(), a0.get(plane::param).begin()));
   // Per round: a ring all-reduce of the plane and the all-gather of 8-byte hashes.
   const std::size_t n = model.layout().total();
-  const std::size_t ring = sync::allreduce_ring.cost(4 * n, K).bytes;
+  const std::size_t ring = collectives::allreduce_ring.cost(4 * n, K).bytes;
   for (int r = 0; r < K; ++r) {
     REQUIRE(per_round[r] >= ring);
     REQUIRE(per_round[r] <= ring + 64);

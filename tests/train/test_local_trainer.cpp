@@ -51,7 +51,7 @@ TEST_CASE("local_trainer: a DiPaCo 2x2 run with a re-routing equals the run buil
                     at_reshard = th;
                     return second;
                   },
-                  [&](const sync::round_report&) { ++rounds_seen; })
+                  [&](const train::round_report&) { ++rounds_seen; })
               .ok());
   REQUIRE(reshards == 1);
   REQUIRE(rounds_seen == 5);
@@ -60,23 +60,23 @@ TEST_CASE("local_trainer: a DiPaCo 2x2 run with a re-routing equals the run buil
           5.0 * double(plan.level(0).size + plan.level(1).size) * 4.0);
 
   // By hand: store, modules from θ0, local_run, two phases with set_shards in between.
-  sync::local_store<outer::nesterov> store(plan.module_table(), outer::nesterov{}, dopt);
-  sync::init_modules(store, plan, theta0.data());
-  std::vector<sync::worker_spec> ws;
+  store::local_store<outer::nesterov> store(plan.module_table(), outer::nesterov{}, dopt);
+  train::init_modules(store, plan, theta0.data());
+  std::vector<train::worker_spec> ws;
   for (int w = 0; w < 4; ++w) ws.push_back({&first[std::size_t(w)], 40u + std::uint64_t(w)});
-  auto run = sync::local_run<nn::gpt, optim::adamw, outer::nesterov>::make(store, model, plan, ws,
-                                                                           inner, icfg);
+  auto run = train::local_run<nn::gpt, optim::adamw, outer::nesterov>::make(store, model, plan, ws,
+                                                                            inner, icfg);
   REQUIRE(run.ok());
   REQUIRE(run->run(2).ok());
   std::vector<std::vector<float>> mid(4, theta0);
-  for (int p = 0; p < 4; ++p) sync::assemble_path(store, plan, p, mid[std::size_t(p)].data());
+  for (int p = 0; p < 4; ++p) train::assemble_path(store, plan, p, mid[std::size_t(p)].data());
   REQUIRE(mid == at_reshard);  // reshard saw every path's parameters after round 2
   run->set_shards({&second[0], &second[1], &second[2], &second[3]});
   REQUIRE(run->run(3).ok());
   const auto got = (*t)->path_thetas();
   for (int p = 0; p < 4; ++p) {
     std::vector<float> want(theta0);
-    sync::assemble_path(store, plan, p, want.data());
+    train::assemble_path(store, plan, p, want.data());
     REQUIRE(got[std::size_t(p)] == want);  // bit-identical
   }
 }
@@ -202,7 +202,7 @@ TEST_CASE("local_trainer: compressed pushes equal the store with set_compression
   std::vector<io::token_stream> shards{stream(1), stream(2)};
   const train::inner_config icfg{.batch = 2, .ctx = 16, .steps = 2};
   const optim::adamw inner{.lr = 1e-2f};
-  const sync::compression int8{.spec = *compress::parse_compress_spec("int8")};
+  const store::compression int8{.spec = *compress::parse_compress_spec("int8")};
   using trainer_t = train::local_trainer<nn::gpt, optim::adamw, outer::nesterov>;
   auto t = trainer_t::make(model, plan, theta0, shards, inner,
                            {.inner = icfg, .rounds = 3, .seed = 9, .compression = int8});
@@ -210,20 +210,20 @@ TEST_CASE("local_trainer: compressed pushes equal the store with set_compression
   REQUIRE((*t)->store().encoded());
   REQUIRE((*t)->run().ok());
 
-  sync::local_store<outer::nesterov> store(plan.module_table(), outer::nesterov{}, {});
-  sync::init_modules(store, plan, theta0.data());
+  store::local_store<outer::nesterov> store(plan.module_table(), outer::nesterov{}, {});
+  train::init_modules(store, plan, theta0.data());
   REQUIRE(store.set_compression(int8, model, {levels[0]}).ok());
-  const std::vector<sync::worker_spec> ws{{&shards[0], 9}, {&shards[1], 10}};
-  REQUIRE(sync::run_local(store, model, plan, ws, inner, icfg, 3).ok());
+  const std::vector<train::worker_spec> ws{{&shards[0], 9}, {&shards[1], 10}};
+  REQUIRE(train::run_local(store, model, plan, ws, inner, icfg, 3).ok());
   std::vector<float> want(theta0);
-  sync::assemble_path(store, plan, 0, want.data());
+  train::assemble_path(store, plan, 0, want.data());
   REQUIRE((*t)->path_thetas()[0] == want);  // bit-identical
   for (int w = 0; w < 2; ++w) {
     REQUIRE((*t)->store().bytes_sent(w) == store.bytes_sent(w));
     REQUIRE(store.bytes_sent(w) < 3 * 4 * levels[0].size);  // int8: fewer bytes than fp32
   }
   // A compression the store cannot decode is make's error.
-  const sync::compression powersgd{.spec = *compress::parse_compress_spec("powersgd:2")};
+  const store::compression powersgd{.spec = *compress::parse_compress_spec("powersgd:2")};
   REQUIRE(!trainer_t::make(model, plan, theta0, shards, inner,
                            {.inner = icfg, .rounds = 1, .compression = powersgd})
                .ok());

@@ -28,8 +28,8 @@ std::vector<float> init_params(const nn::gpt& model) {
 }  // namespace
 
 TEST_CASE("round_report::mean_loss: the workers' mean, added in order", "[train][routed]") {
-  REQUIRE(sync::round_report{0, {1.0, 2.0, 4.0}}.mean_loss() == 1.0 / 3 + 2.0 / 3 + 4.0 / 3);
-  REQUIRE(sync::round_report{}.mean_loss() == 0.0);
+  REQUIRE(train::round_report{0, {1.0, 2.0, 4.0}}.mean_loss() == 1.0 / 3 + 2.0 / 3 + 4.0 / 3);
+  REQUIRE(train::round_report{}.mean_loss() == 0.0);
 }
 
 TEST_CASE("train_paths: local_trainer's thetas, bytes and windowed round losses",
@@ -43,7 +43,7 @@ TEST_CASE("train_paths: local_trainer's thetas, bytes and windowed round losses"
   const train::local_trainer_config<outer::nesterov> cfg{.inner = icfg, .rounds = 6, .seed = 7};
   int seen = 0;
   auto t = train::train_paths(
-      model, plan, theta0, shards, inner, cfg, {}, [&](const sync::round_report&) { ++seen; }, 2);
+      model, plan, theta0, shards, inner, cfg, {}, [&](const train::round_report&) { ++seen; }, 2);
   REQUIRE(t.ok());
   REQUIRE(seen == 6);
   auto h = trainer_t::make(model, plan, theta0, shards, inner, cfg);
@@ -124,7 +124,7 @@ TEST_CASE("train_routed: the first third on the initial sets, then discriminativ
                     last = std::move(rr->router);
                     return s;
                   },
-                  [&](const sync::round_report&) { thetas_at.push_back((*h)->path_thetas()); })
+                  [&](const train::round_report&) { thetas_at.push_back((*h)->path_thetas()); })
               .ok());
   REQUIRE(q_seen == 2);
   REQUIRE(r->trained.theta == (*h)->path_thetas());

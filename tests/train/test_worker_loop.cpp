@@ -8,8 +8,8 @@
 #include "paco/nn/gpt.hpp"
 #include "paco/optim/optim.hpp"
 #include "paco/outer/outer.hpp"
-#include "paco/sync/dipaco_local.hpp"
 #include "paco/testing/token_streams.hpp"
+#include "paco/train/dipaco_local.hpp"
 #include "paco/train/worker_loop.hpp"
 
 using namespace paco;
@@ -33,13 +33,13 @@ TEST_CASE("run_worker: late pushes are refused and the worker goes on to the las
   model.init(a0, 2);
   const auto levels = *path::split_gpt_levels(model.layout(), 2, 1);
   // The store expects one push per round from two workers: whoever pushes second is late.
-  sync::local_store<outer::nesterov> store({path::module_info{0, levels[0].size, 1}},
-                                           outer::nesterov{});
+  store::local_store<outer::nesterov> store({store::module_info{0, levels[0].size, 1}},
+                                            outer::nesterov{});
   const auto plan = *path::path_plan::make(path::module_grid<1>::experts({1}), levels, 2);
-  sync::init_modules(store, plan, a0.get(plane::param).data());
+  train::init_modules(store, plan, a0.get(plane::param).data());
   const auto s0 = testing::synthetic_stream(1, 3000, 5, 3),
              s1 = testing::synthetic_stream(2, 3000, 7, 3);
-  sync::path_worker<nn::gpt, optim::adamw> w0(0, model, levels, {0}, {}, icfg, s0, 1),
+  train::path_worker<nn::gpt, optim::adamw> w0(0, model, levels, {0}, {}, icfg, s0, 1),
       w1(1, model, levels, {0}, {}, icfg, s1, 2);
   std::atomic<int> done{0}, refused{0}, other_refusals{0};
   std::vector<long> rounds0;
@@ -80,15 +80,15 @@ TEST_CASE("run_worker: a path whose modules stay at different rounds is an error
   model.init(a0, 3);
   const auto levels = *path::split_gpt_levels(model.layout(), 2, 2);
   const auto plan = *path::path_plan::make(path::module_grid<2>::experts({1, 1}), levels);
-  sync::local_store<outer::nesterov> store(plan.module_table(), outer::nesterov{});
-  sync::init_modules(store, plan, a0.get(plane::param).data());
+  store::local_store<outer::nesterov> store(plan.module_table(), outer::nesterov{});
+  train::init_modules(store, plan, a0.get(plane::param).data());
   // Module 1 runs a round ahead: a push from elsewhere closes its round 0.
   std::vector<float> d(plan.span_of(1).size, 0.0f);
   REQUIRE(store.push(1, 7, 0, d, 1.0).ok());
   REQUIRE(store.store().round(1) == 1);
   const auto s = testing::synthetic_stream(4, 3000, 5, 3);
-  sync::path_worker<nn::gpt, optim::adamw> w(0, model, plan.path_spans(0), plan.path_modules(0), {},
-                                             icfg, s, 1);
+  train::path_worker<nn::gpt, optim::adamw> w(0, model, plan.path_spans(0), plan.path_modules(0),
+                                              {}, icfg, s, 1);
   const auto st = train::run_worker(
       w, store, {.rounds = 3, .pull_retry = std::chrono::milliseconds(1), .pull_tries = 5});
   REQUIRE(!st.ok());
@@ -115,7 +115,7 @@ TEST_CASE("worker_file: a worker resumes its step, moments and round from its ch
   nn::gpt model(small());
   const auto levels = *path::split_gpt_levels(model.layout(), 2, 1);
   const auto s = testing::synthetic_stream(5, 3000, 5, 3);
-  sync::path_worker<nn::gpt, optim::adamw> w(0, model, levels, {0}, {}, icfg, s, 1);
+  train::path_worker<nn::gpt, optim::adamw> w(0, model, levels, {0}, {}, icfg, s, 1);
   model.init(w.state(), 3);
   w.train(4);
   const auto file = std::filesystem::temp_directory_path() /
@@ -129,7 +129,7 @@ TEST_CASE("worker_file: a worker resumes its step, moments and round from its ch
   REQUIRE(ck->metadata.at("bytes_sent") == "42");
   auto c2 = icfg;
   c2.start_step = ck->step;
-  sync::path_worker<nn::gpt, optim::adamw> again(0, model, levels, {0}, {}, c2, s, 1);
+  train::path_worker<nn::gpt, optim::adamw> again(0, model, levels, {0}, {}, c2, s, 1);
   train::restore_worker_state(*ck, again);
   REQUIRE(again.inner_step() == 4);
   for (auto pl : {plane::moment1, plane::moment2}) {

@@ -1,7 +1,7 @@
 #pragma once
 // Transport: the concept every byte mover models (inproc threads, Boost.Asio TCP, MPI).
 // A transport moves untyped bytes between ranks 0..size()-1, tagged with a 32-bit tag; typed
-// data and reductions are the collectives' business (paco::sync). Every operation carries a
+// data and reductions are the collectives' business (paco::collectives). Every operation carries a
 // deadline, can be cancelled, and reports failure as a std::error_code in paco's category
 // (paco::errc): timeout, peer_lost, cancelled, mismatch, corrupt, protocol, auth, version, ...
 //

@@ -14,6 +14,14 @@
 
 namespace paco::path {
 
+// One module as a store holds it: its id, its size and the pushes it expects per round
+// (path_plan::module_table builds the table of a plan).
+struct module_info {
+  int id = 0;
+  std::size_t size = 0;   // elements
+  int paths_through = 1;  // P_{l,e}: pushes expected per round
+};
+
 struct level_spec {
   int experts = 1;             // K_l (ignored when path_specific)
   bool path_specific = false;  // one module per path (DiPaCo's "path-specific modules")

@@ -1,8 +1,6 @@
 #pragma once
-// paco/path: DiPaCo's grid of modules, level maps, the plan that lays a grid over a model, and
-// the module store.
+// paco/path: DiPaCo's grid of modules, level maps, and the plan that lays a grid over a model.
+// The store that holds the modules is paco/store.
 #include "paco/path/level_map.hpp"
 #include "paco/path/module_grid.hpp"
-#include "paco/path/module_store.hpp"
 #include "paco/path/path_plan.hpp"
-#include "paco/path/store_file.hpp"

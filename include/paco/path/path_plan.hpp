@@ -22,7 +22,6 @@
 #include "paco/core/error.hpp"
 #include "paco/path/level_map.hpp"
 #include "paco/path/module_grid.hpp"
-#include "paco/path/module_store.hpp"
 
 namespace paco::path {
 

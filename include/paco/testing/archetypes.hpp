@@ -15,7 +15,7 @@
 #include "paco/net/concepts.hpp"
 #include "paco/optim/concepts.hpp"
 #include "paco/route/concepts.hpp"
-#include "paco/sync/concepts.hpp"
+#include "paco/store/concepts.hpp"
 #include "paco/train/concepts.hpp"
 
 namespace paco::testing {
@@ -119,15 +119,15 @@ struct ranking_router_archetype : router_archetype {
   std::vector<int> rank(const float*, int) const { return {0}; }
 };
 
-// ---- sync: ModuleStore ------------------------------------------------------------------------
+// ---- store: ModuleStore ---------------------------------------------------------------------
 
 // Every module all zeros at round 0; every push accepted, every round closed. Models
-// sync::ModuleStore and nothing more.
+// store::ModuleStore and nothing more.
 struct module_store_archetype {
   using module_store_tag = void;
-  result<sync::pulled> pull(int, std::span<float> dst) {
+  result<store::pulled> pull(int, std::span<float> dst) {
     std::fill(dst.begin(), dst.end(), 0.0f);
-    return sync::pulled{0, hash64(dst.data(), dst.size_bytes())};
+    return store::pulled{0, hash64(dst.data(), dst.size_bytes())};
   }
   status push(int, int, long, std::span<const float>, double) { return {}; }
   status wait_closed(int, long, std::chrono::steady_clock::time_point) { return {}; }
@@ -139,7 +139,7 @@ static_assert(optim::InnerOptimizer<inner_optimizer_archetype>);
 static_assert(!optim::RangedInnerOptimizer<inner_optimizer_archetype>);
 static_assert(route::Router<router_archetype> && !route::RankingRouter<router_archetype>);
 static_assert(route::RankingRouter<ranking_router_archetype>);
-static_assert(sync::ModuleStore<module_store_archetype>);
-static_assert(!sync::EncodedModuleStore<module_store_archetype>);
+static_assert(store::ModuleStore<module_store_archetype>);
+static_assert(!store::EncodedModuleStore<module_store_archetype>);
 
 }  // namespace paco::testing

@@ -8,7 +8,7 @@
 // others train on.
 //
 //   train::path_early_stopping stop(model, train::held_out_slices(docs, sets, P), rule);
-//   trainer->run(reshard, [&](const sync::round_report& r) {
+//   trainer->run(reshard, [&](const train::round_report& r) {
 //     if ((r.round + 1) % 5 == 0) stop.observe(r.round, trainer->path_thetas());
 //   });
 //   const auto& thetas = stop.best_thetas();

@@ -1,7 +1,7 @@
 #pragma once
 // local_trainer: a whole DiLoCo, flat-MoE or DiPaCo run in one process, configured by an
-// aggregate. It owns the store (sync::local_store over the plan's module table, every module
-// started from θ0), the workers (sync::local_run: one path_worker per plan worker, living as
+// aggregate. It owns the store (store::local_store over the plan's module table, every module
+// started from θ0), the workers (train::local_run: one path_worker per plan worker, living as
 // long as the run, so a re-routing keeps their inner state) and the round loop in phases:
 // before phase i > 0 a reshard callback sees every path's parameters and gives the workers new
 // shards (a discriminative re-routing: train/routing.hpp).
@@ -19,7 +19,7 @@
 // nothing else of the trainer.
 //
 // Seams (named for the work that builds on this layer): the round of one worker is
-// sync::local_run::round_of (pull → inner_loop → push → wait) — CO2's overlapped outer sync
+// train::local_run::round_of (pull → inner_loop → push → wait) — CO2's overlapped outer sync
 // replaces its wait with the next round's inner steps; a streaming-DiLoCo fragment is a subset
 // of the plan's modules synchronised on its own schedule (path_plan::module_table per
 // fragment); local-loss chunks live inside the inner step (train::inner_loop::step).
@@ -31,7 +31,7 @@
 
 #include "paco/outer/delta.hpp"
 #include "paco/path/path_plan.hpp"
-#include "paco/sync/dipaco_local.hpp"
+#include "paco/train/dipaco_local.hpp"
 #include "paco/train/inner_loop.hpp"
 #include "paco/train/learning_curve.hpp"
 
@@ -54,14 +54,14 @@ struct local_trainer_config {
   std::vector<int> phases;  // phase ends (ascending, the last == rounds); empty: one phase
   std::uint64_t seed = 1;   // worker w samples its shard with seed + w
   // The workers' pushes: fp32 (identity, the default) or encoded by this compression, which the
-  // store decodes (sync::local_store::set_compression over the plan's module spans).
-  sync::compression compression{};
+  // store decodes (store::local_store::set_compression over the plan's module spans).
+  store::compression compression{};
 };
 
 template <train::Model Model, optim::InnerOptimizer InnerOpt, outer::OuterOptimizer OuterOpt>
 class local_trainer {
  public:
-  using workers_t = sync::local_run<Model, InnerOpt, OuterOpt>;
+  using workers_t = train::local_run<Model, InnerOpt, OuterOpt>;
   // New shards, one per worker, before phase `phase` (≥ 1), from every path's parameters.
   using reshard_fn = std::function<std::vector<io::token_stream>(
       int phase, const std::vector<std::vector<float>>& path_thetas)>;
@@ -98,7 +98,7 @@ class local_trainer {
     if (cfg.compression.spec.kind != compress::codec_kind::identity)
       if (auto s = t->store_.set_compression(cfg.compression, model, t->plan_.module_spans()); !s)
         return s.error();
-    std::vector<sync::worker_spec> ws;
+    std::vector<train::worker_spec> ws;
     for (int w = 0; w < t->plan_.workers(); ++w)
       ws.push_back({&t->shards_[std::size_t(w)], cfg.seed + std::uint64_t(w)});
     auto run = workers_t::make(t->store_, model, t->plan_, ws, inner_opt, cfg.inner);
@@ -112,8 +112,8 @@ class local_trainer {
   // invalid_argument if reshard returns the wrong number of shards.
   // Ensures: round_losses() gained one entry per round run.
   status run(const reshard_fn& reshard = {},
-             const std::function<void(const sync::round_report&)>& on_round = {}) {
-    const auto record = [&](const sync::round_report& rr) {
+             const std::function<void(const train::round_report&)>& on_round = {}) {
+    const auto record = [&](const train::round_report& rr) {
       round_loss_.push_back(rr.mean_loss());
       if (on_round) on_round(rr);
     };
@@ -139,7 +139,7 @@ class local_trainer {
   std::vector<std::vector<float>> path_thetas() const {
     std::vector<std::vector<float>> th(std::size_t(plan_.paths()), theta0_);
     for (int p = 0; p < plan_.paths(); ++p)
-      sync::assemble_path(store_, plan_, p, th[std::size_t(p)].data());
+      train::assemble_path(store_, plan_, p, th[std::size_t(p)].data());
     return th;
   }
 
@@ -151,7 +151,7 @@ class local_trainer {
   }
 
   const path::path_plan& plan() const noexcept { return plan_; }
-  sync::local_store<OuterOpt>& store() noexcept { return store_; }
+  store::local_store<OuterOpt>& store() noexcept { return store_; }
   workers_t& workers() noexcept { return *run_; }
   const std::vector<io::token_stream>& shards() const noexcept { return shards_; }
   int rounds_done() const noexcept { return done_; }
@@ -176,14 +176,14 @@ class local_trainer {
                        ? std::vector<OuterOpt>(std::size_t(plan_.modules()), cfg_.outer)
                        : plan_.per_level(cfg_.outer_per_level)),
                cfg_.delta) {
-    sync::init_modules(store_, plan_, theta0_.data());
+    train::init_modules(store_, plan_, theta0_.data());
   }
 
   path::path_plan plan_;
   std::vector<float> theta0_;
   std::vector<io::token_stream> shards_;  // one per worker; the workers point into it
   local_trainer_config<OuterOpt> cfg_;
-  sync::local_store<OuterOpt> store_;
+  store::local_store<OuterOpt> store_;
   std::unique_ptr<workers_t> run_;
   int done_ = 0;
   std::vector<double> round_loss_;
@@ -197,7 +197,7 @@ result<trained_paths> train_paths(
     const Model& model, path::path_plan plan, std::span<const float> theta0,
     std::vector<io::token_stream> shards, InnerOpt inner_opt, local_trainer_config<OuterOpt> cfg,
     const typename local_trainer<Model, InnerOpt, OuterOpt>::reshard_fn& reshard = {},
-    const std::function<void(const sync::round_report&)>& on_round = {}, int curve_every = 10) {
+    const std::function<void(const train::round_report&)>& on_round = {}, int curve_every = 10) {
   auto t = local_trainer<Model, InnerOpt, OuterOpt>::make(model, std::move(plan), theta0,
                                                           std::move(shards), inner_opt, cfg);
   if (!t) return t.error();

@@ -79,7 +79,7 @@ result<routed_paths> train_routed(
     const std::vector<std::vector<int>>& initial, InnerOpt inner_opt,
     routed_training_config<OuterOpt> cfg, typename M::workspace& ws,
     const reroute_report& on_reroute = {},
-    const std::function<void(const sync::round_report&)>& on_round = {}) {
+    const std::function<void(const train::round_report&)>& on_round = {}) {
   if (plan.workers_per_path() != 1)
     return error(errc::invalid_argument, "train_routed: one worker per path");
   if (cfg.early_stop_every < 0)
@@ -111,7 +111,7 @@ result<routed_paths> train_routed(
     auto t = local_trainer<M, InnerOpt, OuterOpt>::make(
         model, std::move(plan), theta0, shards_of(docs, initial, paths), inner_opt, cfg.trainer);
     if (!t) return t.error();
-    auto observe = [&](const sync::round_report& rr) {
+    auto observe = [&](const train::round_report& rr) {
       if (on_round) on_round(rr);
       const long in_last = rr.round + 1 - last_start;
       if (stop && in_last > 0 &&

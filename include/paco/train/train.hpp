@@ -1,16 +1,19 @@
 #pragma once
-// paco/train: the one inner loop, dense runs and the shared base model, the in-process trainer,
-// DiPaCo's held-out documents, routed training and a routed comparison's shared setup, and the
-// round loop of a path worker against a shared store.
+// paco/train: the one inner loop, the path worker and its round loop against a shared store,
+// the in-process trainer and runner, DiLoCo over an all-reduce, dense runs and the shared base
+// model, DiPaCo's held-out documents, routed training and a routed comparison's shared setup.
 #include "paco/train/base_model.hpp"
 #include "paco/train/concepts.hpp"
 #include "paco/train/dense_run.hpp"
+#include "paco/train/diloco_allreduce.hpp"
 #include "paco/train/diloco_replica.hpp"
+#include "paco/train/dipaco_local.hpp"
 #include "paco/train/early_stopping.hpp"
 #include "paco/train/held_out.hpp"
 #include "paco/train/inner_loop.hpp"
 #include "paco/train/learning_curve.hpp"
 #include "paco/train/local_trainer.hpp"
+#include "paco/train/path_worker.hpp"
 #include "paco/train/routed_setup.hpp"
 #include "paco/train/routed_training.hpp"
 #include "paco/train/routing.hpp"

@@ -13,7 +13,7 @@
 #include "paco/core/arena.hpp"
 #include "paco/core/error.hpp"
 #include "paco/io/checkpoint.hpp"
-#include "paco/sync/path_worker.hpp"
+#include "paco/train/path_worker.hpp"
 
 namespace paco::train {
 
@@ -28,7 +28,7 @@ struct worker_checkpoint {
 // Errors: save_checkpoint's.
 template <class Model, class InnerOpt>
 status save_worker_file(const std::filesystem::path& file, const Model& model,
-                        sync::path_worker<Model, InnerOpt>& w, long round,
+                        train::path_worker<Model, InnerOpt>& w, long round,
                         const std::string& config, std::map<std::string, std::string> extra = {}) {
   extra["round"] = std::to_string(round);
   extra["config"] = config;
@@ -63,7 +63,7 @@ result<worker_checkpoint> load_worker_file(const std::filesystem::path& file, co
 // Gives w back the inner optimizer's moments and, when both w and the checkpoint keep one, the
 // error-feedback residual. Requires: w was built with start_step = ck.step for the same model.
 template <class Model, class InnerOpt>
-void restore_worker_state(const worker_checkpoint& ck, sync::path_worker<Model, InnerOpt>& w) {
+void restore_worker_state(const worker_checkpoint& ck, train::path_worker<Model, InnerOpt>& w) {
   for (auto pl : {plane::moment1, plane::moment2, plane::residual}) {
     if (!ck.state.has(pl)) continue;
     if (pl == plane::residual && !w.state().has(pl)) continue;

@@ -1,0 +1,9 @@
+#pragma once
+// paco/collectives: allreduce_ring, reduce_scatter, all_gather, broadcast, barrier over any
+// net::Transport. Each exposes cost(bytes, p) -> wire_cost {steps, bytes this rank sends}.
+#include "paco/collectives/all_gather.hpp"
+#include "paco/collectives/allreduce_ring.hpp"
+#include "paco/collectives/barrier.hpp"
+#include "paco/collectives/broadcast.hpp"
+#include "paco/collectives/options.hpp"
+#include "paco/collectives/reduce_scatter.hpp"

@@ -1,0 +1,154 @@
+#pragma once
+// client: the worker side of the module store service (server.hpp) over any
+// Transport. It models the ModuleStore and EncodedModuleStore concepts of path_worker: pull,
+// push (fp32 Δ), push_encoded (a compress::module_codec payload) and wait_closed go to the store
+// rank that owns the module (store_layout), in the messages of wire.hpp.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+
+#include "paco/net/concepts.hpp"
+#include "paco/store/concepts.hpp"
+#include "paco/store/link.hpp"
+#include "paco/store/wire.hpp"
+
+namespace paco::store {
+
+// The worker side: models the Store interface of path_worker over a Transport.
+template <net::Transport T>
+class client {
+ public:
+  using module_store_tag = void;
+
+  // One world: store id s is rank s of t.
+  client(T& t, store_layout layout, int worker,
+         std::chrono::milliseconds io_timeout = std::chrono::milliseconds(10000))
+      : layout_(std::move(layout)), worker_(worker), io_(io_timeout) {
+    for (int s : layout_.store_ranks) stores_[s] = {&t, s};
+  }
+  // One link per store id (a star): links[s] reaches store s.
+  client(std::map<int, worker_link<T>> links, store_layout layout, int worker,
+         std::chrono::milliseconds io_timeout = std::chrono::milliseconds(10000))
+      : layout_(std::move(layout)), worker_(worker), io_(io_timeout), stores_(std::move(links)) {}
+
+  std::size_t bytes_sent() const noexcept { return bytes_out_; }
+  std::size_t bytes_received() const noexcept { return bytes_in_; }
+
+  // Announces this worker to every store (after a start or a restart).
+  status hello() {
+    for (int s : layout_.store_ranks) {
+      wire::request rq{std::uint32_t(wire::kind::hello), -1, 0, worker_, 0, 0, 0};
+      if (auto st = call(s, rq); !st) return st.error();
+    }
+    return {};
+  }
+  // Tells every store this worker is done (it is no longer expected in later rounds).
+  status bye() {
+    for (int s : layout_.store_ranks) {
+      wire::request rq{std::uint32_t(wire::kind::bye), -1, 0, worker_, 0, 0, 0};
+      auto& l = stores_.at(s);
+      auto r = l.t->send(l.peer, wire::request_tag, wire::bytes_of(rq), deadline());
+      if (auto ec = r.wait()) return error(ec, "bye to store " + std::to_string(s));
+    }
+    return {};
+  }
+
+  result<pulled> pull(int m, std::span<float> dst) {
+    const int s = layout_.owner(m);
+    wire::request rq{std::uint32_t(wire::kind::pull), m, 0, worker_, 0, 0, dst.size()};
+    auto rp = call(s, rq);
+    if (!rp) return rp.error();
+    if (rp->count != dst.size())
+      return error(errc::mismatch, "module " + std::to_string(m) + " has " +
+                                       std::to_string(rp->count) + " elements, expected " +
+                                       std::to_string(dst.size()));
+    auto& l = stores_.at(s);
+    auto r = l.t->recv(l.peer, wire::data_tag, std::as_writable_bytes(dst), deadline());
+    if (auto ec = r.wait()) return error(ec, "pulling module " + std::to_string(m));
+    bytes_in_ += dst.size_bytes();
+    return pulled{rp->round, rp->hash};
+  }
+
+  status push(int m, int /*worker*/, long round, std::span<const float> delta, double weight) {
+    const int s = layout_.owner(m);
+    auto& l = stores_.at(s);
+    wire::request rq{std::uint32_t(wire::kind::push), m, round, worker_, 0, weight, delta.size()};
+    auto h = l.t->send(l.peer, wire::request_tag, wire::bytes_of(rq), deadline());
+    auto p = l.t->send(l.peer, wire::payload_tag, std::as_bytes(delta), deadline());
+    if (auto ec = h.wait()) return error(ec, "push header to store " + std::to_string(s));
+    if (auto ec = p.wait()) return error(ec, "push payload to store " + std::to_string(s));
+    bytes_out_ += sizeof rq + delta.size_bytes();
+    wire::reply rp{};
+    auto r = l.t->recv(l.peer, wire::reply_tag, wire::bytes_of(rp), deadline());
+    if (auto ec = r.wait()) return error(ec, "push reply from store " + std::to_string(s));
+    if (rp.status != 0)
+      return error(static_cast<errc>(rp.status), "store refused the push of module " +
+                                                     std::to_string(m) + " for round " +
+                                                     std::to_string(round));
+    return {};
+  }
+
+  // Pushes a compress::module_codec payload of module m. Ensures: bytes_sent() grows by
+  // wire::push_bytes(payload.size()). Errors: the transport's, or the store's refusal
+  // (corrupt, mismatch, version: a payload it could not decode; too_large, unsupported).
+  status push_encoded(int m, int /*worker*/, long round, std::span<const std::byte> payload,
+                      double weight) {
+    const int s = layout_.owner(m);
+    auto& l = stores_.at(s);
+    wire::request rq{
+        std::uint32_t(wire::kind::push_encoded), m, round, worker_, 0, weight, payload.size()};
+    auto h = l.t->send(l.peer, wire::request_tag, wire::bytes_of(rq), deadline());
+    auto p = l.t->send(l.peer, wire::payload_tag, payload, deadline());
+    if (auto ec = h.wait()) return error(ec, "push header to store " + std::to_string(s));
+    if (auto ec = p.wait()) return error(ec, "push payload to store " + std::to_string(s));
+    bytes_out_ += wire::push_bytes(payload.size());
+    wire::reply rp{};
+    auto r = l.t->recv(l.peer, wire::reply_tag, wire::bytes_of(rp), deadline());
+    if (auto ec = r.wait()) return error(ec, "push reply from store " + std::to_string(s));
+    if (rp.status != 0)
+      return error(static_cast<errc>(rp.status),
+                   "store " + std::to_string(s) + " refused the encoded push of module " +
+                       std::to_string(m) + " for round " + std::to_string(round));
+    return {};
+  }
+
+  status wait_closed(int m, long round, std::chrono::steady_clock::time_point until) {
+    const int s = layout_.owner(m);
+    auto& l = stores_.at(s);
+    wire::request rq{std::uint32_t(wire::kind::wait), m, round, worker_, 0, 0, 0};
+    auto h = l.t->send(l.peer, wire::request_tag, wire::bytes_of(rq), deadline());
+    if (auto ec = h.wait()) return error(ec, "wait request to store " + std::to_string(s));
+    wire::reply rp{};
+    auto r = l.t->recv(l.peer, wire::reply_tag, wire::bytes_of(rp), until);
+    if (auto ec = r.wait())
+      return error(
+          ec, "waiting for round " + std::to_string(round) + " of module " + std::to_string(m));
+    return {};
+  }
+
+ private:
+  result<wire::reply> call(int s, const wire::request& rq) {
+    auto& l = stores_.at(s);
+    auto h = l.t->send(l.peer, wire::request_tag, wire::bytes_of(rq), deadline());
+    if (auto ec = h.wait()) return error(ec, "request to store " + std::to_string(s));
+    wire::reply rp{};
+    auto r = l.t->recv(l.peer, wire::reply_tag, wire::bytes_of(rp), deadline());
+    if (auto ec = r.wait()) return error(ec, "reply from store " + std::to_string(s));
+    if (rp.status != 0)
+      return error(static_cast<errc>(rp.status), "store " + std::to_string(s) + " refused");
+    return rp;
+  }
+  net::deadline deadline() const { return net::after(io_); }
+
+  store_layout layout_;
+  int worker_;
+  std::chrono::milliseconds io_;
+  std::map<int, worker_link<T>> stores_;
+  std::size_t bytes_out_ = 0, bytes_in_ = 0;
+};
+
+}  // namespace paco::store

@@ -1,0 +1,381 @@
+#pragma once
+// server: the store side of the module store service over any Transport (inproc threads,
+// Asio TCP, MPI). A store rank owns modules (module m lives on store rank owner(m),
+// store_link.hpp); it answers its workers' pulls, applies their pushes and closes rounds.
+//
+// Wire protocol: wire.hpp (packed little-endian requests and replies). A push carries
+// fp32 Δ, or (push_encoded) a compress::module_codec payload that the store decodes with its
+// own codec of that module (server_options::codecs) before pushing it to the
+// module_store; a payload that fails to decode (checksum, header, levels, body) is refused with
+// errc::corrupt / mismatch / version in the reply, recorded in refusals(), and never applied.
+// A round of module m closes when every contributor is in, or round_timeout after it opened:
+// the contributors are the workers through m that are live (and take part in that round) plus
+// those that already pushed to it. A worker that dies after its push is not waited for and its
+// push is kept (it is valid work); a partner's death never closes a round before a live
+// partner's push, so an on-time push is never refused because another worker died. Late and
+// dead workers are left out; a round nobody pushed to closes with θ unchanged, so no round
+// waits forever. A worker whose transport link fails is marked dead; a "hello" (or a new link)
+// from it later marks it alive again and it joins at one round R for all its modules (so does a
+// worker whose modules a restarted store holds at different rounds): a module
+// of its path that nobody else is training and that holds no push (it only closed empty rounds,
+// which leave θ and the outer state unchanged) is re-aligned to R at once by closing its empty
+// rounds, so the worker pulls a consistent path and no partner waits for it more than a round.
+// Every refused push is reported (on_refuse) with whether it was on time (it reached the store
+// within round_timeout of its round opening) or late; ontime_refused() counts the former.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "paco/compress/module_codec.hpp"
+#include "paco/net/concepts.hpp"
+#include "paco/store/link.hpp"
+#include "paco/store/module_store.hpp"
+#include "paco/store/wire.hpp"
+
+namespace paco::store {
+
+struct server_options {
+  std::chrono::milliseconds round_timeout{60000};  // after a round opened; > a round's compute
+  std::chrono::milliseconds io_timeout{10000};     // one send or recv
+  // Called after every round close (e.g. to checkpoint the store), on the serving thread.
+  std::function<void(const store::round_summary&)> on_close = {};
+  // Decoders of encoded pushes, one per module (make_codecs over every module's level span);
+  // null: the store takes fp32 pushes only.
+  std::shared_ptr<const std::vector<compress::module_codec>> codecs = {};
+  // Called with the reason whenever a push is refused (bad payload), on the serving thread.
+  std::function<void(const std::string&)> on_refuse = {};
+};
+
+// Serves the modules this store owns to the given workers until every worker said bye or died
+// (and none can come back), or stop() is called. workers: id → the module ids it pushes.
+template <net::Transport T, class OuterOpt>
+class server {
+ public:
+  // Every worker reached through one transport in which worker id w is rank w.
+  server(T& t, store::module_store<OuterOpt>& store, std::map<int, std::vector<int>> workers,
+         server_options o = {})
+      : store_(store), workers_(std::move(workers)), o_(std::move(o)) {
+    for (auto& [w, mods] : workers_) {
+      links_[w] = {&t, w};
+      alive_.insert(w);
+    }
+  }
+  // Workers reached through their own links; a worker without a link yet is attached later.
+  server(std::map<int, worker_link<T>> links, store::module_store<OuterOpt>& store,
+         std::map<int, std::vector<int>> workers, server_options o = {})
+      : store_(store), workers_(std::move(workers)), o_(std::move(o)), links_(std::move(links)) {
+    // Every worker is expected until its link fails (one not connected yet is on its way).
+    for (auto& [w, mods] : workers_) alive_.insert(w);
+  }
+
+  // Thread-safe: hands the server a (new) link to worker w, e.g. after it restarted and
+  // reconnected. The serve loop picks it up and starts listening to it.
+  void attach(int w, worker_link<T> l) {
+    std::lock_guard lk(attach_mu_);
+    attached_.push_back({w, l});
+  }
+  // Thread-safe: serve() returns at its next iteration.
+  void stop() { stop_ = true; }
+  // While true, serve() keeps running even when no worker is connected (rejoins are possible).
+  void expect_rejoins(bool on) { rejoins_ = on; }
+  const std::vector<store::round_summary>& history() const { return history_; }
+  std::size_t bytes_received() const { return bytes_in_; }
+  // Why each refused push was refused, in order.
+  const std::vector<std::string>& refusals() const { return refusals_; }
+  // Workers that said bye (done for good).
+  std::size_t finished() const { return finished_.size(); }
+  // Pushes refused although they arrived within round_timeout of their round opening.
+  std::size_t ontime_refused() const { return ontime_refused_; }
+
+  // Runs until stop(), or no worker is left (all said bye or died). Errors: none (failures of
+  // single workers are handled by leaving them out).
+  void serve() {
+    using namespace wire;
+    std::map<int, request> hdr;
+    std::map<int, typename T::request> pending;
+    auto post = [&](int w) {
+      auto& l = links_.at(w);
+      pending[w] = l.t->recv(l.peer, request_tag, bytes_of(hdr[w]),
+                             net::after(std::chrono::hours(24 * 365)));
+    };
+    for (auto& [w, l] : links_) post(w);
+    for (int m = 0; m < store_.module_count(); ++m) opened_[m] = clock::now();
+    while (!stop_ && (!pending.empty() || rejoins_) && finished_.size() < workers_.size()) {
+      {
+        std::lock_guard lk(attach_mu_);
+        for (auto& [w, l] : attached_) {
+          pending.erase(w);
+          links_[w] = l;
+          join(w);
+          post(w);
+        }
+        attached_.clear();
+      }
+      bool any = false;
+      for (auto it = pending.begin(); it != pending.end();) {
+        const int w = it->first;
+        if (!it->second.test()) {
+          ++it;
+          continue;
+        }
+        any = true;
+        auto ec = it->second.wait();
+        if (ec) {  // the link failed: the worker is dead until it says hello again
+          mark_dead(w);
+          it = pending.erase(it);
+          continue;
+        }
+        const bool keep = handle(w, hdr[w]);
+        if (!keep) {
+          mark_dead(w);
+          it = pending.erase(it);
+          continue;
+        }
+        post(w);
+        ++it;
+      }
+      close_due();
+      answer_waits();
+      if (!any) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+
+  // Returns false if the worker is gone (bye or a failed reply).
+  bool handle(int w, const wire::request& rq) {
+    using namespace wire;
+    const auto k = static_cast<wire::kind>(rq.kind);
+    if (k == wire::kind::bye) {
+      alive_.erase(w);
+      finished_.insert(w);
+      check_complete_all();
+      return false;
+    }
+    if (k == wire::kind::hello) {
+      if (!alive_.count(w)) join(w);
+      return send_reply(w, {0, -1, 0, 0, 0});
+    }
+    if (rq.module < 0 || rq.module >= store_.module_count())
+      return send_reply(w, {int(errc::invalid_argument), rq.module, 0, 0, 0});
+    const int m = rq.module;
+    const std::size_t n = store_.info(m).size;
+    if (k == wire::kind::pull) {
+      buf_.resize(n);
+      auto [round, hash] = store_.pull(m, buf_);
+      if (!send_reply(w, {0, m, round, hash, n})) return false;
+      auto& l = links_.at(w);
+      auto r =
+          l.t->send(l.peer, data_tag, std::as_bytes(std::span<const float>(buf_)), io_deadline());
+      return !r.wait();
+    }
+    if (k == wire::kind::push) {
+      if (rq.count != n) {
+        // Drain nothing: a push of the wrong size is refused before its payload is read, and the
+        // worker must not send one (client checks). Treat as a protocol failure.
+        return false;
+      }
+      buf_.resize(n);
+      auto& l = links_.at(w);
+      auto r = l.t->recv(l.peer, payload_tag, std::as_writable_bytes(std::span<float>(buf_)),
+                         io_deadline());
+      if (r.wait()) return false;
+      bytes_in_ += n * sizeof(float);
+      alive_.insert(w);
+      auto s = store_.push(m, w, rq.round, buf_, rq.weight);
+      if (s.ok())
+        check_complete(m);
+      else
+        refuse_push(w, m, rq.round, s);
+      return send_reply(w, {s.ok() ? 0 : s.error().code.value(), m, store_.round(m), 0, 0});
+    }
+    if (k == wire::kind::push_encoded) return push_encoded(w, rq);
+    if (k == wire::kind::wait) {
+      waits_.push_back({w, m, rq.round});
+      return true;
+    }
+    return send_reply(w, {int(errc::protocol), m, 0, 0, 0});
+  }
+
+  // An encoded push: a payload longer than the module's codec can produce is a protocol failure
+  // (refused, the link dropped: its bytes are not read); one that fails to decode is refused
+  // in the reply and the module is unchanged.
+  bool push_encoded(int w, const wire::request& rq) {
+    const int m = rq.module;
+    const std::size_t cap = o_.codecs ? (*o_.codecs)[std::size_t(m)].max_payload_bytes() : 0;
+    auto& l = links_.at(w);
+    if (!o_.codecs || rq.count > cap) {
+      refuse(w, m,
+             o_.codecs
+                 ? "a payload of " + std::to_string(rq.count) +
+                       " bytes exceeds the largest this codec sends (" + std::to_string(cap) + ")"
+                 : std::string("this store takes fp32 pushes only (no codecs)"));
+      const errc why = o_.codecs ? errc::too_large : errc::unsupported;
+      send_reply(w, {int(why), m, store_.round(m), 0, 0});
+      return false;
+    }
+    bytes_.resize(rq.count);
+    auto r = l.t->recv(l.peer, wire::payload_tag, std::span<std::byte>(bytes_), io_deadline());
+    if (r.wait()) return false;
+    bytes_in_ += rq.count;
+    alive_.insert(w);
+    buf_.resize(store_.info(m).size);
+    status s = (*o_.codecs)[std::size_t(m)].decode(std::span<const std::byte>(bytes_),
+                                                   slice<float>(buf_.data(), buf_.size()));
+    if (!s) {
+      refuse(w, m, s.error().what());
+    } else {
+      s = store_.push(m, w, rq.round, buf_, rq.weight);
+      if (s.ok())
+        check_complete(m);
+      else
+        refuse_push(w, m, rq.round, s);
+    }
+    return send_reply(w, {s.ok() ? 0 : s.error().code.value(), m, store_.round(m), 0, 0});
+  }
+  // A push the module store refused: on time if its round opened less than round_timeout ago
+  // (it closed early without this worker), late otherwise (or a duplicate, or early).
+  void refuse_push(int w, int m, long round, const status& s) {
+    std::string when = "late";
+    const auto it = prev_opened_.find(m);
+    if (s.error().code == errc::mismatch && round == store_.round(m) - 1 &&
+        it != prev_opened_.end() && clock::now() - it->second <= o_.round_timeout) {
+      when = "on time";
+      ++ontime_refused_;
+    } else if (round == store_.round(m)) {
+      when = "in its round";
+    }
+    refuse(w, m, "round " + std::to_string(round) + " (" + when + "): " + s.error().what());
+  }
+  void refuse(int w, int m, const std::string& why) {
+    refusals_.push_back("push of module " + std::to_string(m) + " from worker " +
+                        std::to_string(w) + " refused: " + why);
+    if (o_.on_refuse) o_.on_refuse(refusals_.back());
+  }
+
+  bool send_reply(int w, wire::reply rp) {
+    auto& l = links_.at(w);
+    auto r = l.t->send(l.peer, wire::reply_tag, wire::bytes_of(rp), io_deadline());
+    return !r.wait();
+  }
+  net::deadline io_deadline() const { return net::after(o_.io_timeout); }
+
+  // Whether worker w takes part in module m's open round (it is through m and, after a rejoin,
+  // its first round has come).
+  bool takes_part(int w, int m) const {
+    const auto& mods = workers_.at(w);
+    if (std::find(mods.begin(), mods.end(), m) == mods.end()) return false;
+    auto it = active_from_.find({w, m});
+    return it == active_from_.end() || it->second <= store_.round(m);
+  }
+  // A worker connects. The first time, with its modules at one round, it is expected from the
+  // start. After it died, or when its modules sit at different rounds (a store restarted from a
+  // checkpoint written between two of their closes), it joins at round R: the first round not
+  // yet started on every one of its modules (after a death, rounds with pushes already in finish
+  // without it). A module of its path below R that holds no push and that no other live worker
+  // trains is re-aligned to R by closing its empty rounds (no-ops on θ), so the worker can pull
+  // all its modules at one round; the others reach R with their live workers.
+  void join(int w) {
+    alive_.insert(w);
+    const bool died = died_.count(w) > 0;
+    long R = 0, lo = -1;
+    for (int m : workers_.at(w)) {
+      R = std::max(R, store_.round(m) + (died && store_.pushed(m) > 0 ? 1 : 0));
+      lo = lo < 0 ? store_.round(m) : std::min(lo, store_.round(m));
+    }
+    if (died || lo < R) {
+      for (int m : workers_.at(w)) {
+        bool trained = false;
+        for (auto& [v, mods] : workers_)
+          trained |= v != w && alive_.count(v) && std::count(mods.begin(), mods.end(), m);
+        while (!trained && store_.pushed(m) == 0 && store_.round(m) < R) close(m, false);
+        active_from_[{w, m}] = R;
+      }
+    }
+    check_complete_all();
+  }
+  // Closes m's round once some push is in and every contributor (live and taking part, or
+  // already pushed) has pushed.
+  void check_complete(int m) {
+    if (store_.pushed(m) == 0) return;
+    for (int w : alive_)
+      if (workers_.count(w) && takes_part(w, m) && !store_.has_pushed(m, w)) return;
+    close(m, false);
+  }
+  void check_complete_all() {
+    for (int m = 0; m < store_.module_count(); ++m) check_complete(m);
+  }
+  void close(int m, bool by_deadline) {
+    const auto now = clock::now();
+    history_.push_back(store_.close(m));
+    history_.back().open_s = std::chrono::duration<double>(now - opened_[m]).count();
+    history_.back().by_deadline = by_deadline;
+    prev_opened_[m] = opened_[m];
+    opened_[m] = now;
+    if (o_.on_close) o_.on_close(history_.back());
+  }
+  void close_due() {
+    const auto now = clock::now();
+    std::vector<int> due;
+    for (auto& [m, t0] : opened_)
+      if (now - t0 > o_.round_timeout) due.push_back(m);
+    for (int m : due) close(m, true);
+  }
+  void answer_waits() {
+    for (auto it = waits_.begin(); it != waits_.end();) {
+      if (store_.round(it->module) > it->round) {
+        if (!send_reply(it->worker,
+                        {0, it->module, store_.round(it->module), store_.hash(it->module), 0}))
+          mark_dead(it->worker);
+        it = waits_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  void mark_dead(int w) {
+    alive_.erase(w);
+    if (!finished_.count(w)) died_.insert(w);
+    for (auto it = waits_.begin(); it != waits_.end();)
+      it = it->worker == w ? waits_.erase(it) : std::next(it);
+    check_complete_all();
+  }
+
+  struct wait_t {
+    int worker, module;
+    long round;
+  };
+  store::module_store<OuterOpt>& store_;
+  std::map<int, std::vector<int>> workers_;
+  server_options o_;
+  std::map<int, worker_link<T>> links_;
+  std::mutex attach_mu_;
+  std::vector<std::pair<int, worker_link<T>>> attached_;
+  std::set<int> alive_, finished_, died_;
+  std::map<std::pair<int, int>, long> active_from_;  // (worker, module) → first round it joins
+  std::atomic<bool> rejoins_{false};
+  std::map<int, clock::time_point> opened_;       // when each module's open round opened
+  std::map<int, clock::time_point> prev_opened_;  // when its last closed round had opened
+  std::size_t ontime_refused_ = 0;
+  std::vector<wait_t> waits_;
+  std::vector<float> buf_;
+  std::vector<std::byte> bytes_;  // an encoded payload
+  std::vector<std::string> refusals_;
+  std::vector<store::round_summary> history_;
+  std::size_t bytes_in_ = 0;
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace paco::store

@@ -1,0 +1,110 @@
+#pragma once
+// store_file: a module store's checkpoint (format paco-store-1), written atomically and
+// checksummed like every safetensors file paco writes. Tensors `module.M.theta` and
+// `module.M.outer_state` for every module M; metadata
+//   rounds  each module's round (JSON list)
+//   layout  what the flat vectors are, so the file can be read without paco's C++: the grid
+//           ("2x2") and per module its level, expert, offset and size in the model's arena and
+//           the model tensors (entries) its span covers, in order (JSON)
+//   config  the caller's configuration fingerprint (compared on load: io::check_config)
+// plus what the caller adds. paco_train's store writes it after every round close; --export
+// turns it into one model file per path (nn/gpt_file.hpp).
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "paco/core/error.hpp"
+#include "paco/io/checkpoint.hpp"
+#include "paco/io/safetensors.hpp"
+#include "paco/path/path_plan.hpp"
+#include "paco/store/module_store.hpp"
+
+namespace paco::store {
+
+inline constexpr const char* store_file_format = "paco-store-1";
+
+// The layout metadata of a plan (see above).
+inline std::string store_layout_json(const path::path_plan& plan) {
+  nlohmann::ordered_json mods = nlohmann::ordered_json::array();
+  for (int m = 0; m < plan.modules(); ++m) {
+    const auto& sp = plan.span_of(m);
+    mods.push_back({{"module", m},
+                    {"level", plan.level_of(m)},
+                    {"expert", plan.expert_of(m)},
+                    {"offset", sp.offset},
+                    {"size", sp.size},
+                    {"entries", sp.entries}});
+  }
+  return nlohmann::ordered_json{{"grid", plan.describe()}, {"modules", mods}}.dump();
+}
+
+// Writes every module's θ, outer state and round. Errors: save_safetensors'.
+template <class OuterOpt>
+status save_store_file(const std::filesystem::path& file, const module_store<OuterOpt>& st,
+                       const path::path_plan& plan, const std::string& config,
+                       std::map<std::string, std::string> extra = {}) {
+  std::vector<std::vector<float>> keep;
+  keep.reserve(2 * std::size_t(st.module_count()));
+  std::vector<io::tensor_ref> refs;
+  nlohmann::json rounds = nlohmann::json::array();
+  for (int m = 0; m < st.module_count(); ++m) {
+    auto snap = st.save(m);
+    rounds.push_back(snap.round);
+    keep.push_back(std::move(snap.theta));
+    refs.push_back(
+        {"module." + std::to_string(m) + ".theta", {keep.back().size()}, keep.back().data()});
+    keep.push_back(std::move(snap.state));
+    refs.push_back(
+        {"module." + std::to_string(m) + ".outer_state", {keep.back().size()}, keep.back().data()});
+  }
+  extra["format"] = store_file_format;
+  extra["rounds"] = rounds.dump();
+  extra["layout"] = store_layout_json(plan);
+  extra["config"] = config;
+  return io::save_safetensors(file, refs, std::move(extra));
+}
+
+// Restores every module of st from a file save_store_file wrote. Errors name the file and the
+// problem: missing or truncated (load_safetensors'), corrupt (no checksum, one that disagrees,
+// another format, no rounds, an invalid round), written for another configuration
+// (check_config's), or another layout (a module missing, of another size, or a layout record
+// that differs from the plan's).
+template <class OuterOpt>
+status load_store_file(const std::filesystem::path& file, module_store<OuterOpt>& st,
+                       const path::path_plan& plan, const std::string& config) {
+  const std::string what = "store checkpoint '" + file.string() + "'";
+  auto f = io::load_safetensors(file);
+  if (!f) return f.error();
+  if (!f->metadata.count(io::checksum_key)) return {errc::corrupt, what + " carries no checksum"};
+  if (auto fmt = f->metadata.find("format");
+      fmt == f->metadata.end() || fmt->second != store_file_format)
+    return {errc::corrupt, what + " is not a " + store_file_format + " file"};
+  if (auto s = io::check_config(file, f->metadata, config); !s) return s;
+  if (auto l = f->metadata.find("layout");
+      l != f->metadata.end() && l->second != store_layout_json(plan))
+    return {errc::mismatch, what + " was written for another grid or model layout"};
+  auto it = f->metadata.find("rounds");
+  if (it == f->metadata.end()) return {errc::corrupt, what + " records no rounds"};
+  const auto rounds = nlohmann::json::parse(it->second, nullptr, false);
+  if (!rounds.is_array() || int(rounds.size()) != st.module_count())
+    return {errc::mismatch, what + " has a different number of modules"};
+  for (int m = 0; m < st.module_count(); ++m) {
+    auto th = f->tensors.find("module." + std::to_string(m) + ".theta");
+    auto os = f->tensors.find("module." + std::to_string(m) + ".outer_state");
+    if (th == f->tensors.end() || os == f->tensors.end())
+      return {errc::mismatch, what + " lacks module " + std::to_string(m)};
+    const auto& r = rounds[std::size_t(m)];
+    if (!r.is_number_integer() || r.get<long>() < 0)
+      return {errc::corrupt, what + " has an invalid round for module " + std::to_string(m)};
+    typename module_store<OuterOpt>::snapshot s{th->second.values, os->second.values,
+                                                r.get<long>()};
+    if (auto e = st.restore(m, s); !e) return {errc::mismatch, what + ": " + e.error().message};
+  }
+  return {};
+}
+
+}  // namespace paco::store

@@ -1,0 +1,225 @@
+#pragma once
+// diloco_allreduce: DiLoCo without a store, for k replicas joined by any Transport (a cluster
+// over MPI, or ranks over asio_tcp). Every rank keeps the global θ (the anchor plane) and the
+// outer optimizer state itself; a round is
+//   H inner steps → Δ = θ_start − θ_end → mean of Δ over the ranks →
+//   θ ← OuterOpt(θ_start, mean Δ) on every rank → check that every rank holds the same θ (hash)
+// Because the mean is bit-identical on every rank and the outer step is deterministic,
+// replicas stay bit-identical; the hash check verifies it every round.
+//
+// The mean of Δ, by codec (a compress::module_codec over the whole parameter plane):
+//   none / fp32      ring all-reduce of the fp32 Δ (sum), / k
+//   bf16, fp16       ring all-reduce of the 16-bit arrays, added in fp32 and rounded per hop
+//   powersgd:R       two ring all-reduces (P, then Q; vectors ride in the first), decode
+//   int8 … int2, topk, lgreco:*, sign_prune
+//                    all-gather of the payload sizes, then of the payloads (each padded to the
+//                    largest), every rank decodes all of them in rank order: mean (sign_prune:
+//                    TIES merge, elected sign then the mean of the agreeing values)
+// The error-feedback residual lives in the worker's arena (plane::residual).
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "paco/collectives/collectives.hpp"
+#include "paco/collectives/counted.hpp"
+#include "paco/compress/combine.hpp"
+#include "paco/core/hash.hpp"
+#include "paco/store/compression.hpp"
+#include "paco/train/path_worker.hpp"
+
+namespace paco::train {
+
+struct diloco_options {
+  collectives::collective_options
+      collective{};  // deadline, tag, chunking, ring order of the all-reduce
+};
+
+// What diloco_round moved for this rank, summed over the rounds it ran.
+struct diloco_traffic {
+  std::size_t bytes_sent = 0;     // bytes this rank sent: every collective, hash check included
+  std::size_t payload_bytes = 0;  // bytes of this rank's encoded Δ (payload / arrays / rounds)
+  long rounds = 0;
+};
+
+// The codec of the all-reduce DiLoCo: one module spanning the model's whole parameter plane,
+// one segment per tensor. Errors: make_codecs'.
+template <class Model>
+result<compress::module_codec> diloco_codec(const store::compression& c, const Model& model) {
+  auto v = store::make_codecs(c, model, {path::level_span{0, model.layout().total(), {}}});
+  if (!v) return v.error();
+  return std::move((*v)[0]);
+}
+
+namespace detail {
+
+// mean Δ of a message codec: all-gather the sizes, then the payloads padded to the largest,
+// decode every rank's in rank order. sign_prune: TIES merge instead of the mean.
+template <net::Transport T>
+status gathered_mean(T& t, compress::module_codec& codec, slice<const float> delta,
+                     slice<float> residual, slice<float> mean,
+                     const collectives::collective_options& o, std::size_t& payload) {
+  std::vector<std::byte> own;
+  if (auto s = codec.encode(delta, residual, own); !s) return s;
+  payload += own.size();
+  const std::size_t p = std::size_t(t.size()), me = std::size_t(t.rank());
+  std::vector<std::uint64_t> sizes(p, 0);
+  sizes[me] = own.size();
+  auto co = o;
+  co.tag = o.tag + 2;
+  if (auto s = collectives::all_gather(t, std::span<std::uint64_t>(sizes), co); !s) return s;
+  const std::size_t width = *std::max_element(sizes.begin(), sizes.end());
+  std::vector<std::uint8_t> all(p * width, 0);
+  std::memcpy(all.data() + me * width, own.data(), own.size());
+  co.tag = o.tag + 3;
+  if (auto s = collectives::all_gather(t, std::span<std::uint8_t>(all), co); !s) return s;
+  auto payload_of = [&](std::size_t w) {
+    return std::span<const std::byte>(reinterpret_cast<const std::byte*>(all.data() + w * width),
+                                      std::size_t(sizes[w]));
+  };
+  auto decode = [&](std::size_t w, slice<float> out) -> status {
+    if (auto s = codec.decode(payload_of(w), out); !s)
+      return paco::error{s.error().code, "DiLoCo: the payload of rank " + std::to_string(w) +
+                                             " does not decode: " + s.error().message};
+    return {};
+  };
+  const std::size_t n = mean.size();
+  if (codec.spec().kind == compress::codec_kind::sign_prune) {  // elected sign, agreeing mean
+    std::vector<float> scratch(3 * n);
+    return compress::ties_merge_decoded(p, decode, mean,
+                                        slice<float>(scratch.data(), scratch.size()));
+  }
+  std::vector<float> tmp(n);
+  const slice<float> dec{tmp.data(), n};
+  std::fill(mean.begin(), mean.end(), 0.0f);
+  for (std::size_t w = 0; w < p; ++w) {
+    if (auto s = decode(w, dec); !s) return s;
+    for (std::size_t i = 0; i < n; ++i) mean[i] += tmp[i];
+  }
+  const float inv = 1.0f / float(p);
+  for (auto& v : mean.span()) v *= inv;
+  return {};
+}
+
+// The outer step from the mean Δ, then the replicas' hash check.
+template <net::Transport T, class OuterOpt>
+status outer_and_check(T& t, slice<float> th, slice<const float> an, slice<const float> mean,
+                       const OuterOpt& outer, std::span<float> outer_state,
+                       const collectives::collective_options& o) {
+  std::copy(an.begin(), an.end(), th.begin());
+  outer.step(std::span<float>(th.data(), th.size()),
+             std::span<const float>(mean.data(), mean.size()), outer_state);
+  std::vector<std::uint64_t> hashes(std::size_t(t.size()), 0);
+  hashes[std::size_t(t.rank())] = hash64(th.data(), th.size_bytes());
+  auto co = o;
+  co.tag = o.tag + 1;
+  if (auto s = collectives::allreduce_ring(t, std::span<std::uint64_t>(hashes), co); !s) return s;
+  for (auto h : hashes)
+    if (h != hashes[0])
+      return {errc::mismatch, "DiLoCo replicas diverged: θ hashes differ after the outer step"};
+  return {};
+}
+
+}  // namespace detail
+
+// One DiLoCo round for this rank. Requires: every rank of t calls it with the same round and
+// options; worker's arena holds the current global θ in its param plane (set before the first
+// round, identical on every rank). outer_state: OuterOpt::state_size(total) floats.
+// Ensures: on ok, the param plane holds the new global θ, bit-identical on every rank.
+// Errors: the all-reduce's (timeout, peer_lost …), or mismatch if the replicas' θ differ.
+// Cost: one ring all-reduce of the model (2(k−1)/k · 4·params bytes sent per rank) and one
+// all-gather of 8-byte hashes.
+template <net::Transport T, class Model, class InnerOpt, class OuterOpt>
+status diloco_round(T& t, path_worker<Model, InnerOpt>& worker, const OuterOpt& outer,
+                    std::span<float> outer_state, const diloco_options& o = {}) {
+  auto& a = worker.state();
+  auto th = a.get(plane::param);
+  auto an = a.get(plane::anchor);
+  std::copy(th.begin(), th.end(), an.begin());  // θ_start
+  worker.train();
+  std::vector<float> delta(th.size());
+  for (std::size_t i = 0; i < th.size(); ++i) delta[i] = an[i] - th[i];
+  if (auto s = collectives::allreduce_ring(t, std::span<float>(delta), o.collective); !s) return s;
+  const float inv_k = 1.0f / float(t.size());
+  for (auto& v : delta) v *= inv_k;
+  return detail::outer_and_check(t, th, an, slice<const float>(delta.data(), delta.size()), outer,
+                                 outer_state, o.collective);
+}
+
+// One compressed DiLoCo round for this rank: as above, with the mean of Δ computed through
+// `codec` (diloco_codec; the same spec on every rank) as the file comment says. The residual
+// (error feedback) is the worker's plane::residual; L-GreCo levels are each rank's own (a
+// payload names its levels; sizes may differ, the all-gather pads to the largest).
+// Requires: codec.size() == the param plane's size. Ensures: as above; traffic grows by the
+// bytes this rank sent in the round (measured) and the bytes of its encoded Δ.
+// Cost per rank, n floats, k ranks: summed codecs 2(k−1)/k·(bytes of a summed array) per
+// all-reduce (PowerSGD: two, of (Σ rows·r + vectors) and Σ cols·r floats); message codecs
+// (k−1)·(largest payload) + 8(k−1) for the sizes; plus the hash check, 16(k−1).
+template <net::Transport T, class Model, class InnerOpt, class OuterOpt>
+status diloco_round(T& t, path_worker<Model, InnerOpt>& worker, compress::module_codec& codec,
+                    const OuterOpt& outer, std::span<float> outer_state, diloco_traffic& traffic,
+                    const diloco_options& o = {}) {
+  auto& a = worker.state();
+  auto th = a.get(plane::param);
+  if (codec.size() != th.size())
+    return {errc::mismatch, "diloco_round: the codec covers " + std::to_string(codec.size()) +
+                                " elements, the model's plane " + std::to_string(th.size())};
+  auto an = a.get(plane::anchor);
+  const slice<float> res = codec.error_feedback() ? a.get(plane::residual) : slice<float>{};
+  collectives::counted<T> ct(t);
+  std::copy(th.begin(), th.end(), an.begin());  // θ_start
+  worker.train();
+  const std::size_t n = th.size();
+  std::vector<float> delta(n), mean(n);
+  for (std::size_t i = 0; i < n; ++i) delta[i] = an[i] - th[i];
+  const slice<const float> d{delta.data(), n};
+  const slice<float> y{mean.data(), n};
+  const auto& co = o.collective;
+  const auto k = std::size_t(t.size());
+  if (codec.multi_round()) {  // PowerSGD
+    std::vector<float> r0(codec.round_floats(0)), r1(codec.round_floats(1));
+    if (auto s = codec.encode_round(0, d, res, {}, slice<float>(r0.data(), r0.size())); !s)
+      return s;
+    if (auto s = collectives::allreduce_ring(ct, std::span<float>(r0), co); !s) return s;
+    if (auto s = codec.encode_round(1, d, res, slice<const float>(r0.data(), r0.size()),
+                                    slice<float>(r1.data(), r1.size()));
+        !s)
+      return s;
+    auto c1 = co;
+    c1.tag = co.tag + 2;
+    if (auto s = collectives::allreduce_ring(ct, std::span<float>(r1), c1); !s) return s;
+    if (auto s = codec.decode_rounds(slice<const float>(r1.data(), r1.size()), k, y, res); !s)
+      return s;
+    traffic.payload_bytes += (r0.size() + r1.size()) * sizeof(float);
+  } else if (codec.summed_bytes() > 0) {  // fp32, bf16, fp16
+    const std::size_t bytes = codec.summed_bytes();
+    std::vector<float> buf((bytes + sizeof(float) - 1) / sizeof(float));  // aligned for u16/f32
+    const std::span<std::byte> b{reinterpret_cast<std::byte*>(buf.data()), bytes};
+    if (auto s = codec.encode_summed(d, res, b); !s) return s;
+    status s;
+    if (codec.spec().kind == compress::codec_kind::identity) {
+      s = collectives::allreduce_ring(ct, std::span<float>(buf.data(), n), co);
+    } else {
+      const compress::half_sum op{codec.spec().kind == compress::codec_kind::bf16
+                                      ? compress::half_format::bf16
+                                      : compress::half_format::fp16};
+      s = collectives::allreduce_ring(
+          ct, std::span<std::uint16_t>(reinterpret_cast<std::uint16_t*>(buf.data()), n), co, op);
+    }
+    if (!s) return s;
+    if (auto st = codec.decode_summed(b, k, y); !st) return st;
+    traffic.payload_bytes += bytes;
+  } else {
+    if (auto s = detail::gathered_mean(ct, codec, d, res, y, co, traffic.payload_bytes); !s)
+      return s;
+  }
+  auto st = detail::outer_and_check(ct, th, an, slice<const float>(mean.data(), n), outer,
+                                    outer_state, co);
+  traffic.bytes_sent += ct.bytes();
+  ++traffic.rounds;
+  return st;
+}
+
+}  // namespace paco::train

@@ -1,0 +1,193 @@
+#pragma once
+// path_worker: one worker of a DiLoCo / DiPaCo run. It trains one path (one module per level)
+// on its shard: each round it pulls its modules from a store (verifying their hashes), keeps
+// them as θ_start (the arena's anchor plane), runs H inner optimizer steps, and pushes
+// Δ_m = θ_start,m − θ_end,m for every module m of its path, weighted by its shard's tokens.
+// The inner optimizer state stays with the worker across rounds (it is never synchronised).
+//
+// With codecs (set_codecs: one compress::module_codec per level), each Δ_m is encoded first and
+// pushed as bytes (push_encoded); the error-feedback residual of module m stays here, in this
+// worker's arena (plane::residual, module m's span), and L-GreCo's state in its codec.
+//
+// Store models store::ModuleStore (store/concepts.hpp); encoded pushes need an
+// EncodedModuleStore. Models: local_store (threads of one process), store::client (a store
+// service over any Transport). Model models train::Model, InnerOpt optim::InnerOptimizer.
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "paco/compress/module_codec.hpp"
+#include "paco/core/arena.hpp"
+#include "paco/core/hash.hpp"
+#include "paco/path/level_map.hpp"
+#include "paco/store/concepts.hpp"
+#include "paco/store/local_store.hpp"
+#include "paco/train/inner_loop.hpp"
+
+namespace paco::train {
+
+template <train::Model Model, optim::InnerOptimizer InnerOpt>
+class path_worker {
+ public:
+  // modules[l] is the store's id of this worker's module at level l; levels[l] its span.
+  path_worker(int id, const Model& model, std::vector<path::level_span> levels,
+              std::vector<int> modules, InnerOpt opt, train::inner_config cfg,
+              const io::token_stream& shard, std::uint64_t seed)
+      : id_(id),
+        model_(model),
+        levels_(std::move(levels)),
+        modules_(std::move(modules)),
+        opt_(opt),
+        cfg_(cfg),
+        arena_(model.layout()),
+        loop_(model, cfg, shard, seed),
+        shard_tokens_(double(shard.ids.size())) {
+    PACO_ASSERT(levels_.size() == modules_.size(), "one module per level");
+    arena_.get(plane::moment1);
+    arena_.get(plane::moment2);
+    arena_.get(plane::anchor);
+  }
+
+  int id() const noexcept { return id_; }
+  arena<host>& state() noexcept { return arena_; }
+  const std::vector<int>& modules() const noexcept { return modules_; }
+  double shard_tokens() const noexcept { return shard_tokens_; }
+  long inner_step() const noexcept { return loop_.step_count(); }
+  long round() const noexcept { return round_; }
+  double last_loss() const noexcept { return last_loss_; }
+
+  // Trains on `shard` from the next inner step on (a re-routing): the inner optimizer state
+  // (moments, step count), the sampler's random stream and the error-feedback residual carry on;
+  // pushes are weighted by the new shard's tokens. Requires: shard outlives its use and holds
+  // more than ctx tokens (checked: throws error_exception).
+  void set_shard(const io::token_stream& shard) {
+    loop_.rebind(shard);
+    shard_tokens_ = double(shard.ids.size());
+  }
+
+  // Encoded pushes from now on: codecs[l] encodes level l's module (make_codecs over this
+  // worker's level spans). Errors: mismatch if the count or a codec's size differs from the
+  // levels'. Ensures: the residual plane is allocated (zeros) when a codec keeps one.
+  status set_codecs(std::vector<compress::module_codec> codecs) {
+    if (codecs.size() != levels_.size())
+      return {errc::mismatch, "worker " + std::to_string(id_) + ": " +
+                                  std::to_string(codecs.size()) + " codecs for " +
+                                  std::to_string(levels_.size()) + " levels"};
+    for (std::size_t l = 0; l < levels_.size(); ++l)
+      if (codecs[l].size() != levels_[l].size)
+        return {errc::mismatch, "worker " + std::to_string(id_) + ": the codec of level " +
+                                    std::to_string(l) + " covers " +
+                                    std::to_string(codecs[l].size()) + " elements, the level " +
+                                    std::to_string(levels_[l].size)};
+    for (auto& c : codecs)
+      if (c.error_feedback()) arena_.get(plane::residual);
+    codecs_ = std::move(codecs);
+    return {};
+  }
+  bool encoded() const noexcept { return !codecs_.empty(); }
+  const std::vector<compress::module_codec>& codecs() const noexcept { return codecs_; }
+  // Bytes of the payloads this worker encoded (without request headers), over its lifetime.
+  std::size_t payload_bytes() const noexcept { return payload_bytes_; }
+
+  // Pulls every module of the path into θ and θ_start. Errors: mismatch if the modules are not
+  // all at the same round or a copy's hash differs from the store's.
+  template <store::ModuleStore Store>
+  status pull(Store& store) {
+    auto th = arena_.get(plane::param);
+    long r = -1;
+    for (std::size_t l = 0; l < levels_.size(); ++l) {
+      auto span = std::span<float>(th.data() + levels_[l].offset, levels_[l].size);
+      auto got = store.pull(modules_[l], span);
+      if (!got) return got.error();
+      const auto [round, h] = *got;
+      if (hash64(span.data(), span.size_bytes()) != h)
+        return {errc::mismatch, "module " + std::to_string(modules_[l]) +
+                                    " arrived with a different hash than the store's"};
+      if (r >= 0 && round != r)
+        return {errc::mismatch,
+                "modules of worker " + std::to_string(id_) + " are at different rounds"};
+      r = round;
+    }
+    round_ = r;
+    auto an = arena_.get(plane::anchor);
+    std::copy(th.begin(), th.end(), an.begin());
+    return {};
+  }
+
+  // Runs n inner steps (H by default) of the one inner loop (train/inner_loop.hpp). Returns
+  // the mean loss over them.
+  double train(int n = -1) {
+    if (n < 0) n = cfg_.steps;
+    if (n > 0) last_loss_ = loop_.run(arena_, opt_, n);
+    return last_loss_;
+  }
+
+  // Pushes Δ = θ_start − θ for every module of the path, for the round pulled last: the fp32
+  // span, or its codec's payload. Every module is tried even if one push fails (e.g. its round
+  // closed without us); the first error is returned. With error feedback, the part of Δ a
+  // payload did not carry stays in the residual even if the store refuses the push.
+  template <store::ModuleStore Store>
+  status push(Store& store) {
+    auto th = arena_.get(plane::param);
+    auto an = arena_.get(plane::anchor);
+    status first;
+    for (std::size_t l = 0; l < levels_.size(); ++l) {
+      const std::size_t o = levels_[l].offset, n = levels_[l].size;
+      delta_.resize(n);
+      for (std::size_t i = 0; i < n; ++i) delta_[i] = an[o + i] - th[o + i];
+      status s;
+      if (codecs_.empty()) {
+        s = store.push(modules_[l], id_, round_, std::span<const float>(delta_), shard_tokens_);
+      } else if constexpr (store::EncodedModuleStore<Store>) {
+        auto& c = codecs_[l];
+        const auto res =
+            c.error_feedback() ? arena_.get(plane::residual).sub(o, n) : slice<float>{};
+        s = c.encode(slice<const float>(delta_.data(), n), res, payload_);
+        if (s) {
+          payload_bytes_ += payload_.size();
+          s = store.push_encoded(modules_[l], id_, round_, std::span<const std::byte>(payload_),
+                                 shard_tokens_);
+        }
+      } else {
+        s = {errc::unsupported, "worker " + std::to_string(id_) +
+                                    ": this store takes fp32 pushes only (no push_encoded)"};
+      }
+      if (!s && first.ok()) first = s;
+    }
+    return first;
+  }
+
+  // One synchronous round: pull, H inner steps, push, wait for every module's round to close.
+  template <store::ModuleStore Store>
+  status run_round(Store& store, std::chrono::steady_clock::duration round_deadline) {
+    if (auto s = pull(store); !s) return s;
+    train();
+    if (auto s = push(store); !s) return s;
+    const auto until = std::chrono::steady_clock::now() + round_deadline;
+    for (int m : modules_)
+      if (auto s = store.wait_closed(m, round_, until); !s) return s;
+    return {};
+  }
+
+ private:
+  int id_;
+  const Model& model_;
+  std::vector<path::level_span> levels_;
+  std::vector<int> modules_;
+  InnerOpt opt_;
+  train::inner_config cfg_;
+  arena<host> arena_;
+  train::inner_loop<Model, InnerOpt> loop_;
+  double shard_tokens_;
+  std::vector<float> delta_;
+  std::vector<compress::module_codec> codecs_;  // one per level, or none (fp32 pushes)
+  std::vector<std::byte> payload_;              // the last encoded payload (capacity reused)
+  std::size_t payload_bytes_ = 0;
+  long round_ = 0;
+  double last_loss_ = 0;
+};
+
+}  // namespace paco::train

@@ -1,0 +1,334 @@
+// The module store as a service over a Transport (inproc threads here; the same code runs over
+// asio_tcp between processes): identical results to the in-process store, and a worker that
+// dies mid-run is left out while the others finish.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <thread>
+
+#include "paco/net/inproc.hpp"
+#include "paco/nn/gpt.hpp"
+#include "paco/optim/optim.hpp"
+#include "paco/outer/outer.hpp"
+#include "paco/store/store.hpp"
+#include "paco/train/dipaco_local.hpp"
+#include "service_case.hpp"
+
+using namespace paco;
+using paco::testing::dipaco_service_case;
+
+TEST_CASE("DiPaCo 2x2 over the store service equals the in-process run bit for bit",
+          "[dipaco][service]") {
+  auto world = net::inproc::world(5);
+  dipaco_service_case([&](int rank, auto&& body) { body(world[std::size_t(rank)]); }, 5);
+}
+
+TEST_CASE("a worker that dies is left out of the round; the others finish", "[dipaco][service]") {
+  auto world = net::inproc::world(4);  // store + 3 DiLoCo workers on one module of 8 floats
+  store::module_store<outer::sgd> store({{0, 8, 3}}, outer::sgd{.lr = 1.0f},
+                                        {.weight_by_shard = false});
+  store.set(0, std::vector<float>(8, 1.0f));
+  store::server server(world[0], store, {{1, {0}}, {2, {0}}, {3, {0}}},
+                       {.round_timeout = std::chrono::milliseconds(20000)});
+  std::thread st([&] { server.serve(); });
+  std::vector<status> errs(3);
+  std::vector<std::thread> th;
+  for (int w = 1; w <= 3; ++w)
+    th.emplace_back([&, w] {
+      store::client c(world[w], store::store_layout{{0}}, w);
+      std::vector<float> theta(8);
+      for (long r = 0; r < 2; ++r) {
+        auto got = c.pull(0, theta);
+        if (!got) return void(errs[w - 1] = got.error());
+        if (w == 3 && r == 1) {  // worker 3 dies before pushing round 1
+          world[3].close();
+          return;
+        }
+        std::vector<float> d(8, float(w));
+        if (auto s = c.push(0, w, got->round, d, 1.0); !s) return void(errs[w - 1] = s);
+        if (auto s = c.wait_closed(0, got->round, net::after(std::chrono::seconds(20))); !s)
+          return void(errs[w - 1] = s);
+      }
+      errs[w - 1] = c.bye();
+    });
+  for (auto& t : th) t.join();
+  st.join();
+  REQUIRE(errs[0].ok());
+  REQUIRE(errs[1].ok());
+  auto h = server.history();
+  REQUIRE(h.size() == 2);
+  REQUIRE(h[0].arrived == 3);
+  REQUIRE(h[1].arrived == 2);  // the dead worker was left out, without waiting for the timeout
+  std::vector<float> theta(8);
+  store.pull(0, theta);
+  // Round 0: Δ = mean(1,2,3) = 2 → θ = −1; round 1: Δ = mean(1,2) = 1.5 → θ = −2.5.
+  for (float v : theta) REQUIRE(v == Approx(-2.5f));
+}
+
+TEST_CASE("star links: a worker that dies and reconnects rejoins the next round",
+          "[dipaco][service]") {
+  // Two workers, each on its own two-rank link to the store (store = rank 0 of each link).
+  store::module_store<outer::sgd> store({{0, 4, 2}}, outer::sgd{.lr = 1.0f},
+                                        {.weight_by_shard = false});
+  store.set(0, std::vector<float>(4, 0.0f));
+  auto l1 = net::inproc::world(2), l2 = net::inproc::world(2);
+  using link = store::worker_link<net::inproc>;
+  store::server server(std::map<int, link>{{1, {&l1[0], 1}}, {2, {&l2[0], 1}}}, store,
+                       {{1, {0}}, {2, {0}}}, {.round_timeout = std::chrono::milliseconds(20000)});
+  server.expect_rejoins(true);
+  std::thread st([&] { server.serve(); });
+  auto round_trip = [&](net::inproc& end, int w, float d) -> status {
+    store::client c(std::map<int, link>{{0, {&end, 0}}}, store::store_layout{{0}}, w);
+    if (auto s = c.hello(); !s) return s;
+    std::vector<float> th(4);
+    auto got = c.pull(0, th);
+    if (!got) return got.error();
+    if (auto s = c.push(0, w, got->round, std::vector<float>(4, d), 1.0); !s) return s;
+    return c.wait_closed(0, got->round, net::after(std::chrono::seconds(20)));
+  };
+  // Round 0: both push. Then worker 2 "crashes" (its link closes).
+  status a, b;
+  std::thread t1([&] { a = round_trip(l1[1], 1, 1.0f); });
+  std::thread t2([&] { b = round_trip(l2[1], 2, 3.0f); });
+  t1.join();
+  t2.join();
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  l2[1].close();
+  // Round 1: worker 1 alone (worker 2 is dead, so the round closes with one push).
+  REQUIRE(round_trip(l1[1], 1, 2.0f).ok());
+  // Worker 2 restarts on a new link and joins round 2 with worker 1.
+  auto l2b = net::inproc::world(2);
+  server.attach(2, {&l2b[0], 1});
+  std::thread t3([&] { a = round_trip(l1[1], 1, 1.0f); });
+  std::thread t4([&] { b = round_trip(l2b[1], 2, 5.0f); });
+  t3.join();
+  t4.join();
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  server.stop();
+  st.join();
+  auto h = server.history();
+  REQUIRE(h.size() == 3);
+  REQUIRE(h[0].arrived == 2);
+  REQUIRE(h[1].arrived == 1);
+  REQUIRE(h[2].arrived == 2);
+  std::vector<float> th(4);
+  store.pull(0, th);
+  // θ = 0 − mean(1,3) − 2 − mean(1,5) = −7
+  for (float v : th) REQUIRE(v == Approx(-7.0f));
+}
+
+TEST_CASE("a partner that dies after its push does not close the round before the live partner's",
+          "[dipaco][service]") {
+  auto world = net::inproc::world(3);  // store + 2 workers through one module of 4 floats
+  store::module_store<outer::sgd> store({{0, 4, 2}}, outer::sgd{.lr = 1.0f},
+                                        {.weight_by_shard = false});
+  store.set(0, std::vector<float>(4, 1.0f));
+  store::server server(world[0], store, {{1, {0}}, {2, {0}}},
+                       {.round_timeout = std::chrono::milliseconds(20000)});
+  std::thread st([&] { server.serve(); });
+  status s1, s2;
+  std::thread t1([&] {
+    store::client c(world[1], store::store_layout{{0}}, 1);
+    std::vector<float> theta(4);
+    auto got = c.pull(0, theta);
+    if (!got) return void(s1 = got.error());
+    s1 = c.push(0, 1, got->round, std::vector<float>(4, 1.0f), 1.0);
+    world[1].close();  // worker 1 dies right after its push
+  });
+  std::thread t2([&] {
+    store::client c(world[2], store::store_layout{{0}}, 2);
+    std::vector<float> theta(4);
+    auto got = c.pull(0, theta);
+    if (!got) return void(s2 = got.error());
+    t1.join();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the store saw the death
+    s2 = c.push(0, 2, got->round, std::vector<float>(4, 3.0f), 1.0);
+    if (s2) s2 = c.wait_closed(0, got->round, net::after(std::chrono::seconds(20)));
+    c.bye();
+  });
+  t2.join();
+  st.join();
+  REQUIRE(s1.ok());
+  REQUIRE(s2.ok());  // the on-time push of the live partner was taken
+  REQUIRE(server.ontime_refused() == 0);
+  auto h = server.history();
+  REQUIRE(h.size() == 1);
+  REQUIRE(h[0].arrived == 2);  // the dead worker's push was kept
+  REQUIRE_FALSE(h[0].by_deadline);
+  std::vector<float> theta(4);
+  store.pull(0, theta);
+  for (float v : theta) REQUIRE(v == Approx(1.0f - 2.0f));  // θ − mean(1, 3)
+}
+
+TEST_CASE("a rejoining worker pulls its path at one round although a module of it lagged",
+          "[dipaco][service]") {
+  // Module 0 is shared by workers 1 and 2; module 1 is worker 1's own, module 2 worker 2's.
+  store::module_store<outer::sgd> store({{0, 4, 2}, {1, 4, 1}, {2, 4, 1}}, outer::sgd{.lr = 1.0f},
+                                        {.weight_by_shard = false});
+  for (int m = 0; m < 3; ++m) store.set(m, std::vector<float>(4, 0.0f));
+  auto l1 = net::inproc::world(2), l2 = net::inproc::world(2);
+  using link = store::worker_link<net::inproc>;
+  store::server server(std::map<int, link>{{1, {&l1[0], 1}}, {2, {&l2[0], 1}}}, store,
+                       {{1, {0, 1}}, {2, {0, 2}}},
+                       {.round_timeout = std::chrono::milliseconds(20000)});
+  server.expect_rejoins(true);
+  std::thread st([&] { server.serve(); });
+  struct stop_at_exit {  // a failed REQUIRE must not leave the serving thread running
+    std::function<void()> f;
+    ~stop_at_exit() { f(); }
+  } stopper{[&] {
+    server.stop();
+    if (st.joinable()) st.join();
+  }};
+  auto round_trip = [&](net::inproc& end, int w, std::vector<int> mods, long* at) -> status {
+    store::client c(std::map<int, link>{{0, {&end, 0}}}, store::store_layout{{0}}, w);
+    if (auto s = c.hello(); !s) return s;
+    std::vector<float> th(4);
+    std::vector<long> rounds;
+    for (int m : mods) {
+      auto got = c.pull(m, th);
+      if (!got) return got.error();
+      rounds.push_back(got->round);
+    }
+    if (rounds.front() != rounds.back())
+      return {errc::mismatch, "modules at rounds " + std::to_string(rounds.front()) + " and " +
+                                  std::to_string(rounds.back())};
+    if (at) *at = rounds.front();
+    for (int m : mods)
+      if (auto s = c.push(m, w, rounds.front(), std::vector<float>(4, 1.0f), 1.0); !s) return s;
+    for (int m : mods)
+      if (auto s = c.wait_closed(m, rounds.front(), net::after(std::chrono::seconds(20))); !s)
+        return s;
+    return {};
+  };
+  status a, b;
+  std::thread t1([&] { a = round_trip(l1[1], 1, {0, 1}, nullptr); });
+  std::thread t2([&] { b = round_trip(l2[1], 2, {0, 2}, nullptr); });
+  t1.join();
+  t2.join();
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  l2[1].close();  // worker 2 dies; module 2 has no live worker and stays at round 1
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (int r = 1; r <= 3; ++r) REQUIRE(round_trip(l1[1], 1, {0, 1}, nullptr).ok());
+  REQUIRE(store.round(0) == 4);
+  REQUIRE(store.round(2) == 1);
+  // Worker 2 restarts: its modules sit at rounds 4 and 1; it must still pull one round.
+  auto l2b = net::inproc::world(2);
+  server.attach(2, {&l2b[0], 1});
+  long joined = -1;
+  std::thread t3([&] { a = round_trip(l1[1], 1, {0, 1}, nullptr); });
+  std::thread t4([&] { b = round_trip(l2b[1], 2, {0, 2}, &joined); });
+  t3.join();
+  t4.join();
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  REQUIRE(joined == 4);
+  stopper.f();
+  REQUIRE(store.round(0) == 5);
+  REQUIRE(store.round(2) == 5);
+  REQUIRE(server.ontime_refused() == 0);
+  // Round 4 of module 0 took both pushes: the rejoined worker was not left out.
+  int both = 0;
+  for (auto& h : server.history())
+    if (h.module == 0 && h.round == 4) both = h.arrived;
+  REQUIRE(both == 2);
+}
+
+TEST_CASE("module_store refuses pushes with a NaN, zero, negative or absurd shard weight",
+          "[dipaco][service]") {
+  store::module_store<outer::sgd> store({{0, 4, 2}}, outer::sgd{.lr = 1.0f});
+  store.set(0, std::vector<float>(4, 1.0f));
+  const std::vector<float> d(4, 1.0f);
+  for (double w : {std::nan(""), 0.0, -1.0, 1e300, std::numeric_limits<double>::infinity(),
+                   store::max_push_weight * 2}) {
+    INFO("weight " << w);
+    auto s = store.push(0, 1, 0, d, w);
+    REQUIRE_FALSE(s.ok());
+    REQUIRE(s.error().code == errc::invalid_argument);
+    REQUIRE(store.pushed(0) == 0);
+  }
+  REQUIRE(store.push(0, 1, 1, d, 1.0).error().code == errc::mismatch);  // round out of range
+  REQUIRE(store.push(0, 1, -1, d, 1.0).error().code == errc::mismatch);
+  REQUIRE(store.push(5, 1, 0, d, 1.0).error().code == errc::invalid_argument);  // no module 5
+  REQUIRE(store.push(-1, 1, 0, d, 1.0).error().code == errc::invalid_argument);
+  REQUIRE(store.push(0, 1, 0, std::vector<float>(3, 1.0f), 1.0).error().code ==
+          errc::invalid_argument);
+  REQUIRE(store.push(0, 1, 0, d, 1.0).ok());
+  REQUIRE(store.push(0, 2, 0, d, 1e6).ok());
+  store.close(0);
+  std::vector<float> theta(4);
+  store.pull(0, theta);
+  for (float v : theta) REQUIRE(std::isfinite(v));
+}
+
+TEST_CASE("after a store restart a worker whose modules sit at different rounds joins at once",
+          "[dipaco][service]") {
+  // The store's checkpoint was written between two closes: worker 2's own module 2 closed round
+  // 3, the shared module 0 had not. Worker 2 (resumed from round 2) cannot pull one round until
+  // module 0 closes round 3, which must not wait for it.
+  store::module_store<outer::sgd> store({{0, 4, 2}, {1, 4, 1}, {2, 4, 1}}, outer::sgd{.lr = 1.0f},
+                                        {.weight_by_shard = false});
+  for (int m = 0; m < 3; ++m) {
+    auto snap = store.save(m);
+    snap.round = m == 2 ? 4 : 3;
+    REQUIRE(store.restore(m, snap).ok());
+  }
+  using link = store::worker_link<net::inproc>;
+  store::server server(std::map<int, link>{}, store, {{1, {0, 1}}, {2, {0, 2}}},
+                       {.round_timeout = std::chrono::milliseconds(20000)});
+  server.expect_rejoins(true);
+  auto l1 = net::inproc::world(2), l2 = net::inproc::world(2);
+  server.attach(1, {&l1[0], 1});
+  server.attach(2, {&l2[0], 1});
+  std::thread st([&] { server.serve(); });
+  auto work = [&](net::inproc& end, int w, std::vector<int> mods, int rounds,
+                  std::vector<long>* pulled) -> status {
+    store::client c(std::map<int, link>{{0, {&end, 0}}}, store::store_layout{{0}}, w);
+    if (auto s = c.hello(); !s) return s;
+    std::vector<float> th(4);
+    for (int i = 0; i < rounds; ++i) {
+      long r0 = -1, r1 = -2;
+      for (int tries = 0; tries < 250 && r0 != r1; ++tries) {  // as paco_train's worker retries
+        if (tries) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        auto a = c.pull(mods[0], th), b = c.pull(mods[1], th);
+        if (!a || !b) return {errc::peer_lost, "pull failed"};
+        r0 = a->round, r1 = b->round;
+      }
+      if (r0 != r1)
+        return {errc::mismatch,
+                "modules at rounds " + std::to_string(r0) + ", " + std::to_string(r1)};
+      if (pulled) pulled->push_back(r0);
+      for (int m : mods)
+        if (auto s = c.push(m, w, r0, std::vector<float>(4, 1.0f), 1.0); !s) return s;
+      for (int m : mods)
+        if (auto s = c.wait_closed(m, r0, net::after(std::chrono::seconds(10))); !s) return s;
+    }
+    return c.bye();
+  };
+  status a, b;
+  std::vector<long> got;
+  std::thread t1([&] { a = work(l1[1], 1, {0, 1}, 2, nullptr); });
+  std::thread t2([&] { b = work(l2[1], 2, {0, 2}, 1, &got); });
+  t1.join();
+  t2.join();
+  server.stop();
+  st.join();
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  REQUIRE(got == std::vector<long>{4});
+  int arrived3 = -1, arrived4 = -1;
+  for (auto& h : server.history())
+    if (h.module == 0) {
+      if (h.round == 3) arrived3 = h.arrived;
+      if (h.round == 4) arrived4 = h.arrived;
+      REQUIRE_FALSE(h.by_deadline);
+    }
+  REQUIRE(arrived3 == 1);  // worker 1 alone, without waiting for the deadline
+  REQUIRE(arrived4 == 2);
+  REQUIRE(server.ontime_refused() == 0);
+}
