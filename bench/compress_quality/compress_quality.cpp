@@ -394,18 +394,14 @@ int main(int argc, char** argv) {
     return nullptr;
   };
   const double ref = find("fp32") ? find("fp32")->val_bpb : NAN;  // NaN: no fp32 row
-  std::printf("\n| %-12s | %-9s | %9s | %9s | %14s | %10s | %7s |\n", "codec (+EF)", "transport",
-              "val bpb", "vs fp32", "bytes/worker", "fewer bytes", "wall s");
-  std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(14, '-').c_str(),
-              std::string(11, '-').c_str(), std::string(11, '-').c_str(),
-              std::string(11, '-').c_str(), std::string(16, '-').c_str(),
-              std::string(12, '-').c_str(), std::string(9, '-').c_str());
+  io::table table(
+      {"codec (+EF)", "transport", "val bpb", "vs fp32", "bytes/worker", "fewer bytes", "wall s"});
   nlohmann::json jr = nlohmann::json::array();
   for (auto& r : rows) {
     const double rel = (r.val_bpb - ref) / ref, ratio = r.fp32_bytes / r.bytes_sent;
-    std::printf("| %-12s | %-9s | %9.4f | %+8.2f%% | %11.3f MB | %9.2fx | %7.0f |\n",
-                r.codec.c_str(), r.transport.c_str(), r.val_bpb, 100 * rel, r.bytes_sent / 1e6,
-                ratio, r.wall_s);
+    table.add({r.codec, r.transport, io::cell(r.val_bpb, 4), io::cell(100 * rel, 2, "%", true),
+               io::cell(r.bytes_sent / 1e6, 3, " MB"), io::cell(ratio, 2, "x"),
+               io::cell(r.wall_s, 0)});
     jr.push_back({{"codec", r.codec},
                   {"transport", r.transport},
                   {"val_bpb", std::round(r.val_bpb * 1e5) / 1e5},
@@ -418,6 +414,8 @@ int main(int argc, char** argv) {
                   {"bytes_per_round", r.bytes_per_round},
                   {"wall_s", std::round(r.wall_s * 10) / 10}});
   }
+  std::printf("\n");
+  table.print(stdout);
   nlohmann::json targets = nlohmann::json::object();
   auto target = [&](const char* name, bool have, bool met, const std::string& text) {
     if (!have) return;

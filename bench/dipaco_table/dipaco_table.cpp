@@ -129,10 +129,6 @@ int main(int argc, char** argv) {
   };
   auto secs = [](auto t0) { return std::chrono::duration<double>(clk::now() - t0).count(); };
   auto round4 = [](double x) { return std::round(x * 1e4) / 1e4; };
-  auto round4_all = [&](std::vector<double> v, double unit = 1) {  // each v / unit
-    for (double& x : v) x = round4(x / unit);
-    return v;
-  };
   if (o.row_lr <= 0) o.row_lr = o.lr;
   if (o.row_min_lr <= 0) o.row_min_lr = 0.1f * o.row_lr;
   if (o.steps % o.inner != 0 || o.steps < 3 * o.inner)
@@ -158,12 +154,9 @@ int main(int argc, char** argv) {
   auto dense = [&](arena<host>& a, const io::token_stream& s, int n, float lr, float min_lr,
                    std::uint64_t seed, const std::string& label) {
     io::progress bar(label, n);
-    double ema = NAN;
     return train::dense_run(model, a, s, inner_cfg(lr, min_lr, n, o.inner, o.threads),
-                            optim::adamw{.lr = lr}, n, seed, 1000, [&](long t, double l) {
-                              ema = std::isnan(ema) ? l : 0.98 * ema + 0.02 * l;
-                              bar.update(t, "loss", ema);
-                            });
+                            optim::adamw{.lr = lr}, n, seed, 1000,
+                            [&](long t, double l) { bar.update_smoothed(t, "loss", l); });
   };
   so.k = K;
   so.base = {.file = o.base_file,
@@ -207,22 +200,22 @@ int main(int argc, char** argv) {
   rcfg.trainer.delta = {.weight_by_shard = true,
                         .rescale = *outer::parse_path_rescale(o.path_rescale)};
   const optim::adamw inner{.lr = o.row_lr};
-  std::string table;  // the final table's rows
+  io::table table({"row", o.split + " bpb", "params", "bytes sent", "DP would send", "wall s"});
   json rows = json::array(), diagnostics = json::object();
   // A row: printed now, and kept for the table and the JSON line. sent and dp: bytes per worker;
   // curve: mean training loss (nats/byte) every 1000 steps / 10 rounds.
   auto add_row = [&](const std::string& name, double bpb, double sent, double dp, double wall,
                      std::size_t params, const std::vector<double>& curve) {
     std::printf("%-26s %s %.4f bpb  (%.0f s)\n", name.c_str(), o.split.c_str(), bpb, wall);
-    char line[256];
-    std::snprintf(line, sizeof line, "| %-26s | %9.4f | %9.2fM | %11.1f MB | %11.1f MB | %8.0f |\n",
-                  name.c_str(), bpb, params / 1e6, sent / 1e6, dp / 1e6, wall);
-    table += line;
+    table.add({name, io::cell(bpb, 4), io::cell(params / 1e6, 2, "M"),
+               io::cell(sent / 1e6, 1, " MB"), io::cell(dp / 1e6, 1, " MB"), io::cell(wall, 0)});
+    std::vector<double> bits;  // the curve in bits/byte
+    for (double nats : curve) bits.push_back(round4(nats / 0.6931471805599453));
     // clang-format off
     rows.push_back({{"name", name}, {"bpb", round4(bpb)}, {"scorer", rule.name()},
                     {"bytes_sent", sent}, {"dp_bytes", dp}, {"wall_s", std::round(wall * 10) / 10},
                     {"params_total", params},
-                    {"train_bpb_curve", round4_all(curve, 0.6931471805599453)}});
+                    {"train_bpb_curve", bits}});
     // clang-format on
   };
   for (const auto& spec : table_rows) {
@@ -280,25 +273,13 @@ int main(int argc, char** argv) {
     const auto sp = route::specialisation_of(
         route::per_path_nll(model, th, ev.spans, rule, ws_eval), sc.routed, su.scored_domain);
     route::print_specialisation(stdout, sp, spec.name, o.split);
-    json mat = json::object();
-    // clang-format off
-    for (std::size_t d = 0; d < sp.domains.size(); ++d)
-      mat[sp.domains[d]] = {{"bpb", round4_all(sp.bits(d))}, {"routed", sp.routed[d]},
-                            {"best", sp.best[d]}};
-    diagnostics[spec.name] = {{"oracle_bpb", round4(sp.oracle.bits_per_token())},
-                              {"router_picks_best", sp.router_picks_best},
-                              {"documents", sp.documents}, {"path_tokens", t.shard_tokens},
-                              {"domains", mat}};
-    // clang-format on
+    diagnostics[spec.name] = route::specialisation_json(sp);
+    diagnostics[spec.name]["path_tokens"] = t.shard_tokens;
   }
 
   // ---- table ----
-  std::printf("\n| %-26s | %9s | %10s | %12s | %12s | %8s |\n", "row", (o.split + " bpb").c_str(),
-              "params", "bytes sent", "DP would send", "wall s");
-  std::printf(
-      "|----------------------------|-----------|------------|--------------|----------"
-      "----|----------|\n");
-  std::fputs(table.c_str(), stdout);
+  std::printf("\n");
+  table.print(stdout);
   std::printf(
       "evaluated: every row with its parameters after its final (outer) step; "
       "scorer %s on %zu %s documents after a %d-byte prefix\n",

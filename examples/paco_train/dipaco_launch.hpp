@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "dipaco_job.hpp"
+#include "paco/io/table.hpp"
 #include "paco/net/free_port.hpp"
 
 namespace paco_train {
@@ -524,24 +525,21 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
     for (int m : g.worker_modules(w - 1))
       fp32_bytes +=
           double(cfg.dipaco.rounds) * double(store::wire::push_bytes(4 * g.span_of(m).size));
-  const std::string sent_col = "sent (" + comp.name() + ")";
-  const int sw = std::max(14, int(sent_col.size()));  // width of the bytes column
-  std::printf("\n| %-14s | %-9s | %-14s | %-*s |\n", "path", "val docs", "val bits/byte", sw,
-              sent_col.c_str());
-  std::printf("|%s|%s|%s|%s|\n", std::string(16, '-').c_str(), std::string(11, '-').c_str(),
-              std::string(16, '-').c_str(), std::string(std::size_t(sw) + 2, '-').c_str());
+  io::table table({"path", "val docs", "val bits/byte", "sent (" + comp.name() + ")"});
   for (int p = 0; p < g.paths(); ++p) {
     double b = 0;
     for (auto& [w, j] : rec)
       if (g.path_of_worker(w - 1) == p) b += j["bytes_sent"].get<double>();
-    std::printf("| %-14s | %9d | %14.4f | %*.3f MB |\n", g.path_name(p).c_str(), docs[p],
-                per[p].bits_per_token(), sw - 3, b / 1e6);
+    table.add({g.path_name(p), std::to_string(docs[p]), io::cell(per[p].bits_per_token(), 4),
+               io::cell(b / 1e6, 3, " MB")});
   }
-  std::printf("| %-14s | %9zu | %14.4f | %*.3f MB |\n", "all (routed)", data->val.size(),
-              total.bits_per_token(), sw - 3, bytes / 1e6);
+  table.add({"all (routed)", std::to_string(data->val.size()), io::cell(total.bits_per_token(), 4),
+             io::cell(bytes / 1e6, 3, " MB")});
   if (rerouted.tokens)
-    std::printf("| %-14s | %9zu | %14.4f | %*s |\n", ("re-routed/" + std::to_string(W)).c_str(),
-                data->val.size(), rerouted.bits_per_token(), sw, "");
+    table.add({"re-routed/" + std::to_string(W), std::to_string(data->val.size()),
+               io::cell(rerouted.bits_per_token(), 4), ""});
+  std::printf("\n");
+  table.print(stdout);
   std::printf("(scorer %s; routed: each document by its first %d bytes, scored on the rest",
               rule.name().c_str(), cfg.dipaco.prefix);
   if (rerouted.tokens)

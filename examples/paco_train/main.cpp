@@ -259,26 +259,19 @@ int main(int argc, char** argv) {
                   {"train_s", train_s_elapsed}});
 
   std::printf("\n");
-  std::printf("| %-32s | %-28s |\n", "result", "value");
-  std::printf("|%s|%s|\n", std::string(34, '-').c_str(), std::string(30, '-').c_str());
-  auto row = [](const char* k, const std::string& v) {
-    std::printf("| %-32s | %-28s |\n", k, v.c_str());
-  };
-  auto num = [](const char* fmt, double v) {
-    char b[64];
-    std::snprintf(b, sizeof b, fmt, v);
-    return std::string(b);
-  };
-  row("model", num("GPT %.2fM parameters", model.param_count() / 1e6));
+  io::table results({"result", "value"});
+  auto row = [&](const char* k, const std::string& v) { results.add({k, v}); };
+  row("model", "GPT " + io::cell(model.param_count() / 1e6, 2, "M parameters"));
   row("steps x batch x ctx",
       std::to_string(step) + " x " + std::to_string(B) + " x " + std::to_string(T));
-  row("training time", num("%.1f s", train_s_elapsed));
-  row("throughput", num("%.0f tokens/s", tokens / train_s_elapsed));
-  row("final train loss (EMA)", num("%.3f bits/byte", loss_ema / ln2));
-  row("validation (whole split)", num("%.3f bits/byte", val_final));
-  row("test (whole split)", num("%.3f bits/byte", test_final));
+  row("training time", io::cell(train_s_elapsed, 1, " s"));
+  row("throughput", io::cell(tokens / train_s_elapsed, 0, " tokens/s"));
+  row("final train loss (EMA)", io::cell(loss_ema / ln2, 3, " bits/byte"));
+  row("validation (whole split)", io::cell(val_final, 3, " bits/byte"));
+  row("test (whole split)", io::cell(test_final, 3, " bits/byte"));
   row("scorer", rule.name());
   row("checkpoint", ckpt.string());
   row("metrics", (fs::path(cfg.output.dir) / "metrics.jsonl").string());
+  results.print(stdout);
   return 0;
 }

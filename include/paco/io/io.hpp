@@ -8,5 +8,6 @@
 #include "paco/io/metrics.hpp"
 #include "paco/io/progress.hpp"
 #include "paco/io/safetensors.hpp"
+#include "paco/io/table.hpp"
 #include "paco/io/text_corpus.hpp"
 #include "paco/io/tokenizer.hpp"

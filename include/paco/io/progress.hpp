@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -58,6 +59,13 @@ class progress {
     update(done, txt);
   }
 
+  // update(done, what, v̄), v̄ the moving average of the values passed here (v̄ ← 0.98·v̄ +
+  // 0.02·value; the first value as is): a noisy per-step loss, readable.
+  void update_smoothed(long long done, const std::string& what, double value) {
+    smoothed_ = std::isnan(smoothed_) ? value : 0.98 * smoothed_ + 0.02 * value;
+    update(done, what, smoothed_);
+  }
+
   // Ends the line on a terminal (after an update that was not final).
   void finish() {
     if (tty_) std::fputc('\n', o_.out);
@@ -83,6 +91,7 @@ class progress {
   std::string label_;
   long long total_;
   options o_;
+  double smoothed_ = NAN;
   bool tty_;
   clock::time_point start_, last_;
 };

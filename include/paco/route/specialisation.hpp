@@ -4,7 +4,7 @@
 // (a domain, a genre), it gives per domain each path's bits/byte and how many documents the
 // router sends to / would best send to each path, the oracle best-path bound and how often the
 // router picks a document's best path. Nothing is scored here: the caller's one scorer did.
-// print_specialisation writes it as a table, one line per domain.
+// print_specialisation writes it as a table, one line per domain; specialisation_json as JSON.
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "paco/core/error.hpp"
 #include "paco/route/evaluate.hpp"
@@ -85,6 +87,22 @@ inline void print_specialisation(std::FILE* out, const specialisation& s, const 
                    s.routed[d][p]);
     std::fprintf(out, "\n");
   }
+}
+
+// Ensures: {"oracle_bpb", "router_picks_best", "documents", "domains": {name: {"bpb": [per
+// path], "routed": [per path], "best": [per path]}}}, bits/byte rounded to 4 decimals.
+inline nlohmann::ordered_json specialisation_json(const specialisation& s) {
+  auto round4 = [](double x) { return std::round(x * 1e4) / 1e4; };
+  nlohmann::ordered_json domains = nlohmann::ordered_json::object();
+  for (std::size_t d = 0; d < s.domains.size(); ++d) {
+    std::vector<double> bpb;
+    for (double b : s.bits(d)) bpb.push_back(round4(b));
+    domains[s.domains[d]] = {{"bpb", bpb}, {"routed", s.routed[d]}, {"best", s.best[d]}};
+  }
+  return {{"oracle_bpb", round4(s.oracle.bits_per_token())},
+          {"router_picks_best", s.router_picks_best},
+          {"documents", s.documents},
+          {"domains", domains}};
 }
 
 }  // namespace paco::route
