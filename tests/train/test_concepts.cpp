@@ -26,6 +26,18 @@ struct optimizer_without_validate {
   using inner_optimizer_tag = void;
   void step(arena<host>&, long, float) const {}
 };
+// Structurally an outer optimizer, but it did not opt in.
+struct untagged_outer {
+  std::size_t state_size(std::size_t) const { return 0; }
+  void step(std::span<float>, std::span<const float>, std::span<float>) const {}
+  status validate() const { return {}; }
+};
+// Opted in, but no validate().
+struct outer_without_validate {
+  using outer_optimizer_tag = void;
+  std::size_t state_size(std::size_t) const { return 0; }
+  void step(std::span<float>, std::span<const float>, std::span<float>) const {}
+};
 // A model without loss().
 struct model_without_loss {
   using model_tag = void;
@@ -45,6 +57,8 @@ struct model_without_loss {
 static_assert(!route::Router<untagged_router>);
 static_assert(!store::ModuleStore<store_without_wait>);
 static_assert(!optim::InnerOptimizer<optimizer_without_validate>);
+static_assert(!outer::OuterOptimizer<untagged_outer>);
+static_assert(!outer::OuterOptimizer<outer_without_validate>);
 static_assert(!train::Model<model_without_loss>);
 static_assert(!train::Model<nn::linear>);  // a Module is not a trainable Model
 static_assert(store::EncodedModuleStore<store::client<net::inproc>>);
@@ -74,6 +88,19 @@ TEST_CASE("archetypes are enough for the inner loop and a path worker's round",
   testing::module_store_archetype store;
   REQUIRE(w.run_round(store, std::chrono::seconds(1)).ok());
   REQUIRE(w.inner_step() == 2);
+}
+
+TEST_CASE("the outer-optimizer archetype is enough for a store's rounds", "[train][concepts]") {
+  store::local_store<testing::outer_optimizer_archetype> store({{0, 3, 1}}, {});
+  const std::vector<float> theta0{1, 2, 3}, delta{0.5f, 0.5f, 0.5f};
+  store.store().set(0, theta0);
+  REQUIRE(store.push(0, 0, 0, delta, 1.0).ok());
+  REQUIRE(store.wait_closed(0, 0, std::chrono::steady_clock::now()).ok());
+  std::vector<float> theta(3);
+  const auto p = store.pull(0, theta);
+  REQUIRE(p.ok());
+  REQUIRE(p.value().round == 1);
+  REQUIRE(theta == theta0);  // the archetype leaves θ as it is
 }
 
 TEST_CASE("the language-model archetype is enough for routing features and the one scorer",

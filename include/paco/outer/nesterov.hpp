@@ -15,6 +15,7 @@
 namespace paco::outer {
 
 struct nesterov {
+  using outer_optimizer_tag = void;
   float lr = 0.7f;
   float momentum = 0.9f;
 

@@ -30,6 +30,8 @@ class one_of {
   static_assert(sizeof...(O) >= 1, "one_of needs at least one outer optimizer");
 
  public:
+  using outer_optimizer_tag = void;
+
   // The first alternative, default-constructed.
   one_of() = default;
   // Holds o. Implicit, as a variant's constructor is.
@@ -43,16 +45,9 @@ class one_of {
   void step(std::span<float> theta, std::span<const float> delta, std::span<float> state) const {
     std::visit([&](const auto& o) { o.step(theta, delta, state); }, v_);
   }
-  // The held optimizer's validate() (ok when it has none).
+  // The held optimizer's validate().
   status validate() const {
-    return std::visit(
-        [](const auto& o) -> status {
-          if constexpr (requires { o.validate(); })
-            return o.validate();
-          else
-            return {};
-        },
-        v_);
+    return std::visit([](const auto& o) { return o.validate(); }, v_);
   }
 
   // The held optimizer, if it is an X.

@@ -11,6 +11,7 @@
 namespace paco::outer {
 
 struct sgd {
+  using outer_optimizer_tag = void;
   float lr = 1.0f;
 
   status validate() const {

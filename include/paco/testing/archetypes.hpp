@@ -14,6 +14,7 @@
 #include "paco/core/hash.hpp"
 #include "paco/net/concepts.hpp"
 #include "paco/optim/concepts.hpp"
+#include "paco/outer/concepts.hpp"
 #include "paco/route/concepts.hpp"
 #include "paco/store/concepts.hpp"
 #include "paco/train/concepts.hpp"
@@ -105,6 +106,16 @@ struct inner_optimizer_archetype {
   status validate() const { return {}; }
 };
 
+// ---- outer: OuterOptimizer --------------------------------------------------------------------
+
+// θ stays as it is; no state. Models outer::OuterOptimizer and nothing more.
+struct outer_optimizer_archetype {
+  using outer_optimizer_tag = void;
+  std::size_t state_size(std::size_t) const { return 0; }
+  void step(std::span<float>, std::span<const float>, std::span<float>) const {}
+  status validate() const { return {}; }
+};
+
 // ---- route: Router, RankingRouter -------------------------------------------------------------
 
 // One path for every document. Models route::Router and nothing more.
@@ -136,6 +147,7 @@ struct module_store_archetype {
 static_assert(train::Model<model_archetype> && !train::LanguageModel<model_archetype>);
 static_assert(train::LanguageModel<language_model_archetype>);
 static_assert(optim::InnerOptimizer<inner_optimizer_archetype>);
+static_assert(outer::OuterOptimizer<outer_optimizer_archetype>);
 static_assert(!optim::RangedInnerOptimizer<inner_optimizer_archetype>);
 static_assert(route::Router<router_archetype> && !route::RankingRouter<router_archetype>);
 static_assert(route::RankingRouter<ranking_router_archetype>);
