@@ -31,7 +31,7 @@ class buffer<T, cuda> {
     if (p_) cudaFree(p_);
   }
 
-  // Ensures: size() == n, contents zero (previous contents discarded).
+  // Ensures: size() == n, contents zero on return (previous contents discarded).
   void resize(std::size_t n) {
     if (p_) cudaFree(p_);
     p_ = nullptr;
@@ -40,7 +40,10 @@ class buffer<T, cuda> {
     void* p = nullptr;
     if (cudaMalloc(&p, n * sizeof(T)) != cudaSuccess) throw std::bad_alloc();
     p_ = static_cast<T*>(p);
+    // Zeroed before returning: work on any stream (non-blocking ones included) that uses the
+    // buffer afterwards cannot race with the memset on the default stream.
     cudaMemset(p_, 0, n * sizeof(T));
+    cudaStreamSynchronize(nullptr);
   }
   T* data() noexcept { return p_; }
   const T* data() const noexcept { return p_; }

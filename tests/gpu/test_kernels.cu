@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "gpu_test.cuh"
 #include "paco/compress/cast.hpp"
 #include "paco/compress/elementwise.hpp"
 #include "paco/compress/error_feedback.hpp"
@@ -21,16 +22,8 @@ namespace pk = paco::kernels;
 
 namespace {
 
-int failures = 0;
-#define EXPECT(cond, ...)                                           \
-  do {                                                              \
-    if (!(cond)) {                                                  \
-      ++failures;                                                   \
-      std::printf("FAILED %s:%d: %s  ", __FILE__, __LINE__, #cond); \
-      std::printf(__VA_ARGS__);                                     \
-      std::printf("\n");                                            \
-    }                                                               \
-  } while (0)
+using gpu_test::failures;
+using gpu_test::ok;
 
 std::vector<float> gaussian(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
   paco::rng g(seed);
@@ -49,11 +42,6 @@ std::vector<T> to_host(const paco::buffer<T, paco::cuda>& d) {
   std::vector<T> h(d.size());
   if (!h.empty()) cudaMemcpy(h.data(), d.data(), h.size() * sizeof(T), cudaMemcpyDeviceToHost);
   return h;
-}
-bool ok(const paco::status& s, const char* what) {
-  if (!s) std::printf("FAILED %s: %s\n", what, s.error().what().c_str());
-  failures += !s;
-  return static_cast<bool>(s);
 }
 // |a − b| in units of 2^-23·max(|a|, |b|, 1): the formulas use explicit FMAs, so host and device
 // should agree exactly (0); a few units are tolerated for libm/sqrt differences.
@@ -324,18 +312,7 @@ void test_outer_step(cudaStream_t st, pk::scratch_arena& scratch) {
 }  // namespace
 
 int main() {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0) {
-    std::printf(
-        "SKIPPED: no usable CUDA device (%s: %s); the kernels were compiled for sm_80 "
-        "and sm_90 but not run\n",
-        cudaGetErrorName(e), e == cudaSuccess ? "0 devices" : cudaGetErrorString(e));
-    return 77;
-  }
-  cudaDeviceProp prop{};
-  cudaGetDeviceProperties(&prop, 0);
-  std::printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+  if (!gpu_test::device_or_skip("the kernels were")) return 77;
   cudaStream_t st;
   cudaStreamCreate(&st);
   paco::buffer<std::byte, paco::cuda> scratch_mem(pk::dequantize_workspace_bytes());
