@@ -20,6 +20,7 @@
 #include "paco/core/error.hpp"
 #include "paco/nn/concepts.hpp"
 #include "paco/nn/cross_entropy.hpp"
+#include "paco/nn/dispatch.hpp"
 #include "paco/nn/embedding.hpp"
 #include "paco/nn/layer_norm.hpp"
 #include "paco/nn/lm_head.hpp"
@@ -96,89 +97,126 @@ class block_lm {
     if (!shape_.tie_weights) head_.init(theta.data() + off("head"), r);
   }
 
+  // The memory one forward/backward of batch shape d works in, as pointers: a host workspace
+  // (below) or a device one (kernels/paco/nn/lm_cuda.cuh) lends its buffers through this, so
+  // both backends run the same pass. Sizes in elements: cache cache_size(d), logits N·V,
+  // grad_a and grad_b N·C each.
+  struct pass_memory {
+    float* cache;
+    float* logits;
+    float* grad_a;
+    float* grad_b;
+  };
+  // cache: embed out, n × (block cache, block out), ln_f cache + out.
+  std::size_t cache_size(dims d) const {
+    const std::size_t N = d.rows(), C = shape_.d;
+    return N * C * (blocks_ + 2) + blocks_ * block_.cache_size(d) + ln_f_.cache_size(d);
+  }
+  // Scratch a context needs for a pass of shape d.
+  std::size_t scratch_bytes(dims d) const {
+    return std::max(block_.scratch_bytes(d), ln_f_.scratch_bytes(d)) + 4096;
+  }
+
   // Per-thread memory for batches of shape d: caches, activations, logits, scratch.
   struct workspace {
     dims d;
-    buffer<float> cache;           // embed out, n × (block cache, block out), ln_f cache + out
+    buffer<float> cache;
     buffer<float> logits;          // (N,V); also dlogits
     buffer<float> grad_a, grad_b;  // (N,C) gradient ping-pong between blocks
     context ctx;
+    pass_memory memory() { return {cache.data(), logits.data(), grad_a.data(), grad_b.data()}; }
   };
   workspace make_workspace(dims d) const {
     workspace w;
     w.d = d;
     const std::size_t N = d.rows(), C = shape_.d;
-    w.cache.resize(N * C * (blocks_ + 2) + blocks_ * block_.cache_size(d) + ln_f_.cache_size(d));
+    w.cache.resize(cache_size(d));
     w.logits.resize(N * shape_.vocab);
     w.grad_a.resize(N * C);
     w.grad_b.resize(N * C);
-    w.ctx.reserve(std::max(block_.scratch_bytes(d), ln_f_.scratch_bytes(d)) + 4096);
+    w.ctx.reserve(scratch_bytes(d));
     return w;
   }
 
   // Forward pass. Writes logits (N,V) into w.logits. Requires: tokens (B,T) with T ≤ ctx.
   void forward(const float* theta, const std::int32_t* tokens, workspace& w) const {
-    const dims d = w.d;
-    const std::size_t N = d.rows(), C = shape_.d;
-    float* x = w.cache.data();  // (N,C) activations then caches
-    embed_.forward(theta + off("embed"), tokens, x, static_cast<float*>(nullptr), d, w.ctx);
-    float* cache = w.cache.data() + N * C * (blocks_ + 2);
-    for (int l = 0; l < blocks_; ++l) {
-      float* y = x + N * C;
-      block_.forward(theta + off(block_name(l)), x, y, cache, d, w.ctx);
-      cache += block_.cache_size(d);
-      x = y;
-    }
-    float* xf = x + N * C;
-    ln_f_.forward(theta + off("ln_f"), x, xf, cache, d, w.ctx);
-    head_.forward(head_theta(theta), xf, w.logits.data(), static_cast<float*>(nullptr), d, w.ctx);
+    forward(theta, tokens, w.memory(), w.d, w.ctx);
   }
 
   // The logits (N, V) of the latest forward() on w.
   const float* logits(const workspace& w) const { return w.logits.data(); }
   // The last block's output a_n (N, C) of the latest forward() on w (before ln_f): the hidden
   // states DiPaCo's router features average.
-  const float* hidden(const workspace& w) const {
-    return w.cache.data() + std::size_t(w.d.rows()) * shape_.d * blocks_;
+  const float* hidden(const workspace& w) const { return hidden(w.cache.data(), w.d); }
+  const float* hidden(const float* cache, dims d) const {
+    return cache + std::size_t(d.rows()) * shape_.d * blocks_;
   }
 
   // Mean cross-entropy (nats per token) of next-token targets (B,T).
   double loss(const float* theta, const std::int32_t* tokens, const std::int32_t* targets,
               workspace& w) const {
     forward(theta, tokens, w);
-    return cross_entropy<float>(w.logits.data(), targets, nullptr, w.d.rows(), shape_.vocab);
+    return loss_and_grad(w.ctx, w.logits.data(), targets, nullptr, w.d.rows(), shape_.vocab);
   }
 
   // Forward + backward. ACCUMULATES ∇θ of (scale · mean loss) into grad (a full plane).
   // Returns the mean loss.
   double forward_backward(const float* theta, float* grad, const std::int32_t* tokens,
                           const std::int32_t* targets, workspace& w, float scale = 1.0f) const {
-    forward(theta, tokens, w);
-    const dims d = w.d;
+    return forward_backward(theta, grad, tokens, targets, w.memory(), w.d, w.ctx, scale);
+  }
+
+  // The passes on any backend: θ, grad, tokens, targets and m's buffers live where ctx computes.
+  template <class Ctx>
+  void forward(const float* theta, const std::int32_t* tokens, pass_memory m, dims d,
+               Ctx& ctx) const {
     const std::size_t N = d.rows(), C = shape_.d;
-    float* logits = w.logits.data();
-    double l = cross_entropy<float>(logits, targets, logits, d.rows(), shape_.vocab, scale);
-    float* xs = w.cache.data();  // activations a_0 … a_n, then ln_f output
+    float* x = m.cache;  // (N,C) activations then caches
+    module_forward(embed_, theta + off("embed"), tokens, x, static_cast<float*>(nullptr), d, ctx);
+    float* cache = m.cache + N * C * (blocks_ + 2);
+    for (int l = 0; l < blocks_; ++l) {
+      float* y = x + N * C;
+      module_forward(block_, theta + off(block_name(l)), x, y, cache, d, ctx);
+      cache += block_.cache_size(d);
+      x = y;
+    }
+    float* xf = x + N * C;
+    module_forward(ln_f_, theta + off("ln_f"), static_cast<const float*>(x), xf, cache, d, ctx);
+    module_forward(head_, head_theta(theta), static_cast<const float*>(xf), m.logits,
+                   static_cast<float*>(nullptr), d, ctx);
+  }
+
+  template <class Ctx>
+  double forward_backward(const float* theta, float* grad, const std::int32_t* tokens,
+                          const std::int32_t* targets, pass_memory m, dims d, Ctx& ctx,
+                          float scale = 1.0f) const {
+    forward(theta, tokens, m, d, ctx);
+    const std::size_t N = d.rows(), C = shape_.d;
+    float* logits = m.logits;
+    double l = loss_and_grad(ctx, logits, targets, logits, d.rows(), shape_.vocab, scale);
+    float* xs = m.cache;  // activations a_0 … a_n, then ln_f output
     const float* xL = xs + N * C * blocks_;
     const float* xf = xL + N * C;
     const float* cache_f = xs + N * C * (blocks_ + 2) + blocks_ * block_.cache_size(d);
-    float* g = w.grad_a.data();
-    float* g2 = w.grad_b.data();
-    std::fill(g2, g2 + N * C, 0.0f);
-    head_.backward(head_theta(theta), xf, logits, g2, grad_head(grad), static_cast<float*>(nullptr),
-                   d, w.ctx);
-    std::fill(g, g + N * C, 0.0f);
-    ln_f_.backward(theta + off("ln_f"), xL, g2, g, grad + off("ln_f"), cache_f, d, w.ctx);
+    float* g = m.grad_a;
+    float* g2 = m.grad_b;
+    zero(ctx, g2, N * C);
+    module_backward(head_, head_theta(theta), xf, static_cast<const float*>(logits), g2,
+                    grad_head(grad), static_cast<const float*>(nullptr), d, ctx);
+    zero(ctx, g, N * C);
+    module_backward(ln_f_, theta + off("ln_f"), xL, static_cast<const float*>(g2), g,
+                    grad + off("ln_f"), cache_f, d, ctx);
     for (int l = blocks_ - 1; l >= 0; --l) {
       const float* x = xs + N * C * l;
       const float* cache = xs + N * C * (blocks_ + 2) + l * block_.cache_size(d);
-      std::fill(g2, g2 + N * C, 0.0f);
-      block_.backward(theta + off(block_name(l)), x, g, g2, grad + off(block_name(l)), cache, d,
-                      w.ctx);
+      zero(ctx, g2, N * C);
+      module_backward(block_, theta + off(block_name(l)), x, static_cast<const float*>(g), g2,
+                      grad + off(block_name(l)), cache, d, ctx);
       std::swap(g, g2);
     }
-    embed_.backward(theta + off("embed"), tokens, g, static_cast<float*>(nullptr),
-                    grad + off("embed"), static_cast<const float*>(nullptr), d, w.ctx);
+    module_backward(embed_, theta + off("embed"), tokens, static_cast<const float*>(g),
+                    static_cast<float*>(nullptr), grad + off("embed"),
+                    static_cast<const float*>(nullptr), d, ctx);
     return l;
   }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "paco/nn/concepts.hpp"
+#include "paco/nn/dispatch.hpp"
 
 namespace paco::nn {
 
@@ -29,37 +30,36 @@ struct repeat {
     for (int i = 0; i < n; ++i) block.init(theta + i * block.param_count(), r);
   }
 
-  template <class T>
-  void forward(const T* theta, const T* x, T* y, T* cache, dims d, context& ctx) const {
-    if (n == 0) return std::copy(x, x + act(d), y), void();
+  template <class T, class Ctx>
+  void forward(const T* theta, const T* x, T* y, T* cache, dims d, Ctx& ctx) const {
+    if (n == 0) return copy(ctx, y, x, act(d));
     const std::size_t P = block.param_count(), K = block.cache_size(d);
     T* acts = cache + std::size_t(n) * K;
     const T* in = x;
     for (int i = 0; i < n; ++i) {
       T* out = i + 1 == n ? y : acts + std::size_t(i) * act(d);
-      block.forward(theta + i * P, in, out, cache + i * K, d, ctx);
+      module_forward(block, theta + i * P, in, out, cache + i * K, d, ctx);
       in = out;
     }
   }
 
-  template <class T>
+  template <class T, class Ctx>
   void backward(const T* theta, const T* x, const T* dy, T* dx, T* dtheta, const T* cache, dims d,
-                context& ctx) const {
+                Ctx& ctx) const {
     if (n == 0) {
-      if (dx)
-        for (std::size_t i = 0; i < act(d); ++i) dx[i] += dy[i];
+      if (dx) accumulate(ctx, dx, dy, act(d));
       return;
     }
-    context::frame f(ctx);
+    typename Ctx::frame f(ctx);
     const std::size_t P = block.param_count(), K = block.cache_size(d);
     const T* acts = cache + std::size_t(n) * K;
-    T* buf[2] = {ctx.take<T>(act(d)), ctx.take<T>(act(d))};
+    T* buf[2] = {ctx.template take<T>(act(d)), ctx.template take<T>(act(d))};
     const T* g = dy;
     for (int i = n - 1; i >= 0; --i) {
       const T* in = i == 0 ? x : acts + std::size_t(i - 1) * act(d);
       T* din = i == 0 ? dx : buf[i % 2];
-      if (i > 0) std::fill(din, din + act(d), T(0));
-      block.backward(theta + i * P, in, g, din, dtheta + i * P, cache + i * K, d, ctx);
+      if (i > 0) zero(ctx, din, act(d));
+      module_backward(block, theta + i * P, in, g, din, dtheta + i * P, cache + i * K, d, ctx);
       g = din;
     }
   }

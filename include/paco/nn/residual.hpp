@@ -2,6 +2,7 @@
 // residual<M>: y = x + M(x).  θ and cache are M's. Requires: M.in_width() == M.out_width().
 
 #include "paco/nn/concepts.hpp"
+#include "paco/nn/dispatch.hpp"
 
 namespace paco::nn {
 
@@ -19,22 +20,18 @@ struct residual {
     inner.init(theta, r);
   }
 
-  template <class T>
-  void forward(const T* theta, const T* x, T* y, T* cache, dims d, context& ctx) const {
-    inner.forward(theta, x, y, cache, d, ctx);
-    const std::size_t n = std::size_t(d.rows()) * out_width();
-    for (std::size_t i = 0; i < n; ++i) y[i] += x[i];
+  template <class T, class Ctx>
+  void forward(const T* theta, const T* x, T* y, T* cache, dims d, Ctx& ctx) const {
+    module_forward(inner, theta, x, y, cache, d, ctx);
+    accumulate(ctx, y, x, std::size_t(d.rows()) * out_width());
   }
 
   // dx += dy + M'ᵀ dy.
-  template <class T>
+  template <class T, class Ctx>
   void backward(const T* theta, const T* x, const T* dy, T* dx, T* dtheta, const T* cache, dims d,
-                context& ctx) const {
-    if (dx) {
-      const std::size_t n = std::size_t(d.rows()) * out_width();
-      for (std::size_t i = 0; i < n; ++i) dx[i] += dy[i];
-    }
-    inner.backward(theta, x, dy, dx, dtheta, cache, d, ctx);
+                Ctx& ctx) const {
+    if (dx) accumulate(ctx, dx, dy, std::size_t(d.rows()) * out_width());
+    module_backward(inner, theta, x, dy, dx, dtheta, cache, d, ctx);
   }
 };
 

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "paco/nn/concepts.hpp"
+#include "paco/nn/dispatch.hpp"
 
 namespace paco::nn {
 
@@ -62,21 +63,20 @@ struct seq {
     });
   }
 
-  template <class T>
-  void forward(const T* theta, const input_t<seq, T>* x, T* y, T* cache, dims d,
-               context& ctx) const {
+  template <class T, class Ctx>
+  void forward(const T* theta, const input_t<seq, T>* x, T* y, T* cache, dims d, Ctx& ctx) const {
     forward_from<0>(theta, x, y, cache, cache + children_cache(d), d, ctx);
   }
 
-  template <class T>
+  template <class T, class Ctx>
   void backward(const T* theta, const input_t<seq, T>* x, const T* dy, T* dx, T* dtheta,
-                const T* cache, dims d, context& ctx) const {
-    context::frame f(ctx);
+                const T* cache, dims d, Ctx& ctx) const {
+    typename Ctx::frame f(ctx);
     std::size_t widest = 0;
     for_each([&](const auto& m, std::size_t i) {
       if (i + 1 < count) widest = std::max<std::size_t>(widest, m.out_width());
     });
-    T* buf[2] = {ctx.take<T>(widest * d.rows()), ctx.take<T>(widest * d.rows())};
+    T* buf[2] = {ctx.template take<T>(widest * d.rows()), ctx.template take<T>(widest * d.rows())};
     // Offsets of each child's θ, cache and output activation.
     std::array<std::size_t, count> pofs{}, cofs{}, aofs{};
     std::size_t p = 0, c = 0, a = children_cache(d);
@@ -104,14 +104,13 @@ struct seq {
     return n;
   }
 
-  template <std::size_t I, class T, class X>
-  void forward_from(const T* theta, const X* x, T* y, T* cache, T* act, dims d,
-                    context& ctx) const {
+  template <std::size_t I, class T, class X, class Ctx>
+  void forward_from(const T* theta, const X* x, T* y, T* cache, T* act, dims d, Ctx& ctx) const {
     const auto& m = std::get<I>(children);
     if constexpr (I + 1 == count) {
-      m.forward(theta, x, y, cache, d, ctx);
+      module_forward(m, theta, x, y, cache, d, ctx);
     } else {
-      m.forward(theta, x, act, cache, d, ctx);
+      module_forward(m, theta, x, act, cache, d, ctx);
       forward_from<I + 1>(theta + m.param_count(), static_cast<const T*>(act), y,
                           cache + m.cache_size(d), act + std::size_t(d.rows()) * m.out_width(), d,
                           ctx);
@@ -119,19 +118,19 @@ struct seq {
   }
 
   // Runs child I's backward given dy for its output, then recurses toward child 0.
-  template <std::size_t I, class T, class X>
+  template <std::size_t I, class T, class X, class Ctx>
   void backward_from(const T* theta, const X* x, const T* dy, T* dx, T* dtheta, const T* cache,
-                     dims d, context& ctx, T* (&buf)[2], const std::array<std::size_t, count>& pofs,
+                     dims d, Ctx& ctx, T* (&buf)[2], const std::array<std::size_t, count>& pofs,
                      const std::array<std::size_t, count>& cofs,
                      const std::array<std::size_t, count>& aofs) const {
     const auto& m = std::get<I>(children);
     if constexpr (I == 0) {
-      m.backward(theta, x, dy, dx, dtheta, cache + cofs[0], d, ctx);
+      module_backward(m, theta, x, dy, dx, dtheta, cache + cofs[0], d, ctx);
     } else {
       const T* in = cache + aofs[I - 1];  // this child's input activation
       T* din = buf[I % 2];
-      std::fill(din, din + std::size_t(d.rows()) * m.in_width(), T(0));
-      m.backward(theta + pofs[I], in, dy, din, dtheta + pofs[I], cache + cofs[I], d, ctx);
+      zero(ctx, din, std::size_t(d.rows()) * m.in_width());
+      module_backward(m, theta + pofs[I], in, dy, din, dtheta + pofs[I], cache + cofs[I], d, ctx);
       backward_from<I - 1>(theta, x, static_cast<const T*>(din), dx, dtheta, cache, d, ctx, buf,
                            pofs, cofs, aofs);
     }
