@@ -1,7 +1,8 @@
 #pragma once
 // cuda_context: what a path worker's device work runs on (the role of nn::context on the host):
-// one CUDA stream, a cuBLAS handle bound to it, and a scratch workspace that launchers take
-// from instead of calling cudaMalloc on the hot path. One per worker thread; move-only.
+// one CUDA stream, a cuBLAS handle bound to it, the GEMM precision, and a scratch workspace that
+// launchers take from instead of calling cudaMalloc on the hot path. One per worker thread;
+// move-only. The nn composites use it as they use nn::context: take<T>(n) and frame.
 //
 //   auto ctx = kernels::cuda_context::make(0, 64 << 20).value_or_throw();
 //   upload(host_arena, dev_arena, plane::param, ctx.stream(), &log);
@@ -11,12 +12,14 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <new>
 #include <string>
 #include <utility>
 
 #include "paco/core/error.hpp"
 #include "paco/cuda_buffer.cuh"
 #include "paco/cuda_check.cuh"
+#include "paco/phase_timer.cuh"
 #include "paco/scratch.cuh"
 
 namespace paco::kernels {
@@ -27,6 +30,11 @@ inline status cublas_status(cublasStatus_t s, const char* what) {
   return {errc::unsupported, std::string(what) + ": " + cublasGetStatusName(s) + " (" +
                                  cublasGetStatusString(s) + ")"};
 }
+
+// The arithmetic of device GEMMs (every linear, attention and lm_head product):
+//   fp32  IEEE fp32 products and sums (CUBLAS_COMPUTE_32F): the parity mode against the host
+//   tf32  fp32 in and out, TF32 tensor-core products, fp32 accumulation (10-bit mantissa inputs)
+enum class gemm_math { fp32, tf32 };
 
 class cuda_context {
  public:
@@ -69,6 +77,44 @@ class cuda_context {
   cudaStream_t stream() const noexcept { return stream_; }
   cublasHandle_t blas() const noexcept { return blas_; }
   scratch_arena& scratch() noexcept { return scratch_; }
+  gemm_math math() const noexcept { return math_; }
+  void set_math(gemm_math m) noexcept { math_ = m; }
+  // The profiling timer the device twins record their phases into (null: none, the default).
+  // Requires: t outlives its use here.
+  phase_timer* timer() const noexcept { return timer_; }
+  void set_timer(phase_timer* t) noexcept { timer_ = t; }
+  // A scope of phase p on this context's stream (recorded only when a timer is set).
+  phase_scope scope(phase p) const { return phase_scope(timer_, p, stream_); }
+
+  // Ensures: the workspace holds at least `bytes`; a larger one is allocated (contents and
+  // earlier scratch pointers are lost: call between steps only, after synchronize()).
+  void reserve(std::size_t bytes) {
+    if (bytes <= workspace_.size()) return;
+    workspace_.resize(bytes);
+    scratch_ = scratch_arena(workspace_.data(), workspace_.size());
+  }
+
+  // n elements of T from the workspace, 256-byte aligned, contents unspecified, valid until the
+  // enclosing frame ends. Throws std::bad_alloc when the workspace is exhausted (reserve the
+  // modules' scratch_bytes).
+  template <class T>
+  T* take(std::size_t n) {
+    void* p = scratch_.take(n * sizeof(T));
+    if (!p && n) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  // RAII mark: everything taken after it is given back at scope exit (nn::context::frame).
+  class frame {
+   public:
+    explicit frame(cuda_context& c) : s_(c.scratch_), mark_(c.scratch_.mark()) {}
+    ~frame() { s_.rewind(mark_); }
+    frame(const frame&) = delete;
+    frame& operator=(const frame&) = delete;
+
+   private:
+    scratch_arena& s_;
+    std::size_t mark_;
+  };
 
   // Ensures: every operation ordered on stream() so far has finished. Errors: the first
   // asynchronous error of that work, naming it.
@@ -84,6 +130,8 @@ class cuda_context {
     std::swap(blas_, o.blas_);
     std::swap(workspace_, o.workspace_);
     std::swap(scratch_, o.scratch_);
+    std::swap(math_, o.math_);
+    std::swap(timer_, o.timer_);
   }
 
   int device_ = 0;
@@ -91,6 +139,8 @@ class cuda_context {
   cublasHandle_t blas_ = nullptr;
   buffer<std::byte, cuda> workspace_;
   scratch_arena scratch_;
+  gemm_math math_ = gemm_math::fp32;
+  phase_timer* timer_ = nullptr;
 };
 
 }  // namespace paco::kernels

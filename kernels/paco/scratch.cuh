@@ -32,6 +32,10 @@ class scratch_arena {
     return base_ + off;
   }
   void reset() noexcept { used_ = 0; }
+  // A mark of the bytes in use, and the return to it: everything taken after mark() is given
+  // back (a stack discipline; work already enqueued on one stream may still read it safely).
+  std::size_t mark() const noexcept { return used_; }
+  void rewind(std::size_t mark) noexcept { used_ = mark < used_ ? mark : used_; }
   std::size_t used() const noexcept { return used_; }
   std::size_t capacity() const noexcept { return cap_; }
 

@@ -1,14 +1,66 @@
 #pragma once
 // What the GPU test binaries share: EXPECT (counts a failure, prints it, goes on), ok() for a
-// paco::status, and the skip rule: without a usable CUDA device a binary prints why and exits 77
-// (ctest's SKIP_RETURN_CODE), so CPU-only CI reports it skipped, compiled but not run.
+// paco::status, host ↔ device vectors, the error measures, and the skip rule: without a usable CUDA
+// device a binary prints why and exits 77 (ctest's SKIP_RETURN_CODE), so CPU-only CI reports it
+// skipped, compiled but not run.
 #include <cuda_runtime.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <vector>
 
 #include "paco/core/error.hpp"
+#include "paco/core/rng.hpp"
+#include "paco/cuda_buffer.cuh"
 
 namespace gpu_test {
+
+// n samples of N(0, scale²) from seed.
+inline std::vector<float> gaussian(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
+  paco::rng g(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = float(g.normal()) * scale;
+  return v;
+}
+template <class T>
+paco::buffer<T, paco::cuda> dev(const std::vector<T>& h) {
+  paco::buffer<T, paco::cuda> d(h.size());
+  if (!h.empty()) cudaMemcpy(d.data(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
+  return d;
+}
+// n elements from device pointer p, after every stream has finished.
+template <class T>
+std::vector<T> host(const T* p, std::size_t n) {
+  cudaDeviceSynchronize();
+  std::vector<T> h(n);
+  if (n) cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
+  return h;
+}
+template <class T>
+std::vector<T> host(const paco::buffer<T, paco::cuda>& d) {
+  return host(d.data(), d.size());
+}
+// The largest |a − b| / max(|b|, 1) over two vectors (∞ when their sizes differ).
+inline double worst(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double w = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    w = std::fmax(w, std::fabs(double(a[i]) - b[i]) / std::fmax(std::fabs(double(b[i])), 1.0));
+  return w;
+}
+// ‖a − b‖₂ / ‖b‖₂ over [begin, end) (0 when both are zero there; ∞ when sizes differ).
+inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b,
+                     std::size_t begin = 0, std::size_t end = SIZE_MAX) {
+  if (a.size() != b.size()) return INFINITY;
+  end = end > b.size() ? b.size() : end;
+  double e = 0, r = 0;
+  for (std::size_t i = begin; i < end; ++i) {
+    e += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    r += double(b[i]) * b[i];
+  }
+  return r == 0 ? (e == 0 ? 0 : INFINITY) : std::sqrt(e / r);
+}
 
 inline int failures = 0;
 

@@ -10,11 +10,15 @@
 #include "gpu_test.cuh"
 #include "paco/arena_cuda.cuh"
 #include "paco/core/rng.hpp"
+#include "paco/nn/causal_attention.hpp"
 #include "paco/nn/cross_entropy.hpp"
+#include "paco/nn/dispatch.cuh"
 #include "paco/nn/embedding.hpp"
 #include "paco/nn/gelu.hpp"
+#include "paco/nn/gpt.hpp"
 #include "paco/nn/layer_norm.hpp"
 #include "paco/nn/nn.cuh"
+#include "paco/nn/repeat.hpp"
 
 namespace pk = paco::kernels;
 using gpu_test::failures;
@@ -23,34 +27,11 @@ using gpu_test::ok;
 namespace {
 
 cudaStream_t st = nullptr;
-
-std::vector<float> gaussian(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
-  paco::rng g(seed);
-  std::vector<float> v(n);
-  for (auto& x : v) x = float(g.normal()) * scale;
-  return v;
-}
-template <class T>
-paco::buffer<T, paco::cuda> dev(const std::vector<T>& h) {
-  paco::buffer<T, paco::cuda> d(h.size());
-  if (!h.empty()) cudaMemcpy(d.data(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
-  return d;
-}
-template <class T>
-std::vector<T> host(const paco::buffer<T, paco::cuda>& d) {
-  cudaStreamSynchronize(st);
-  std::vector<T> h(d.size());
-  if (!h.empty()) cudaMemcpy(h.data(), d.data(), h.size() * sizeof(T), cudaMemcpyDeviceToHost);
-  return h;
-}
-// The largest |a − b| / max(|b|, 1) over two vectors (of equal size).
-double worst(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return INFINITY;
-  double w = 0;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    w = std::fmax(w, std::fabs(double(a[i]) - b[i]) / std::fmax(std::fabs(double(b[i])), 1.0));
-  return w;
-}
+using gpu_test::dev;
+using gpu_test::gaussian;
+using gpu_test::host;
+using gpu_test::rel_l2;
+using gpu_test::worst;
 
 const paco::nn::dims d{4, 33};  // 132 rows: not a multiple of 8 rows per block or 32 lanes
 const int N = d.rows();
@@ -145,6 +126,60 @@ void test_cross_entropy() {
   }
 }
 
+// A module's forward and backward on both backends from the same θ, x, dy (dx and dθ start
+// from the same non-zero values: both accumulate), through the dispatch the composites use.
+// Returns the worst norm-relative error over y, dx and dθ.
+template <class M>
+double both_backends(const M& m, pk::cuda_context& dc, paco::nn::dims dd, const char* what,
+                     double tol) {
+  paco::nn::context hc;
+  hc.reserve(m.scratch_bytes(dd));
+  dc.reserve(m.scratch_bytes(dd));
+  const std::size_t n_in = std::size_t(dd.rows()) * m.in_width(),
+                    n_out = std::size_t(dd.rows()) * m.out_width();
+  const auto theta = gaussian(m.param_count(), 21, 0.1f), x = gaussian(n_in, 22),
+             dy = gaussian(n_out, 23);
+  std::vector<float> y(n_out), cache(m.cache_size(dd)), dx = gaussian(n_in, 24),
+                                                        dth = gaussian(theta.size(), 25, 0.01f);
+  auto gdx = dev(dx), gdt = dev(dth);
+  paco::nn::module_forward(m, theta.data(), x.data(), y.data(), cache.data(), dd, hc);
+  paco::nn::module_backward(m, theta.data(), x.data(), dy.data(), dx.data(), dth.data(),
+                            static_cast<const float*>(cache.data()), dd, hc);
+  auto gt = dev(theta), gx = dev(x), gdy = dev(dy), gy = dev(std::vector<float>(n_out)),
+       gc = dev(std::vector<float>(cache.size()));
+  try {
+    module_forward(m, static_cast<const float*>(gt.data()), static_cast<const float*>(gx.data()),
+                   gy.data(), gc.data(), dd, dc);
+    module_backward(m, static_cast<const float*>(gt.data()), static_cast<const float*>(gx.data()),
+                    static_cast<const float*>(gdy.data()), gdx.data(), gdt.data(),
+                    static_cast<const float*>(gc.data()), dd, dc);
+  } catch (const std::exception& e) {
+    EXPECT(false, "%s threw: %s", what, e.what());
+    return INFINITY;
+  }
+  const double ey = rel_l2(host(gy), y), edx = rel_l2(host(gdx), dx), edt = rel_l2(host(gdt), dth);
+  std::printf("  %-28s y %.2e  dx %.2e  dθ %.2e\n", what, ey, edx, edt);
+  EXPECT(ey <= tol && edx <= tol && edt <= tol, "%s beyond %g", what, tol);
+  return std::fmax(ey, std::fmax(edx, edt));
+}
+
+// linear, lm_head, causal attention and a whole transformer block (seq, residual through the
+// dispatch) in fp32 GEMM mode: sums differ from the host's in order only.
+void test_gemm_modules() {
+  auto dc = pk::cuda_context::make().value_or_throw();
+  dc.set_math(pk::gemm_math::fp32);
+  using namespace paco::nn;
+  both_backends(linear{.in = 100, .out = 72}, dc, d, "linear", 2e-5);
+  both_backends(linear{.in = 64, .out = 48, .bias = false}, dc, d, "linear (no bias)", 2e-5);
+  both_backends(lm_head{.C = 64, .V = 256}, dc, d, "lm_head", 2e-5);
+  const dims da{3, 40};
+  both_backends(causal_attention{.C = 48, .NH = 4}, dc, da, "causal_attention", 2e-5);
+  both_backends(causal_attention{.C = 64, .NH = 1}, dc, dims{2, 70}, "causal_attention NH=1", 2e-5);
+  both_backends(make_block(48, 4, 192, 0.1f, 0.1f), dc, da, "transformer_block", 5e-5);
+  both_backends(repeat<transformer_block>{make_block(48, 4, 192, 0.1f, 0.1f), 2}, dc, da,
+                "repeat<transformer_block>", 5e-5);
+}
+
 }  // namespace
 
 int main() {
@@ -154,6 +189,7 @@ int main() {
   test_layer_norm();
   test_embedding();
   test_cross_entropy();
+  test_gemm_modules();
   cudaStreamDestroy(st);
   std::printf("%s (%d failures)\n", failures ? "FAILED" : "all nn device tests passed", failures);
   return failures ? 1 : 0;

@@ -33,10 +33,14 @@ struct causal_attention {
     const std::size_t N = d.rows();
     return N * 3 * C + std::size_t(d.B) * NH * d.T * d.T + N * C;
   }
+  // Covers the backward on either backend: the host takes dS for one head, the device twin
+  // (kernels/paco/nn/attention.cuh) for all NH heads of a sequence, in floats, 256-aligned.
   std::size_t scratch_bytes(dims d) const {
-    const std::size_t N = d.rows();
-    return context::bytes_for<double>(N * 3 * C) + context::bytes_for<double>(N * C) +
-           context::bytes_for<double>(std::size_t(d.T) * d.T);
+    const std::size_t N = d.rows(), TT = std::size_t(d.T) * d.T;
+    const std::size_t host = context::bytes_for<double>(N * 3 * C) +
+                             context::bytes_for<double>(N * C) + context::bytes_for<double>(TT);
+    const std::size_t device = 4 * (N * 4 * C + NH * TT) + 3 * 256;
+    return std::max(host, device);
   }
 
   template <class T>
