@@ -38,6 +38,8 @@ struct train_section {
   float beta2 = 0.95f;
   float grad_clip = 1.0f;  // global norm; 0 disables
   int threads = 2;
+  std::string device = "cpu";  // "cpu", or "cuda": the LM job's steps on CUDA device 0
+  std::string gemm = "tf32";   // cuda: "tf32" (tensor-core products) or "fp32" GEMMs
   long seed = 1;
   long eval_every = 250;   // steps between validation passes
   long eval_batches = 24;  // batches per periodic validation (the final one uses the whole split)
@@ -168,6 +170,8 @@ inline std::map<std::string, detail::field> fields(train_config& c) {
   add("train.beta2", t.beta2);
   add("train.grad_clip", t.grad_clip);
   add("train.threads", t.threads);
+  add("train.device", t.device);
+  add("train.gemm", t.gemm);
   add("train.seed", t.seed);
   add("train.eval_every", t.eval_every);
   add("train.eval_batches", t.eval_batches);
@@ -247,6 +251,11 @@ inline paco::status validate(const train_config& c) {
         range(t.warmup >= 0, "train.warmup", ">= 0"),
         range(t.grad_clip >= 0, "train.grad_clip", ">= 0"),
         range(t.threads >= 1 && t.threads <= 256, "train.threads", "in [1, 256]"),
+        range(t.device == "cpu" || t.device == "cuda", "train.device", "\"cpu\" or \"cuda\""),
+        range(t.gemm == "tf32" || t.gemm == "fp32", "train.gemm", "\"tf32\" or \"fp32\""),
+        range(t.device == "cpu" || c.job.mode == "lm", "train.device",
+              "\"cpu\" for job.mode = \"dipaco\" (the device path worker is not built yet; "
+              "the LM job trains on \"cuda\")"),
         range(t.eval_every >= 1, "train.eval_every", ">= 1"),
         range(t.eval_batches >= 1, "train.eval_batches", ">= 1"),
         range(t.checkpoint_every >= 1, "train.checkpoint_every", ">= 1"),

@@ -8,11 +8,14 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
 
 #include "config.hpp"
+#include "device_lm.hpp"
 #include "dipaco_launch.hpp"
 #include "paco/io/io.hpp"
 #include "paco/nn/nn.hpp"
@@ -194,15 +197,34 @@ int main(int argc, char** argv) {
       .lr = tc.lr, .beta1 = tc.beta1, .beta2 = tc.beta2, .weight_decay = tc.weight_decay};
   // The one inner loop (train/inner_loop.hpp), continuing the step count of a resumed run; the
   // learning rate of each step is chosen below (by step, or by elapsed time).
-  train::inner_loop<nn::gpt, optim::adamw> loop(
-      model,
-      {.batch = B, .ctx = T, .grad_clip = tc.grad_clip, .threads = tc.threads, .start_step = step},
-      train_s, std::uint64_t(tc.seed) * 7919 + std::uint64_t(step));
-  std::printf(
-      "paco_train: GPT d=%d layers=%d heads=%d ctx=%d, %.2fM parameters, batch %d, "
-      "%d threads, GEMM %s\n",
-      cfg.model.d, cfg.model.layers, cfg.model.heads, T, model.param_count() / 1e6, B,
-      loop.replica().threads(), nn::gemm_backend());
+  // With train.device = "cuda" the same loop runs on the device (device_lm.hpp); θ and the
+  // moments come back to the host arena only to evaluate and to checkpoint.
+  const train::inner_config icfg{
+      .batch = B, .ctx = T, .grad_clip = tc.grad_clip, .threads = tc.threads, .start_step = step};
+  const std::uint64_t sampler_seed = std::uint64_t(tc.seed) * 7919 + std::uint64_t(step);
+  std::optional<train::inner_loop<nn::gpt, optim::adamw>> loop;
+  std::unique_ptr<paco_train::device_lm> dev;
+  std::string backend;
+  if (tc.device == "cuda") {
+    auto d = paco_train::make_device_lm(model, icfg, train_s, sampler_seed, tc.gemm);
+    if (!d) return std::fprintf(stderr, "paco_train: %s\n", d.error().what().c_str()), 2;
+    dev = std::move(*d);
+    if (auto s = dev->upload(a); !s)
+      return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
+    backend = dev->describe();
+  } else {
+    loop.emplace(model, icfg, train_s, sampler_seed);
+    backend = std::to_string(loop->replica().threads()) + " threads, GEMM " + nn::gemm_backend();
+  }
+  auto to_host = [&] {  // the device's θ and moments into `a` (evaluation, checkpoints)
+    if (!dev) return true;
+    const auto s = dev->download(a);
+    if (!s) std::fprintf(stderr, "\npaco_train: %s\n", s.error().what().c_str());
+    return s.ok();
+  };
+  std::printf("paco_train: GPT d=%d layers=%d heads=%d ctx=%d, %.2fM parameters, batch %d, %s\n",
+              cfg.model.d, cfg.model.layers, cfg.model.heads, T, model.param_count() / 1e6, B,
+              backend.c_str());
 
   // Steps: a fixed count with a cosine schedule over steps, or (steps == 0) a wall-clock budget
   // with the cosine schedule over elapsed time: training ends when budget_s has passed.
@@ -221,14 +243,17 @@ int main(int argc, char** argv) {
     if (timed ? el0 >= tc.budget_s : step >= tc.steps) break;
     ++step;
     const float lr = timed ? sched.lr_at_fraction(step, el0 / tc.budget_s) : sched.lr_at(step);
-    last_loss = loop.step(a, opt, lr);
+    last_loss = dev ? dev->step(opt, lr) : loop->step(a, opt, lr);
     tokens += long(B) * T;
     loss_ema = std::isnan(loss_ema) ? last_loss : 0.95 * loss_ema + 0.05 * last_loss;
     const double el = elapsed();
     const bool last = timed ? el >= tc.budget_s : step >= tc.steps;
-    if (step % tc.eval_every == 0 || last)
+    const bool eval = step % tc.eval_every == 0 || last,
+               save = step % tc.checkpoint_every == 0 || last;
+    if ((eval || save) && !to_host()) return 2;
+    if (eval)
       val_bpb = bpb(val_tokens, std::size_t(tc.eval_batches) * std::size_t(B) * std::size_t(T));
-    if (step % tc.checkpoint_every == 0 || last) {
+    if (save) {
       std::ostringstream meta;
       meta << "{\"d\":" << cfg.model.d << ",\"layers\":" << cfg.model.layers
            << ",\"heads\":" << cfg.model.heads << ",\"ctx\":" << cfg.model.ctx << "}";

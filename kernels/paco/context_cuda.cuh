@@ -58,7 +58,7 @@ class cuda_context {
                                           std::to_string(workspace_bytes) + " bytes");
     }
     c.scratch_ = scratch_arena(c.workspace_.data(), c.workspace_.size());
-    return std::move(c);  // spelled out: not every front end moves into result<> implicitly
+    return result<cuda_context>(std::move(c));  // spelled out: nvcc does not move implicitly
   }
 
   cuda_context(cuda_context&& o) noexcept { swap(o); }

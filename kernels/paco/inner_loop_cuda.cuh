@@ -85,6 +85,7 @@ class inner_loop_cuda {
   long step_count() const noexcept { return step_; }
   const train::inner_config& config() const noexcept { return cfg_; }
   lm_workspace<M>& workspace() noexcept { return ws_; }
+  const lm_workspace<M>& workspace() const noexcept { return ws_; }
   // Bytes the loop's own copies moved (the batches up, the losses down).
   const transfer_log& transfers() const noexcept { return log_; }
 

@@ -13,6 +13,7 @@
 #include "paco/core/error.hpp"
 #include "paco/core/rng.hpp"
 #include "paco/cuda_buffer.cuh"
+#include "paco/io/batches.hpp"
 
 namespace gpu_test {
 
@@ -85,6 +86,22 @@ inline bool device_or_skip(const char* what) {
   cudaGetDeviceProperties(&prop, 0);
   std::printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
   return true;
+}
+
+// A corpus with structure to learn: sentences drawn from a small grammar, as bytes.
+inline paco::io::token_stream grammar_stream(std::size_t bytes, std::uint64_t seed) {
+  const char* subj[] = {"the cat ", "a dog ", "my friend ", "the old man ", "she "};
+  const char* verb[] = {"sees ", "likes ", "walks with ", "finds ", "waits for "};
+  const char* obj[] = {"the river. ", "a small bird. ", "her brother. ", "the red door. "};
+  paco::rng g(seed);
+  paco::io::token_stream s;
+  s.doc_start.push_back(0);
+  while (s.ids.size() < bytes) {
+    for (const char* w : {subj[g.below(5)], verb[g.below(5)], obj[g.below(4)]})
+      for (const char* c = w; *c; ++c)
+        s.ids.push_back(std::int32_t(static_cast<unsigned char>(*c)));
+  }
+  return s;
 }
 
 }  // namespace gpu_test

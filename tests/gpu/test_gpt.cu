@@ -85,25 +85,9 @@ void parity(const paco::nn::gpt_config& cfg, paco::nn::dims d, pk::gemm_math mat
   std::printf("%s: worst gradient entry rel %.1e over %zu entries\n", what, worst, L.count());
 }
 
-// A corpus with structure to learn: sentences drawn from a small grammar, as bytes.
-paco::io::token_stream grammar_stream(std::size_t bytes, std::uint64_t seed) {
-  const char* subj[] = {"the cat ", "a dog ", "my friend ", "the old man ", "she "};
-  const char* verb[] = {"sees ", "likes ", "walks with ", "finds ", "waits for "};
-  const char* obj[] = {"the river. ", "a small bird. ", "her brother. ", "the red door. "};
-  paco::rng g(seed);
-  paco::io::token_stream s;
-  s.doc_start.push_back(0);
-  while (s.ids.size() < bytes) {
-    for (const char* w : {subj[g.below(5)], verb[g.below(5)], obj[g.below(4)]})
-      for (const char* c = w; *c; ++c)
-        s.ids.push_back(std::int32_t(static_cast<unsigned char>(*c)));
-  }
-  return s;
-}
-
 void curves() {
   const paco::nn::gpt model({.vocab = 256, .ctx = 64, .d = 64, .layers = 2, .heads = 4});
-  const auto shard = grammar_stream(200000, 3);
+  const auto shard = gpu_test::grammar_stream(200000, 3);
   paco::train::inner_config cfg{.batch = 8, .ctx = 64, .steps = 200, .grad_clip = 1.0f};
   cfg.schedule = {.lr = 3e-3f, .min_lr = 3e-4f, .warmup = 20, .total = 200};
   const paco::optim::adamw opt{.lr = 3e-3f};

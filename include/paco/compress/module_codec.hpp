@@ -92,7 +92,7 @@ class module_codec {
         c.rounds_ = std::make_unique<detail::rounds_model>(spec.rank, c.segs_, o.seed);
         break;
     }
-    return c;
+    return result<module_codec>(std::move(c));  // spelled out: nvcc does not move implicitly here
   }
 
   const compress_spec& spec() const noexcept { return spec_; }

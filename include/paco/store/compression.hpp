@@ -89,7 +89,7 @@ result<std::vector<compress::module_codec>> make_codecs(
     if (!codec) return codec.error();
     out.push_back(std::move(*codec));
   }
-  return out;
+  return result<std::vector<compress::module_codec>>(std::move(out));  // nvcc: no implicit move
 }
 
 }  // namespace paco::store

@@ -47,7 +47,7 @@ result<lm_workspace<M>> make_lm_workspace(const M& model, paco::nn::dims d, int 
                       buffer<float, cuda>(N * C),
                       buffer<float, cuda>(N * C),
                       std::move(*ctx)};
-    return std::move(w);
+    return result<lm_workspace<M>>(std::move(w));
   } catch (const std::bad_alloc&) {
     return error(errc::unsupported, "make_lm_workspace: no device room for batch " +
                                         std::to_string(d.B) + "×" + std::to_string(d.T));
