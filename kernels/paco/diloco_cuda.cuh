@@ -7,6 +7,8 @@
 // and only encoded bytes cross PCIe:
 //   fp32 (no codec)   Δ comes down (4n bytes: its encoding is itself), the ring all-reduce sums
 //                     it on the host, the mean goes up (4n)
+//   fp32 on devices   with a device_allreduce (nccl_comm::allreducer(), nccl.cuh): Δ is summed
+//                     in device memory; nothing comes down but the fingerprint and the losses
 //   int8/int4/int2    device_codec encodes Δ + residual on the device; its payload (≈ n·bits/8
 //                     bytes + scales) comes down, the ranks all-gather payloads, every rank's goes
 //                     up and is decoded and summed in rank order on the device
@@ -80,22 +82,32 @@ __global__ void fingerprint_kernel(const float* __restrict__ x, std::size_t n,
 
 }  // namespace detail
 
+// A sum of device floats over the ranks, in place, enqueued on a stream (e.g. NCCL's).
+using device_allreduce = std::function<status(float* data, std::size_t n, cudaStream_t stream)>;
+
 template <net::Transport T, class M>
 class diloco_replica_cuda {
  public:
   // Requires: t, loop and a outlive the replica; a's param plane holds this rank's θ (the same
   // on every rank); loop trains a's model; codec, when given, is built from the same spec and
-  // segments on every rank (train::diloco_codec's segments). Throws error_exception when the
-  // device has no room for the round's buffers.
+  // segments on every rank (train::diloco_codec's segments); sum, when given (fp32 only: no
+  // codec), spans the same ranks as t. Throws error_exception when the device has no room for
+  // the round's buffers, or for a codec together with a device sum.
   diloco_replica_cuda(T& t, inner_loop_cuda<M>& loop, arena<cuda>& a, optim::adamw inner, int H,
-                      outer::nesterov outer, std::optional<device_codec> codec = std::nullopt)
+                      outer::nesterov outer, std::optional<device_codec> codec = std::nullopt,
+                      device_allreduce sum = {})
       : t_(&t),
         loop_(&loop),
         a_(&a),
         inner_(inner),
         H_(H),
         outer_(outer),
-        codec_(std::move(codec)) {
+        codec_(std::move(codec)),
+        device_sum_(std::move(sum)) {
+    if (codec_ && device_sum_)
+      throw error_exception({errc::invalid_argument,
+                             "diloco_replica_cuda: a device all-reduce carries fp32 Δ; a codec's "
+                             "payloads go over the transport (give one or the other)"});
     const std::size_t n = a.get(plane::param).size();
     try {
       delta_.resize(n);
@@ -158,7 +170,15 @@ class diloco_replica_cuda {
     collectives::counted<T> ct(*t_);
     const auto& co = o.collective;
     const std::size_t k = std::size_t(t_->size());
-    if (!codec_) {  // fp32: Δ down, ring all-reduce on the host, the mean up
+    if (device_sum_) {  // fp32 on the devices: Δ summed in place, then / k
+      check(device_sum_(delta_.data(), n, st));
+      check(cuda_status(cudaMemcpyAsync(mean_.data(), delta_.data(), n * sizeof(float),
+                                        cudaMemcpyDeviceToDevice, st),
+                        "mean copy"));
+      detail::scale_kernel<<<elementwise_blocks(n), 256, 0, st>>>(mean_.data(), 1.0f / float(k), n);
+      check(cuda_status(cudaGetLastError(), "mean scale launch"));
+      traffic_.payload_bytes += 4 * n;
+    } else if (!codec_) {  // fp32: Δ down, ring all-reduce on the host, the mean up
       host_.resize(n);
       check(download(std::as_const(delta_).view(), slice<float>(host_.data(), n), st, &log_));
       check(ctx.synchronize());
@@ -249,6 +269,7 @@ class diloco_replica_cuda {
   int H_;
   outer::nesterov outer_;
   std::optional<device_codec> codec_;
+  device_allreduce device_sum_;
   buffer<float, cuda> delta_, mean_, tmp_;
   buffer<unsigned long long, cuda> fingerprint_;
   std::vector<float> host_;

@@ -89,7 +89,9 @@ __attribute__((target("sse4.2"))) inline std::uint64_t crc32c_raw_ways(
   while (n >= K * B) {
     std::uint64_t st[K] = {c};
     for (std::size_t i = 0; i < B; i += 8) {
+#if !defined(__CUDACC__)  // nvcc warns on GCC pragmas; its translation units lose the hint only
 #pragma GCC unroll 6
+#endif
       for (int k = 0; k < K; ++k) {
         std::uint64_t v;
         std::memcpy(&v, p + static_cast<std::size_t>(k) * B + i, 8);
