@@ -5,6 +5,7 @@
 // skipped, compiled but not run.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -28,6 +29,9 @@ template <class T>
 paco::buffer<T, paco::cuda> dev(const std::vector<T>& h) {
   paco::buffer<T, paco::cuda> d(h.size());
   if (!h.empty()) cudaMemcpy(d.data(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
+  // From pageable memory cudaMemcpy may return before the data lands; the contexts' streams are
+  // non-blocking (they do not wait for the default stream), so wait here.
+  cudaDeviceSynchronize();
   return d;
 }
 // n elements from device pointer p, after every stream has finished.
@@ -63,7 +67,7 @@ inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b,
   return r == 0 ? (e == 0 ? 0 : INFINITY) : std::sqrt(e / r);
 }
 
-inline int failures = 0;
+inline std::atomic<int> failures = 0;  // EXPECT runs on worker threads too
 
 inline bool ok(const paco::status& s, const char* what) {
   if (!s) std::printf("FAILED %s: %s\n", what, s.error().what().c_str());

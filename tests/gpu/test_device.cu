@@ -123,6 +123,7 @@ int main() {
   }
   test_arena(*ctx);
   test_cublas(*ctx);
-  std::printf("%s (%d failures)\n", failures ? "FAILED" : "all device tests passed", failures);
+  std::printf("%s (%d failures)\n", failures ? "FAILED" : "all device tests passed",
+              failures.load());
   return failures ? 1 : 0;
 }

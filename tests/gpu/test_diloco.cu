@@ -146,6 +146,6 @@ int main() {
     EXPECT(false, "threw: %s", e.what());
   }
   std::printf("%s (%d failures)\n", failures ? "FAILED" : "all device DiLoCo tests passed",
-              failures);
+              failures.load());
   return failures ? 1 : 0;
 }

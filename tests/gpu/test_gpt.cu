@@ -137,6 +137,7 @@ int main() {
   } catch (const std::exception& e) {
     EXPECT(false, "threw: %s", e.what());
   }
-  std::printf("%s (%d failures)\n", failures ? "FAILED" : "all device GPT tests passed", failures);
+  std::printf("%s (%d failures)\n", failures ? "FAILED" : "all device GPT tests passed",
+              failures.load());
   return failures ? 1 : 0;
 }

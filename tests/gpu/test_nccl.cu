@@ -85,6 +85,6 @@ int main() {
   } catch (const std::exception& e) {
     EXPECT(false, "threw: %s", e.what());
   }
-  std::printf("%s (%d failures)\n", failures ? "FAILED" : "all NCCL tests passed", failures);
+  std::printf("%s (%d failures)\n", failures ? "FAILED" : "all NCCL tests passed", failures.load());
   return failures ? 1 : 0;
 }

@@ -191,6 +191,7 @@ int main() {
   test_cross_entropy();
   test_gemm_modules();
   cudaStreamDestroy(st);
-  std::printf("%s (%d failures)\n", failures ? "FAILED" : "all nn device tests passed", failures);
+  std::printf("%s (%d failures)\n", failures ? "FAILED" : "all nn device tests passed",
+              failures.load());
   return failures ? 1 : 0;
 }

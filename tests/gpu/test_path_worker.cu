@@ -95,6 +95,6 @@ int main() {
     EXPECT(false, "threw: %s", e.what());
   }
   std::printf("%s (%d failures)\n", failures ? "FAILED" : "all device path-worker tests passed",
-              failures);
+              failures.load());
   return failures ? 1 : 0;
 }
