@@ -98,7 +98,7 @@ std::string json_row(const size_row& s, const paco::nn::gpt& model, double token
 
 int main(int argc, char** argv) {
   int steps = 20;
-  std::string sizes = "small,medium,gpt2", math_name = "tf32";
+  std::string sizes = "small,medium,gpt2", math_name = "bf16";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--steps" && i + 1 < argc) {
@@ -108,16 +108,19 @@ int main(int argc, char** argv) {
     } else if (a == "--math" && i + 1 < argc) {
       math_name = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--steps N] [--sizes small,medium,gpt2] [--math tf32|fp32]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--steps N] [--sizes small,medium,gpt2] [--math bf16|tf32|fp32]\n",
                    argv[0]);
       return 2;
     }
   }
-  if (steps < 3 || (math_name != "tf32" && math_name != "fp32")) {
-    std::fprintf(stderr, "train_step_gpu: --steps must be ≥ 3 and --math tf32 or fp32\n");
+  if (steps < 3 || (math_name != "bf16" && math_name != "tf32" && math_name != "fp32")) {
+    std::fprintf(stderr, "train_step_gpu: --steps must be ≥ 3 and --math bf16, tf32 or fp32\n");
     return 2;
   }
-  const auto math = math_name == "tf32" ? pk::gemm_math::tf32 : pk::gemm_math::fp32;
+  const auto math = math_name == "bf16"   ? pk::gemm_math::bf16
+                    : math_name == "tf32" ? pk::gemm_math::tf32
+                                          : pk::gemm_math::fp32;
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
     std::fprintf(stderr, "train_step_gpu: no usable CUDA device\n");

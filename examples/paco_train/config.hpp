@@ -39,7 +39,7 @@ struct train_section {
   float grad_clip = 1.0f;  // global norm; 0 disables
   int threads = 2;
   std::string device = "cpu";  // "cpu", or "cuda": the LM job's steps on CUDA device 0
-  std::string gemm = "tf32";   // cuda: "tf32" (tensor-core products) or "fp32" GEMMs
+  std::string gemm = "bf16";   // cuda: "bf16" or "tf32" tensor-core products, or "fp32" GEMMs
   long seed = 1;
   long eval_every = 250;   // steps between validation passes
   long eval_batches = 24;  // batches per periodic validation (the final one uses the whole split)
@@ -252,7 +252,8 @@ inline paco::status validate(const train_config& c) {
         range(t.grad_clip >= 0, "train.grad_clip", ">= 0"),
         range(t.threads >= 1 && t.threads <= 256, "train.threads", "in [1, 256]"),
         range(t.device == "cpu" || t.device == "cuda", "train.device", "\"cpu\" or \"cuda\""),
-        range(t.gemm == "tf32" || t.gemm == "fp32", "train.gemm", "\"tf32\" or \"fp32\""),
+        range(t.gemm == "bf16" || t.gemm == "tf32" || t.gemm == "fp32", "train.gemm",
+              "\"bf16\", \"tf32\" or \"fp32\""),
         range(t.device == "cpu" || c.job.mode == "lm", "train.device",
               "\"cpu\" for job.mode = \"dipaco\" (the device path worker is not built yet; "
               "the LM job trains on \"cuda\")"),

@@ -19,7 +19,9 @@ class cuda_lm final : public device_lm {
           const paco::io::token_stream& shard, std::uint64_t seed, paco::kernels::gemm_math math)
       : loop_(model, cfg, shard, seed), a_(model.layout()) {
     loop_.workspace().ctx.set_math(math);
-    math_ = math == paco::kernels::gemm_math::tf32 ? "TF32" : "fp32";
+    math_ = math == paco::kernels::gemm_math::bf16   ? "bf16"
+            : math == paco::kernels::gemm_math::tf32 ? "TF32"
+                                                     : "fp32";
   }
   double step(const paco::optim::adamw& opt, float lr) override { return loop_.step(a_, opt, lr); }
   paco::status upload(const paco::arena<paco::host>& a) override {
@@ -54,18 +56,20 @@ paco::result<std::unique_ptr<device_lm>> make_device_lm(const paco::nn::gpt& mod
                                                         const paco::io::token_stream& shard,
                                                         std::uint64_t seed,
                                                         const std::string& gemm) {
-  if (gemm != "tf32" && gemm != "fp32")
+  if (gemm != "bf16" && gemm != "tf32" && gemm != "fp32")
     return paco::error(paco::errc::invalid_argument,
-                       "train.gemm = \"" + gemm + "\": accepted \"tf32\" or \"fp32\"");
+                       "train.gemm = \"" + gemm + "\": accepted \"bf16\", \"tf32\" or \"fp32\"");
   int count = 0;
   if (const auto e = cudaGetDeviceCount(&count); e != cudaSuccess || count == 0)
     return paco::error(paco::errc::unsupported,
                        std::string("train.device = \"cuda\": no usable CUDA device (") +
                            (e == cudaSuccess ? "0 devices" : cudaGetErrorString(e)) + ")");
   try {
-    return std::unique_ptr<device_lm>(std::make_unique<cuda_lm>(
-        model, cfg, shard, seed,
-        gemm == "tf32" ? paco::kernels::gemm_math::tf32 : paco::kernels::gemm_math::fp32));
+    return std::unique_ptr<device_lm>(
+        std::make_unique<cuda_lm>(model, cfg, shard, seed,
+                                  gemm == "bf16"   ? paco::kernels::gemm_math::bf16
+                                  : gemm == "tf32" ? paco::kernels::gemm_math::tf32
+                                                   : paco::kernels::gemm_math::fp32));
   } catch (const paco::error_exception& e) {
     return e.err;
   } catch (const std::bad_alloc&) {

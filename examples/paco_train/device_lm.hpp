@@ -28,8 +28,8 @@ class device_lm {
 };
 
 // A device trainer for `model` (which must outlive it) on CUDA device 0, sampling `shard` as
-// train::inner_loop does; gemm is "tf32" or "fp32". Errors: unsupported when this build has no
-// CUDA or no device is usable (naming why); invalid_argument for another gemm.
+// train::inner_loop does; gemm is "bf16", "tf32" or "fp32". Errors: unsupported when this build has
+// no CUDA or no device is usable (naming why); invalid_argument for another gemm.
 paco::result<std::unique_ptr<device_lm>> make_device_lm(const paco::nn::gpt& model,
                                                         const paco::train::inner_config& cfg,
                                                         const paco::io::token_stream& shard,

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <new>
 #include <string>
 #include <utility>
@@ -34,7 +35,11 @@ inline status cublas_status(cublasStatus_t s, const char* what) {
 // The arithmetic of device GEMMs (every linear, attention and lm_head product):
 //   fp32  IEEE fp32 products and sums (CUBLAS_COMPUTE_32F): the parity mode against the host
 //   tf32  fp32 in and out, TF32 tensor-core products, fp32 accumulation (10-bit mantissa inputs)
-enum class gemm_math { fp32, tf32 };
+//   bf16  the linear and lm_head GEMMs cast their fp32 operands to bf16 (round to nearest even)
+//         and multiply on bf16 tensor cores with fp32 accumulation into the fp32 output; master
+//         weights, gradients, moments and activations stay fp32. Attention's batched products
+//         run in TF32.
+enum class gemm_math { fp32, tf32, bf16 };
 
 class cuda_context {
  public:
@@ -94,6 +99,17 @@ class cuda_context {
     scratch_ = scratch_arena(workspace_.data(), workspace_.size());
   }
 
+  // Device room for n 16-bit values (bf16 GEMM operands), valid until the next call. Grows the
+  // staging buffer when needed, after waiting for the stream (so in a first step only).
+  // Throws std::bad_alloc when the device has no room.
+  std::uint16_t* staging(std::size_t n) {
+    if (n > staging_.size()) {
+      synchronize().throw_if_error();
+      staging_.resize(n + n / 4);
+    }
+    return staging_.data();
+  }
+
   // n elements of T from the workspace, 256-byte aligned, contents unspecified, valid until the
   // enclosing frame ends. Throws std::bad_alloc when the workspace is exhausted (reserve the
   // modules' scratch_bytes).
@@ -132,6 +148,7 @@ class cuda_context {
     std::swap(scratch_, o.scratch_);
     std::swap(math_, o.math_);
     std::swap(timer_, o.timer_);
+    std::swap(staging_, o.staging_);
   }
 
   int device_ = 0;
@@ -141,6 +158,7 @@ class cuda_context {
   scratch_arena scratch_;
   gemm_math math_ = gemm_math::fp32;
   phase_timer* timer_ = nullptr;
+  buffer<std::uint16_t, cuda> staging_;
 };
 
 }  // namespace paco::kernels

@@ -4,6 +4,7 @@
 // Tolerances (norm-relative, ‖dev − host‖/‖host‖):
 //   fp32 GEMMs   loss 1e-5, logits 1e-5, every gradient entry 1e-4 (sums in another order)
 //   tf32 GEMMs   loss 2e-3, logits 5e-3, every gradient entry 3e-2 (10-bit mantissa products)
+//   bf16 GEMMs   loss 1e-2, logits 3e-2, every gradient entry 1e-1 (8-bit mantissa operands)
 //   200 steps    fp32: every step's loss within 1% of the host's (the curves agree; AdamW's
 //                normalised updates let last-bit differences grow over steps)
 // Exits 77 without a usable CUDA device.
@@ -133,6 +134,7 @@ int main() {
     const paco::nn::gpt_config wider{.vocab = 256, .ctx = 128, .d = 128, .layers = 3, .heads = 4};
     parity(wider, {4, 128}, pk::gemm_math::fp32, {1e-5, 1e-5, 1e-4}, "gpt d=128 fp32");
     parity(wider, {4, 128}, pk::gemm_math::tf32, {2e-3, 5e-3, 3e-2}, "gpt d=128 tf32");
+    parity(wider, {4, 128}, pk::gemm_math::bf16, {1e-2, 3e-2, 1e-1}, "gpt d=128 bf16");
     curves();
   } catch (const std::exception& e) {
     EXPECT(false, "threw: %s", e.what());

@@ -164,7 +164,7 @@ double both_backends(const M& m, pk::cuda_context& dc, paco::nn::dims dd, const 
 }
 
 // linear, lm_head, causal attention and a whole transformer block (seq, residual through the
-// dispatch) in fp32 GEMM mode: sums differ from the host's in order only.
+// dispatch) in fp32 GEMM mode (sums differ from the host's in order only), then in bf16 mode.
 void test_gemm_modules() {
   auto dc = pk::cuda_context::make().value_or_throw();
   dc.set_math(pk::gemm_math::fp32);
@@ -178,6 +178,11 @@ void test_gemm_modules() {
   both_backends(make_block(48, 4, 192, 0.1f, 0.1f), dc, da, "transformer_block", 5e-5);
   both_backends(repeat<transformer_block>{make_block(48, 4, 192, 0.1f, 0.1f), 2}, dc, da,
                 "repeat<transformer_block>", 5e-5);
+  // bf16 operands (8-bit mantissas, fp32 sums): ≈ 2^-9 relative per operand, 1e-2 allowed.
+  dc.set_math(pk::gemm_math::bf16);
+  both_backends(linear{.in = 100, .out = 72}, dc, d, "linear bf16", 1e-2);
+  both_backends(lm_head{.C = 64, .V = 256}, dc, d, "lm_head bf16", 1e-2);
+  both_backends(make_block(48, 4, 192, 0.1f, 0.1f), dc, da, "transformer_block bf16", 2e-2);
 }
 
 }  // namespace
