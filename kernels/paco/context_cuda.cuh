@@ -110,6 +110,16 @@ class cuda_context {
     return staging_.data();
   }
 
+  // Device room for n floats of reduction partials (column_sums), valid until the next call;
+  // grows as staging() does.
+  float* partials(std::size_t n) {
+    if (n > partials_.size()) {
+      synchronize().throw_if_error();
+      partials_.resize(n + n / 4);
+    }
+    return partials_.data();
+  }
+
   // n elements of T from the workspace, 256-byte aligned, contents unspecified, valid until the
   // enclosing frame ends. Throws std::bad_alloc when the workspace is exhausted (reserve the
   // modules' scratch_bytes).
@@ -149,6 +159,7 @@ class cuda_context {
     std::swap(math_, o.math_);
     std::swap(timer_, o.timer_);
     std::swap(staging_, o.staging_);
+    std::swap(partials_, o.partials_);
   }
 
   int device_ = 0;
@@ -159,6 +170,7 @@ class cuda_context {
   gemm_math math_ = gemm_math::fp32;
   phase_timer* timer_ = nullptr;
   buffer<std::uint16_t, cuda> staging_;
+  buffer<float, cuda> partials_;
 };
 
 }  // namespace paco::kernels

@@ -68,8 +68,9 @@ void test_layer_norm() {
          gdt = dev(dth0);
     ok(pk::nn::layer_norm_forward(gt.data(), gx.data(), gy.data(), gc.data(), N, C, m.eps, st),
        "layer_norm_forward");
+    paco::buffer<float, paco::cuda> partial(pk::nn::column_sums_floats(N, C, 2));
     ok(pk::nn::layer_norm_backward(gt.data(), gx.data(), gdy.data(), gdx.data(), gdt.data(),
-                                   gc.data(), N, C, st),
+                                   gc.data(), N, C, partial.data(), st),
        "layer_norm_backward");
     EXPECT(worst(host(gy), y) <= 2e-5, "layer_norm C=%d y: %g", C, worst(host(gy), y));
     EXPECT(worst(host(gc), cache) <= 2e-5, "layer_norm C=%d cache: %g", C, worst(host(gc), cache));
@@ -93,7 +94,10 @@ void test_embedding() {
   auto gx = dev(x);
   ok(pk::nn::embedding_forward(gt.data(), gx.data(), gy.data(), d.B, d.T, V, C, st),
      "embedding_forward");
-  ok(pk::nn::embedding_backward(gx.data(), gdy.data(), gdt.data(), d.B, d.T, V, C, st),
+  const std::size_t sb = pk::nn::embedding_backward_scratch_bytes(d.rows(), V);
+  paco::buffer<std::byte, paco::cuda> scratch(sb);
+  ok(pk::nn::embedding_backward(gx.data(), gdy.data(), gdt.data(), d.B, d.T, V, C, scratch.data(),
+                                sb, st),
      "embedding_backward");
   EXPECT(host(gy) == y, "embedding y differs");
   EXPECT(host(gdt) == dth, "embedding dθ differs (same additions in the same order)");

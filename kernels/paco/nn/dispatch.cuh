@@ -83,8 +83,9 @@ inline void module_backward(const paco::nn::layer_norm& m, const float* theta, c
                             const float* dy, float* dx, float* dtheta, const float* cache,
                             paco::nn::dims d, cuda_context& ctx) {
   const auto timed = ctx.scope(phase::elementwise);
-  detail::check(
-      nn::layer_norm_backward(theta, x, dy, dx, dtheta, cache, d.rows(), m.C, ctx.stream()));
+  detail::check(nn::layer_norm_backward(theta, x, dy, dx, dtheta, cache, d.rows(), m.C,
+                                        ctx.partials(nn::column_sums_floats(d.rows(), m.C, 2)),
+                                        ctx.stream()));
 }
 
 inline void module_forward(const paco::nn::embedding& m, const float* theta, const std::int32_t* x,
@@ -98,7 +99,9 @@ inline void module_backward(const paco::nn::embedding& m, const float*, const st
                             const float* dy, float*, float* dtheta, const float*, paco::nn::dims d,
                             cuda_context& ctx) {
   const auto timed = ctx.scope(phase::elementwise);
-  detail::check(nn::embedding_backward(x, dy, dtheta, d.B, d.T, m.V, m.C, ctx.stream()));
+  const std::size_t bytes = nn::embedding_backward_scratch_bytes(d.rows(), m.V);
+  detail::check(nn::embedding_backward(x, dy, dtheta, d.B, d.T, m.V, m.C,
+                                       ctx.partials((bytes + 3) / 4), bytes, ctx.stream()));
 }
 
 inline void module_forward(const paco::nn::causal_attention& m, const float* theta, const float* x,

@@ -2,13 +2,14 @@
 // layer_norm on the device (host twin nn::layer_norm): y = (x − mean)·rstd·γ + β per row of C.
 // θ = [γ (C) | β (C)], cache = [mean (N) | rstd (N)], as on the host.
 //   layer_norm_forward    one warp per row: mean and variance (two passes over the row), y
-//   layer_norm_backward   one warp per row for dx; one thread per column for dγ and dβ, summing
-//                         the rows in order (deterministic, no atomics)
+//   layer_norm_backward   one warp per row for dx; dγ and dβ by column_sums (parallel over rows,
+//                         deterministic, no atomics)
 #include <cuda_runtime.h>
 
 #include <cstddef>
 
 #include "paco/cuda_check.cuh"
+#include "paco/nn/column_sums.cuh"
 
 namespace paco::kernels::nn {
 
@@ -61,21 +62,15 @@ __global__ void layer_norm_dx_kernel(const float* __restrict__ theta, const floa
   for (int c = lane; c < C; c += 32) dxr[c] += r * (theta[c] * dyr[c] - sd - (xr[c] - m) * r * sdx);
 }
 
-template <int = 0>
-__global__ void layer_norm_dtheta_kernel(const float* __restrict__ x, const float* __restrict__ dy,
-                                         float* __restrict__ dtheta, const float* __restrict__ mean,
-                                         const float* __restrict__ rstd, int N, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float dg = 0, db = 0;
-  for (int n = 0; n < N; ++n) {
+// dγ's and dβ's summands at row n, column c: dy·x̂ and dy.
+struct layer_norm_rows {
+  const float *x, *dy, *mean, *rstd;
+  int C;
+  __device__ column_values<2> operator()(int n, int c) const {
     const float g = dy[std::size_t(n) * C + c];
-    dg += g * (x[std::size_t(n) * C + c] - mean[n]) * rstd[n];
-    db += g;
+    return {{g * (x[std::size_t(n) * C + c] - mean[n]) * rstd[n], g}};
   }
-  dtheta[c] += dg;
-  dtheta[C + c] += db;
-}
+};
 
 }  // namespace detail
 
@@ -88,9 +83,9 @@ inline status layer_norm_forward(const float* theta, const float* x, float* y, f
   return cuda_status(cudaGetLastError(), "layer_norm_forward launch");
 }
 // dx (N, C) += …, dθ (2C) += … as on the host; dx may be null. Requires: cache from the forward
-// of the same x and θ.
+// of the same x and θ; partial: device scratch of column_sums_floats(N, C, 2) floats.
 inline status layer_norm_backward(const float* theta, const float* x, const float* dy, float* dx,
-                                  float* dtheta, const float* cache, int N, int C,
+                                  float* dtheta, const float* cache, int N, int C, float* partial,
                                   cudaStream_t stream) {
   if (N <= 0 || C <= 0) return {};
   if (dx) {
@@ -98,9 +93,9 @@ inline status layer_norm_backward(const float* theta, const float* x, const floa
                                                                   cache + N, N, C);
     if (auto s = cuda_status(cudaGetLastError(), "layer_norm_backward dx launch"); !s) return s;
   }
-  detail::layer_norm_dtheta_kernel<<<(C + 255) / 256, 256, 0, stream>>>(x, dy, dtheta, cache,
-                                                                        cache + N, N, C);
-  return cuda_status(cudaGetLastError(), "layer_norm_backward dθ launch");
+  float* const dgb[2] = {dtheta, dtheta + C};
+  return column_sums<2>(detail::layer_norm_rows{x, dy, cache, cache + N, C}, N, C, dgb, partial,
+                        stream);
 }
 
 }  // namespace paco::kernels::nn

@@ -1,13 +1,14 @@
 #pragma once
 // linear on the device (host twin nn::linear): y = x Wᵀ + b, θ = [W (out,in) | b (out)].
 //   linear_forward    y = b broadcast over rows, then one GEMM accumulating x Wᵀ
-//   linear_backward   dx += dy W and dW += dyᵀ x (two GEMMs); db += Σ_n dy by a column-sum kernel
-//                     that adds the rows in a fixed order (deterministic, no atomics)
+//   linear_backward   dx += dy W and dW += dyᵀ x (two GEMMs); db += Σ_n dy by column_sums
+//                     (parallel over rows, deterministic, no atomics)
 #include <cuda_runtime.h>
 
 #include <cstddef>
 
 #include "paco/cuda_check.cuh"
+#include "paco/nn/column_sums.cuh"
 #include "paco/nn/gemm.cuh"
 
 namespace paco::kernels::nn {
@@ -22,24 +23,14 @@ __global__ void broadcast_rows_kernel(const float* __restrict__ b, float* __rest
     y[i] = b[i % width];
 }
 
-// db[c] += Σ_n dy[n, c]: blocks of 32 columns × 8 row lanes; lane r sums rows r, r+8, …, then
-// the 8 partial sums are added in lane order.
-template <int = 0>
-__global__ void column_sum_kernel(const float* __restrict__ dy, float* __restrict__ db, int N,
-                                  int width) {
-  __shared__ float part[8][33];
-  const int c = blockIdx.x * 32 + threadIdx.x, r = threadIdx.y;
-  float s = 0;
-  if (c < width)
-    for (int n = r; n < N; n += 8) s += dy[std::size_t(n) * width + c];
-  part[r][threadIdx.x] = s;
-  __syncthreads();
-  if (r == 0 && c < width) {
-    float t = 0;
-    for (int k = 0; k < 8; ++k) t += part[k][threadIdx.x];
-    db[c] += t;
+// dy's row n, column c: the bias gradient's summand.
+struct bias_rows {
+  const float* dy;
+  int width;
+  __device__ column_values<1> operator()(int n, int c) const {
+    return {{dy[std::size_t(n) * width + c]}};
   }
-}
+};
 
 }  // namespace detail
 
@@ -73,9 +64,9 @@ inline status linear_backward(cuda_context& ctx, const float* theta, const float
       !s)
     return s;
   if (!bias) return {};
-  detail::column_sum_kernel<<<(out + 31) / 32, dim3(32, 8), 0, ctx.stream()>>>(
-      dy, dtheta + std::size_t(in) * out, N, out);
-  return cuda_status(cudaGetLastError(), "linear_backward bias launch");
+  float* const db[1] = {dtheta + std::size_t(in) * out};
+  return column_sums<1>(detail::bias_rows{dy, out}, N, out, db,
+                        ctx.partials(column_sums_floats(N, out, 1)), ctx.stream());
 }
 
 }  // namespace paco::kernels::nn
