@@ -43,6 +43,8 @@ __global__ void span_difference_kernel(const float* __restrict__ a, const float*
 template <class Model>
 class path_worker_cuda {
  public:
+  using path_worker_tag = void;  // models train::PathWorker: train::run_worker drives it too
+
   // modules[l] is the store's id of this worker's module at level l; levels[l] its span.
   // Throws error_exception when the device is unusable or has no room (naming why).
   path_worker_cuda(int id, const Model& model, std::vector<path::level_span> levels,

@@ -1,9 +1,10 @@
 // DiPaCo path workers on the device: a 2×2 grid (two levels of two experts, four paths), one
 // device worker per path on threads (a context each, one GPU), against the in-process module
-// store with int8 pushes. Every round closes with all four paths in every module; the loss falls;
-// and per worker and round exactly the encoded payload bodies and the inner steps' losses come
-// down PCIe, nothing else. The store decodes the device payloads with its host codecs (one
-// wire format). Exits 77 without a usable CUDA device.
+// store with int8 pushes, driven by the library's round loop (train::run_worker). Every round
+// closes with all four paths in every module; the loss falls; and per worker and round exactly the
+// encoded payload bodies and the inner steps' losses come down PCIe, nothing else. The store
+// decodes the device payloads with its host codecs (one wire format). Exits 77 without a usable
+// CUDA device.
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "paco/path_worker_cuda.cuh"
 #include "paco/store/local_store.hpp"
 #include "paco/train/dipaco_local.hpp"
+#include "paco/train/worker_loop.hpp"
 
 namespace pk = paco::kernels;
 using gpu_test::failures;
@@ -60,23 +62,26 @@ int main() {
             bodies += codecs.back().payload_bytes() - (40 + 8 * c.segments().size());
           }
           gpu_test::ok(w.set_codecs(std::move(codecs)), "set_codecs");
-          for (int r = 0; r < rounds; ++r) {
-            const auto before = w.transfers().d2h_bytes + w.loop().transfers().d2h_bytes;
-            if (auto s = w.run_round(store, std::chrono::minutes(2)); !s) {
-              result[std::size_t(p)] = s;
-              return;
-            }
-            const auto down = w.transfers().d2h_bytes + w.loop().transfers().d2h_bytes - before;
-            loss[std::size_t(p)].push_back(w.last_loss());
-            if (p == 0)
-              std::printf(
-                  "round %d: path 0 loss %.4f, %llu B down (payload bodies %llu + "
-                  "losses %d; fp32 Δ would be %zu B)\n",
-                  r, w.last_loss(), (unsigned long long)down, (unsigned long long)bodies, 8 * H,
-                  4 * w.state().get(paco::plane::param).size());
-            EXPECT(down == bodies + 8 * H, "path %d round %d: %llu bytes came down, expected %llu",
-                   p, r, (unsigned long long)down, (unsigned long long)(bodies + 8 * H));
-          }
+          // The library's round loop drives the device worker as it drives the host one.
+          std::uint64_t last = 0;
+          const paco::train::worker_loop_options lo{.rounds = rounds,
+                                                    .round_deadline = std::chrono::minutes(2)};
+          result[std::size_t(p)] =
+              paco::train::run_worker(w, store, lo, [&](const paco::train::worker_round& wr) {
+                const auto now = w.transfers().d2h_bytes + w.loop().transfers().d2h_bytes;
+                const auto down = now - last;
+                last = now;
+                loss[std::size_t(p)].push_back(wr.loss);
+                if (p == 0)
+                  std::printf(
+                      "round %ld: path 0 loss %.4f, %llu B down (payload bodies %llu + "
+                      "losses %d; fp32 Δ would be %zu B)\n",
+                      wr.round, wr.loss, (unsigned long long)down, (unsigned long long)bodies,
+                      8 * H, 4 * w.state().get(paco::plane::param).size());
+                EXPECT(down == bodies + 8 * H,
+                       "path %d round %ld: %llu bytes came down, expected %llu", p, wr.round,
+                       (unsigned long long)down, (unsigned long long)(bodies + 8 * H));
+              });
         } catch (const std::exception& e) {
           result[std::size_t(p)] = paco::status(paco::errc::unsupported, e.what());
         }

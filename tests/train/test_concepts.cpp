@@ -38,6 +38,24 @@ struct outer_without_validate {
   std::size_t state_size(std::size_t) const { return 0; }
   void step(std::span<float>, std::span<const float>, std::span<float>) const {}
 };
+// A path worker that cannot push, and one without the opt-in tag.
+struct worker_without_push {
+  using path_worker_tag = void;
+  template <class S>
+  status pull(S&);
+  double train();
+  long round() const;
+  const std::vector<int>& modules() const;
+};
+struct worker_without_tag {
+  template <class S>
+  status pull(S&);
+  double train();
+  template <class S>
+  status push(S&);
+  long round() const;
+  const std::vector<int>& modules() const;
+};
 // A model without loss().
 struct model_without_loss {
   using model_tag = void;
@@ -60,6 +78,10 @@ static_assert(!optim::InnerOptimizer<optimizer_without_validate>);
 static_assert(!outer::OuterOptimizer<untagged_outer>);
 static_assert(!outer::OuterOptimizer<outer_without_validate>);
 static_assert(!train::Model<model_without_loss>);
+static_assert(!train::PathWorker<worker_without_push, testing::module_store_archetype>);
+static_assert(!train::PathWorker<worker_without_tag, testing::module_store_archetype>);
+static_assert(
+    train::PathWorker<train::path_worker<nn::gpt, optim::adamw>, store::local_store<outer::sgd>>);
 static_assert(!train::Model<nn::linear>);  // a Module is not a trainable Model
 static_assert(store::EncodedModuleStore<store::client<net::inproc>>);
 static_assert(store::EncodedModuleStore<store::local_store<outer::sgd>>);
@@ -88,6 +110,18 @@ TEST_CASE("archetypes are enough for the inner loop and a path worker's round",
   testing::module_store_archetype store;
   REQUIRE(w.run_round(store, std::chrono::seconds(1)).ok());
   REQUIRE(w.inner_step() == 2);
+}
+
+TEST_CASE("the path-worker archetype is enough for the round loop", "[train][concepts]") {
+  testing::path_worker_archetype w{.size = 4};
+  testing::module_store_archetype store;
+  int rounds = 0;
+  // The archetype store never advances; the archetype worker counts its pulls as rounds.
+  REQUIRE(train::run_worker(w, store, {.rounds = 3}, [&](const train::worker_round&) {
+            ++rounds;
+          }).ok());
+  REQUIRE(rounds == 3);
+  REQUIRE(w.round() == 3);
 }
 
 TEST_CASE("the outer-optimizer archetype is enough for a store's rounds", "[train][concepts]") {

@@ -144,7 +144,37 @@ struct module_store_archetype {
   status wait_closed(int, long, std::chrono::steady_clock::time_point) { return {}; }
 };
 
+// ---- train: PathWorker -------------------------------------------------------------------------
+
+// One module (id 0) of `size` floats: pulls it (each pull is the next round), trains nothing,
+// pushes a zero Δ. Models train::PathWorker with any ModuleStore and nothing more.
+struct path_worker_archetype {
+  using path_worker_tag = void;
+  std::size_t size = 1;
+  long pulls = 0;
+  template <store::ModuleStore S>
+  status pull(S& s) {
+    std::vector<float> m(size);
+    auto got = s.pull(0, std::span<float>(m));
+    if (!got) return got.error();
+    ++pulls;
+    return {};
+  }
+  double train() { return 0.0; }
+  template <store::ModuleStore S>
+  status push(S& s) {
+    const std::vector<float> d(size, 0.0f);
+    return s.push(0, 0, round(), std::span<const float>(d), 1.0);
+  }
+  long round() const { return pulls - 1; }
+  const std::vector<int>& modules() const {
+    static const std::vector<int> m{0};
+    return m;
+  }
+};
+
 static_assert(train::Model<model_archetype> && !train::LanguageModel<model_archetype>);
+static_assert(train::PathWorker<path_worker_archetype, module_store_archetype>);
 static_assert(train::LanguageModel<language_model_archetype>);
 static_assert(optim::InnerOptimizer<inner_optimizer_archetype>);
 static_assert(outer::OuterOptimizer<outer_optimizer_archetype>);

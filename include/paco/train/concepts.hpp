@@ -9,14 +9,22 @@
 // LanguageModel refines it with what routing and the one scorer read after a forward pass:
 // forward(θ, tokens, ws) alone, logits(ws) (N × vocab()) and hidden(ws) (N × width(), the last
 // block's output that router features average). Models: nn::gpt, nn::block_lm<Block>.
+//
+// PathWorker is what the round loop (train/worker_loop.hpp) drives: a worker of one path that
+// pulls its modules from a store, trains its inner steps, pushes its modules' Δ, and says the
+// round it pulled and its modules. Opt in with `using path_worker_tag = void;`. Models:
+// train::path_worker (host), kernels::path_worker_cuda (kernels/paco/path_worker_cuda.cuh).
 
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "paco/core/arena.hpp"
+#include "paco/core/error.hpp"
 #include "paco/core/param_layout.hpp"
 #include "paco/nn/concepts.hpp"
+#include "paco/store/concepts.hpp"
 
 namespace paco::train {
 
@@ -44,5 +52,17 @@ concept LanguageModel = Model<M> &&
   { m.vocab() } -> std::convertible_to<int>;
   { m.width() } -> std::convertible_to<int>;
 };
+
+// clang-format off
+template <class W, class Store>
+concept PathWorker = store::ModuleStore<Store> && requires(W& w, const W& cw, Store& s) {
+  typename W::path_worker_tag;
+  { w.pull(s) } -> std::same_as<status>;
+  { w.train() } -> std::convertible_to<double>;
+  { w.push(s) } -> std::same_as<status>;
+  { cw.round() } -> std::convertible_to<long>;
+  { cw.modules() } -> std::convertible_to<const std::vector<int>&>;
+};
+// clang-format on
 
 }  // namespace paco::train

@@ -32,6 +32,8 @@ namespace paco::train {
 template <train::Model Model, optim::InnerOptimizer InnerOpt>
 class path_worker {
  public:
+  using path_worker_tag = void;  // models train::PathWorker
+
   // modules[l] is the store's id of this worker's module at level l; levels[l] its span.
   path_worker(int id, const Model& model, std::vector<path::level_span> levels,
               std::vector<int> modules, InnerOpt opt, train::inner_config cfg,

@@ -23,6 +23,7 @@
 
 #include "paco/core/error.hpp"
 #include "paco/store/concepts.hpp"
+#include "paco/train/concepts.hpp"
 #include "paco/train/path_worker.hpp"
 
 namespace paco::train {
@@ -45,11 +46,12 @@ struct worker_round {
 // push was accepted and closed; on_refused with the store's refusal of a late push (optional).
 // Returns: ok when the run is over for this path; the store's or the pull's error otherwise
 // (mismatch when the modules stayed at different rounds for every try).
-template <class Model, class InnerOpt, store::ModuleStore Store>
-status run_worker(train::path_worker<Model, InnerOpt>& w, Store& store,
-                  const worker_loop_options& o,
-                  const std::function<void(const worker_round&)>& on_round = {},
-                  const std::function<void(const error&)>& on_refused = {}) {
+// W is any PathWorker: train::path_worker, or kernels::path_worker_cuda on a GPU.
+template <class W, store::ModuleStore Store>
+requires PathWorker<W, Store> status
+run_worker(W& w, Store& store, const worker_loop_options& o,
+           const std::function<void(const worker_round&)>& on_round = {},
+           const std::function<void(const error&)>& on_refused = {}) {
   using clock = std::chrono::steady_clock;
   for (;;) {
     status pulled;
