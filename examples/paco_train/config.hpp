@@ -38,7 +38,8 @@ struct train_section {
   float beta2 = 0.95f;
   float grad_clip = 1.0f;  // global norm; 0 disables
   int threads = 2;
-  std::string device = "cpu";  // "cpu", or "cuda": the LM job's steps on CUDA device 0
+  std::string device = "cpu";  // "cpu", or "cuda": the LM job's steps / the DiPaCo workers'
+                               // inner loops on CUDA device 0
   std::string gemm = "bf16";   // cuda: "bf16" or "tf32" tensor-core products, or "fp32" GEMMs
   long seed = 1;
   long eval_every = 250;   // steps between validation passes
@@ -254,9 +255,6 @@ inline paco::status validate(const train_config& c) {
         range(t.device == "cpu" || t.device == "cuda", "train.device", "\"cpu\" or \"cuda\""),
         range(t.gemm == "bf16" || t.gemm == "tf32" || t.gemm == "fp32", "train.gemm",
               "\"bf16\", \"tf32\" or \"fp32\""),
-        range(t.device == "cpu" || c.job.mode == "lm", "train.device",
-              "\"cpu\" for job.mode = \"dipaco\" (the device path worker is not built yet; "
-              "the LM job trains on \"cuda\")"),
         range(t.eval_every >= 1, "train.eval_every", ">= 1"),
         range(t.eval_batches >= 1, "train.eval_batches", ">= 1"),
         range(t.checkpoint_every >= 1, "train.checkpoint_every", ">= 1"),

@@ -51,6 +51,15 @@ class cuda_lm final : public device_lm {
 
 }  // namespace
 
+paco::status device_available() {
+  int count = 0;
+  if (const auto e = cudaGetDeviceCount(&count); e != cudaSuccess || count == 0)
+    return {paco::errc::unsupported,
+            std::string("train.device = \"cuda\": no usable CUDA device (") +
+                (e == cudaSuccess ? "0 devices" : cudaGetErrorString(e)) + ")"};
+  return {};
+}
+
 paco::result<std::unique_ptr<device_lm>> make_device_lm(const paco::nn::gpt& model,
                                                         const paco::train::inner_config& cfg,
                                                         const paco::io::token_stream& shard,
@@ -59,11 +68,7 @@ paco::result<std::unique_ptr<device_lm>> make_device_lm(const paco::nn::gpt& mod
   if (gemm != "bf16" && gemm != "tf32" && gemm != "fp32")
     return paco::error(paco::errc::invalid_argument,
                        "train.gemm = \"" + gemm + "\": accepted \"bf16\", \"tf32\" or \"fp32\"");
-  int count = 0;
-  if (const auto e = cudaGetDeviceCount(&count); e != cudaSuccess || count == 0)
-    return paco::error(paco::errc::unsupported,
-                       std::string("train.device = \"cuda\": no usable CUDA device (") +
-                           (e == cudaSuccess ? "0 devices" : cudaGetErrorString(e)) + ")");
+  if (auto s = device_available(); !s) return s.error();
   try {
     return std::unique_ptr<device_lm>(
         std::make_unique<cuda_lm>(model, cfg, shard, seed,

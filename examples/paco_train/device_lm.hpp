@@ -27,6 +27,10 @@ class device_lm {
   virtual std::string describe() const = 0;
 };
 
+// ok when this build has CUDA and device 0 is usable; otherwise unsupported naming why (checked
+// before a job starts, so that a DiPaCo launch fails before it spawns anything).
+paco::status device_available();
+
 // A device trainer for `model` (which must outlive it) on CUDA device 0, sampling `shard` as
 // train::inner_loop does; gemm is "bf16", "tf32" or "fp32". Errors: unsupported when this build has
 // no CUDA or no device is usable (naming why); invalid_argument for another gemm.

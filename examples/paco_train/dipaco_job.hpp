@@ -39,6 +39,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config.hpp"
+#include "device_worker.hpp"
 #include "paco/io/io.hpp"
 #include "paco/net/asio_tcp.hpp"
 #include "paco/nn/gpt_file.hpp"
@@ -491,17 +492,42 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
   icfg.start_step = start_step;
   optim::adamw opt{
       .lr = tc.lr, .beta1 = tc.beta1, .beta2 = tc.beta2, .weight_decay = tc.weight_decay};
-  train::path_worker<nn::gpt, optim::adamw> worker(
-      w, model, lv, g.path_modules(p), opt, icfg, shard,
-      std::uint64_t(tc.seed) * 1000 + std::uint64_t(w) * 7 + std::uint64_t(start_step));
+  const std::uint64_t seed =
+      std::uint64_t(tc.seed) * 1000 + std::uint64_t(w) * 7 + std::uint64_t(start_step);
   const auto comp = compression_of(cfg);
-  if (comp.spec.kind != compress::codec_kind::identity) {
-    auto c = store::make_codecs(comp, model, lv);
-    if (!c) return std::fprintf(stderr, "worker %d: %s\n", w, c.error().what().c_str()), 2;
-    if (auto s = worker.set_codecs(std::move(*c)); !s)
-      return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), 2;
+  // The path worker on the host (train::path_worker) or, with train.device = "cuda", on the
+  // device (device_worker.hpp); the round loop below drives either.
+  std::optional<train::path_worker<nn::gpt, optim::adamw>> host;
+  std::unique_ptr<device_path_worker> dev;
+  if (tc.device == "cuda") {
+    auto d = make_device_path_worker(w, model, lv, g.path_modules(p), opt, icfg, shard, seed,
+                                     tc.gemm, comp);
+    if (!d) return std::fprintf(stderr, "worker %d: %s\n", w, d.error().what().c_str()), 2;
+    dev = std::move(*d);
+    if (saved)
+      if (auto s = dev->restore(saved->state); !s)
+        return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), 2;
+  } else {
+    auto& worker = host.emplace(w, model, lv, g.path_modules(p), opt, icfg, shard, seed);
+    if (comp.spec.kind != compress::codec_kind::identity) {
+      auto c = store::make_codecs(comp, model, lv);
+      if (!c) return std::fprintf(stderr, "worker %d: %s\n", w, c.error().what().c_str()), 2;
+      if (auto s = worker.set_codecs(std::move(*c)); !s)
+        return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), 2;
+    }
+    if (saved) train::restore_worker_state(*saved, worker);
   }
-  if (saved) train::restore_worker_state(*saved, worker);
+  auto inner_step = [&] { return dev ? dev->inner_step() : host->inner_step(); };
+  // The worker's checkpoint after a completed round (a device worker's planes come down first).
+  auto save = [&](long round, std::map<std::string, std::string> meta) -> status {
+    if (host)
+      return train::save_worker_file(rd.worker_state(w), model, *host, round,
+                                     config_fingerprint(cfg), std::move(meta));
+    arena<paco::host> a(model.layout());
+    if (auto s = dev->download(a); !s) return s;
+    return train::save_worker_state(rd.worker_state(w), model, a, dev->inner_step(), round,
+                                    config_fingerprint(cfg), std::move(meta));
+  };
   const int port = port_of(cfg, *routing, w);
   auto link = net::asio_tcp::connect(link_options(cfg, w, port, 1, token_from_env()));
   if (!link) return std::fprintf(stderr, "worker %d: %s\n", w, link.error().what().c_str()), 3;
@@ -519,29 +545,30 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
       .rounds = cfg.dipaco.rounds,
       .round_deadline = std::chrono::milliseconds(long(cfg.launch.round_timeout_s * 2000)),
       .pull_tries = int(cfg.launch.round_timeout_s * 20) + 50};  // ≈ 2 round timeouts
-  auto st = train::run_worker(
-      worker, client, lo,
-      [&](const train::worker_round& r) {
-        const std::size_t sent = bytes_before + client.bytes_sent();
-        if (auto s = train::save_worker_file(rd.worker_state(w), model, worker, r.round,
-                                             config_fingerprint(cfg),
-                                             {{"bytes_sent", std::to_string(sent)}});
-            !s)
-          std::fprintf(stderr, "worker %d: checkpoint failed: %s\n", w, s.error().what().c_str());
-        log->write({{"worker", w},
-                    {"path", p},
-                    {"round", r.round},
-                    {"loss", r.loss},
-                    {"bpb", r.loss / ln2},
-                    {"step", worker.inner_step()},
-                    {"bytes_sent", sent},
-                    {"codec", comp.name()},
-                    {"round_s", r.seconds}});
-      },
-      [&](const error& e) {
-        std::fprintf(stderr, "worker %d: %s; continuing with the next round\n", w,
-                     e.what().c_str());
-      });
+  const auto on_round = [&](const train::worker_round& r) {
+    const std::size_t sent = bytes_before + client.bytes_sent();
+    if (auto s = save(r.round, {{"bytes_sent", std::to_string(sent)}}); !s)
+      std::fprintf(stderr, "worker %d: checkpoint failed: %s\n", w, s.error().what().c_str());
+    log->write({{"worker", w},
+                {"path", p},
+                {"round", r.round},
+                {"loss", r.loss},
+                {"bpb", r.loss / ln2},
+                {"step", inner_step()},
+                {"bytes_sent", sent},
+                {"codec", comp.name()},
+                {"round_s", r.seconds}});
+  };
+  const auto on_refused = [&](const error& e) {
+    std::fprintf(stderr, "worker %d: %s; continuing with the next round\n", w, e.what().c_str());
+  };
+  status st;
+  if (dev) {
+    device_worker_ref ref(*dev);
+    st = train::run_worker(ref, client, lo, on_round, on_refused);
+  } else {
+    st = train::run_worker(*host, client, lo, on_round, on_refused);
+  }
   if (!st) return std::fprintf(stderr, "worker %d: %s\n", w, st.error().what().c_str()), 3;
   client.bye();
   (*link)->close();

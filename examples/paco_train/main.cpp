@@ -86,6 +86,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const auto cfg = *cfg_r;
+  // A device run on a build or machine without one fails here, before any data or process.
+  if (cfg.train.device == "cuda" && export_dir.empty())
+    if (auto s = paco_train::device_available(); !s)
+      return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
   if (cfg.job.mode == "dipaco") {
     paco_train::run_dir rd{run_dir.empty() ? fs::path(cfg.output.dir) : fs::path(run_dir)};
     try {

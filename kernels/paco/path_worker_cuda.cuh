@@ -72,6 +72,7 @@ class path_worker_cuda {
   arena<cuda>& state() noexcept { return arena_; }
   const std::vector<int>& modules() const noexcept { return modules_; }
   long round() const noexcept { return round_; }
+  long inner_step() const noexcept { return loop_.step_count(); }
   double last_loss() const noexcept { return last_loss_; }
   inner_loop_cuda<Model>& loop() noexcept { return loop_; }
   const transfer_log& transfers() const noexcept { return log_; }

@@ -24,15 +24,23 @@ struct worker_checkpoint {
   arena<host> state;  // the planes as saved
 };
 
-// Writes w's arena, inner step and `round` (the round it just completed) with config and extra.
-// Errors: save_checkpoint's.
+// Writes a worker's planes `state`, its inner `step` and `round` (the round it just completed)
+// with config and extra (a device worker's planes, downloaded). Errors: save_checkpoint's.
+template <class Model>
+status save_worker_state(const std::filesystem::path& file, const Model& model,
+                         const arena<host>& state, long step, long round, const std::string& config,
+                         std::map<std::string, std::string> extra = {}) {
+  extra["round"] = std::to_string(round);
+  extra["config"] = config;
+  return io::save_checkpoint(file, model.tensors(), state, step, std::move(extra));
+}
+
+// Writes w's arena, inner step and `round` with config and extra. Errors: save_checkpoint's.
 template <class Model, class InnerOpt>
 status save_worker_file(const std::filesystem::path& file, const Model& model,
                         train::path_worker<Model, InnerOpt>& w, long round,
                         const std::string& config, std::map<std::string, std::string> extra = {}) {
-  extra["round"] = std::to_string(round);
-  extra["config"] = config;
-  return io::save_checkpoint(file, model.tensors(), w.state(), w.inner_step(), std::move(extra));
+  return save_worker_state(file, model, w.state(), w.inner_step(), round, config, std::move(extra));
 }
 
 // Reads a worker checkpoint. Errors name the file: load_checkpoint's (missing, truncated,
