@@ -309,6 +309,16 @@ inline paco::status validate(const train_config& c) {
     if (!comp) return {errc::invalid_argument, "dipaco." + comp.error().message};
     if (auto s = paco::store::check_store_compression(*comp); !s)
       return {errc::invalid_argument, "dipaco." + s.error().message};
+    // Device workers encode on the device: fp32, or int8 / int4 / int2 without L-GreCo.
+    const auto& sp = comp->spec;
+    const bool device_codec = sp.kind == paco::compress::codec_kind::identity ||
+                              (sp.kind == paco::compress::codec_kind::quantize && !sp.lgreco &&
+                               (sp.bits == 8 || sp.bits == 4 || sp.bits == 2));
+    if (t.device == "cuda" && !device_codec)
+      return {errc::invalid_argument,
+              "dipaco.compress = \"" + d.compress +
+                  "\" has no device kernels; with train.device = \"cuda\" use \"fp32\", "
+                  "\"int8\", \"int4\" or \"int2\""};
   }
   paco::optim::adamw o{
       .lr = t.lr, .beta1 = t.beta1, .beta2 = t.beta2, .weight_decay = t.weight_decay};
