@@ -443,6 +443,11 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
 }
 
 // ---- role: worker ----
+// The round loop drives either worker over the TCP store client.
+static_assert(
+    train::PathWorker<train::path_worker<nn::gpt, optim::adamw>, store::client<net::asio_tcp>>);
+static_assert(train::PathWorker<device_worker_ref, store::client<net::asio_tcp>>);
+
 inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
   if (auto s = require_token("worker"); !s)
     return std::fprintf(stderr, "%s\n", s.error().what().c_str()), 2;
