@@ -45,3 +45,51 @@ TEST_CASE("delta coefficients: shard weights and the sqrt(P) rescale", "[outer]"
   REQUIRE(parse_path_rescale("sqrt_paths").ok());
   REQUIRE(!parse_path_rescale("sqrt").ok());
 }
+
+TEST_CASE("outer co2: penalised momentum, element and norm clipping", "[outer][co2]") {
+  // β = 0.5, p = 2, α = 1, no clipping: m = Δ/2, then 0.5·m + Δ/2.
+  co2 o{.lr = 1.0f, .momentum = 0.5f, .gap_penalty = 2.0f};
+  std::vector<float> th{1.0f, 1.0f}, m{0.0f, 0.0f};
+  o.step(th, std::vector<float>{0.4f, -0.2f}, m);
+  REQUIRE(m[0] == Approx(0.2f));
+  REQUIRE(m[1] == Approx(-0.1f));
+  REQUIRE(th[0] == Approx(0.8f));
+  REQUIRE(th[1] == Approx(1.1f));
+  o.step(th, std::vector<float>{0.4f, -0.2f}, m);
+  REQUIRE(m[0] == Approx(0.3f));   // 0.1 + 0.2
+  REQUIRE(th[0] == Approx(0.5f));  // 0.8 − 0.3
+
+  // Element clipping clamps each entry of m (and m keeps the clamped value).
+  co2 e{.lr = 0.5f, .momentum = 0.0f, .clip = co2::clip_mode::element, .clip_threshold = 0.3f};
+  std::vector<float> th2{0.0f, 0.0f, 0.0f}, m2(3, 0.0f);
+  e.step(th2, std::vector<float>{1.0f, -2.0f, 0.1f}, m2);
+  REQUIRE(m2 == std::vector<float>{0.3f, -0.3f, 0.1f});
+  REQUIRE(th2[0] == Approx(-0.15f));
+  REQUIRE(th2[1] == Approx(0.15f));
+  REQUIRE(th2[2] == Approx(-0.05f));
+
+  // Norm clipping scales m to norm φ when it is longer, and leaves a short m alone.
+  co2 nc{.momentum = 0.0f, .clip = co2::clip_mode::norm, .clip_threshold = 1.0f};
+  std::vector<float> th3{0.0f, 0.0f}, m3(2, 0.0f);
+  nc.step(th3, std::vector<float>{3.0f, 4.0f}, m3);  // ‖m‖ = 5 → m = (0.6, 0.8)
+  REQUIRE(m3[0] == Approx(0.6f));
+  REQUIRE(m3[1] == Approx(0.8f));
+  REQUIRE(th3[1] == Approx(-0.8f));
+  nc.step(th3, std::vector<float>{0.3f, 0.4f}, m3);  // ‖m‖ = 0.5: unclipped
+  REQUIRE(m3[0] == Approx(0.3f));
+
+  // With β = 0, p = 1, α = 1 and no clipping it is FedAvg, as sgd{1} is.
+  std::vector<float> a{3, 4}, b{3, 4}, mm(2, 0.0f), none;
+  co2{.momentum = 0.0f}.step(a, std::vector<float>{1, -1}, mm);
+  sgd{}.step(b, std::vector<float>{1, -1}, none);
+  REQUIRE(a == b);
+
+  REQUIRE(co2{}.validate().ok());
+  REQUIRE(!co2{.momentum = 1.0f}.validate().ok());
+  REQUIRE(!co2{.gap_penalty = 0.0f}.validate().ok());
+  REQUIRE(!co2{.clip = co2::clip_mode::norm, .clip_threshold = 0.0f}.validate().ok());
+  REQUIRE(*parse_co2_clip("element") == co2::clip_mode::element);
+  const auto bad = parse_co2_clip("elementwise");
+  REQUIRE(!bad);
+  REQUIRE(bad.error().message.find("none, element, norm") != std::string::npos);
+}

@@ -1,5 +1,5 @@
 #pragma once
-// The element-wise formula of the outer Nesterov step, written once: outer::nesterov (the
+// The element-wise formulas of the outer steps, written once. Nesterov's: outer::nesterov (the
 // trainer's code), its host twin compress::nesterov_update and the kernel nesterov_update
 // (kernels/paco/elementwise.cuh) all call it.
 //
@@ -17,6 +17,13 @@ PACO_HD inline void nesterov_step(float& theta, float& b, float delta, float mu,
   const float bi = mu * b + delta;
   b = bi;
   theta -= eta * (delta + mu * bi);
+}
+
+// CO2's momentum update (Sun et al. 2024, fairscale-CO2's _perform_local_optimization):
+// m ← β·m + Δ/p, with the staleness-gap penalty p given as its inverse inv_p = 1/p.
+// Cost: 2 flops.
+PACO_HD inline void co2_momentum(float& m, float delta, float beta, float inv_p) {
+  m = beta * m + inv_p * delta;
 }
 
 }  // namespace paco::outer::formula

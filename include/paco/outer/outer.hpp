@@ -1,5 +1,7 @@
 #pragma once
-// paco/outer: outer optimizers (sgd, nesterov, one_of several, per_module) and delta transforms.
+// paco/outer: outer optimizers (sgd, nesterov, co2, one_of several, per_module) and delta
+// transforms.
+#include "paco/outer/co2.hpp"
 #include "paco/outer/concepts.hpp"
 #include "paco/outer/delta.hpp"
 #include "paco/outer/formulas.hpp"
