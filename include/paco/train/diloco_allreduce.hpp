@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "paco/collectives/collectives.hpp"
@@ -103,6 +104,23 @@ status gathered_mean(T& t, compress::module_codec& codec, slice<const float> del
   return {};
 }
 
+// Every rank holds the θ whose hash is h: an all-reduce of the ranks' 8-byte hashes (tag + 1).
+// Errors: the collective's, or mismatch naming `what` if a hash differs.
+template <net::Transport T>
+status check_identical(T& t, std::uint64_t h, const collectives::collective_options& o,
+                       const char* what = "DiLoCo") {
+  std::vector<std::uint64_t> hashes(std::size_t(t.size()), 0);
+  hashes[std::size_t(t.rank())] = h;
+  auto co = o;
+  co.tag = o.tag + 1;
+  if (auto s = collectives::allreduce_ring(t, std::span<std::uint64_t>(hashes), co); !s) return s;
+  for (auto x : hashes)
+    if (x != hashes[0])
+      return {errc::mismatch,
+              std::string(what) + " replicas diverged: θ hashes differ after the outer step"};
+  return {};
+}
+
 // The outer step from the mean Δ, then the replicas' hash check.
 template <net::Transport T, class OuterOpt>
 status outer_and_check(T& t, slice<float> th, slice<const float> an, slice<const float> mean,
@@ -111,15 +129,67 @@ status outer_and_check(T& t, slice<float> th, slice<const float> an, slice<const
   std::copy(an.begin(), an.end(), th.begin());
   outer.step(std::span<float>(th.data(), th.size()),
              std::span<const float>(mean.data(), mean.size()), outer_state);
-  std::vector<std::uint64_t> hashes(std::size_t(t.size()), 0);
-  hashes[std::size_t(t.rank())] = hash64(th.data(), th.size_bytes());
-  auto co = o;
-  co.tag = o.tag + 1;
-  if (auto s = collectives::allreduce_ring(t, std::span<std::uint64_t>(hashes), co); !s) return s;
-  for (auto h : hashes)
-    if (h != hashes[0])
-      return {errc::mismatch, "DiLoCo replicas diverged: θ hashes differ after the outer step"};
-  return {};
+  return check_identical(t, hash64(th.data(), th.size_bytes()), o);
+}
+
+// The mean over the ranks of every rank's Δ, into mean: by the fp32 ring all-reduce when codec
+// is null, else through the codec as the file comment says. residual: the error-feedback
+// residual (empty when the codec keeps none). Requires: every rank calls it with the same codec
+// spec and options; d, mean of the codec's size; mean does not alias d. Ensures: mean is
+// bit-identical on every rank; payload_bytes grows by this rank's encoded bytes (4n for fp32).
+// Errors: the collectives' and the codec's. Tags used: o.tag .. o.tag + 3 except o.tag + 1.
+template <net::Transport T>
+status mean_delta(T& t, compress::module_codec* codec, slice<const float> d, slice<float> res,
+                  slice<float> y, const collectives::collective_options& co,
+                  std::size_t& payload_bytes) {
+  const std::size_t n = d.size();
+  const auto k = std::size_t(t.size());
+  if (codec == nullptr) {
+    std::copy(d.begin(), d.end(), y.begin());
+    if (auto s = collectives::allreduce_ring(t, std::span<float>(y.data(), n), co); !s) return s;
+    const float inv_k = 1.0f / float(k);
+    for (auto& v : y.span()) v *= inv_k;
+    payload_bytes += 4 * n;
+    return {};
+  }
+  if (codec->multi_round()) {  // PowerSGD
+    std::vector<float> r0(codec->round_floats(0)), r1(codec->round_floats(1));
+    if (auto s = codec->encode_round(0, d, res, {}, slice<float>(r0.data(), r0.size())); !s)
+      return s;
+    if (auto s = collectives::allreduce_ring(t, std::span<float>(r0), co); !s) return s;
+    if (auto s = codec->encode_round(1, d, res, slice<const float>(r0.data(), r0.size()),
+                                     slice<float>(r1.data(), r1.size()));
+        !s)
+      return s;
+    auto c1 = co;
+    c1.tag = co.tag + 2;
+    if (auto s = collectives::allreduce_ring(t, std::span<float>(r1), c1); !s) return s;
+    if (auto s = codec->decode_rounds(slice<const float>(r1.data(), r1.size()), k, y, res); !s)
+      return s;
+    payload_bytes += (r0.size() + r1.size()) * sizeof(float);
+    return {};
+  }
+  if (codec->summed_bytes() > 0) {  // fp32, bf16, fp16
+    const std::size_t bytes = codec->summed_bytes();
+    std::vector<float> buf((bytes + sizeof(float) - 1) / sizeof(float));  // aligned for u16/f32
+    const std::span<std::byte> b{reinterpret_cast<std::byte*>(buf.data()), bytes};
+    if (auto s = codec->encode_summed(d, res, b); !s) return s;
+    status s;
+    if (codec->spec().kind == compress::codec_kind::identity) {
+      s = collectives::allreduce_ring(t, std::span<float>(buf.data(), n), co);
+    } else {
+      const compress::half_sum op{codec->spec().kind == compress::codec_kind::bf16
+                                      ? compress::half_format::bf16
+                                      : compress::half_format::fp16};
+      s = collectives::allreduce_ring(
+          t, std::span<std::uint16_t>(reinterpret_cast<std::uint16_t*>(buf.data()), n), co, op);
+    }
+    if (!s) return s;
+    if (auto st = codec->decode_summed(b, k, y); !st) return st;
+    payload_bytes += bytes;
+    return {};
+  }
+  return gathered_mean(t, *codec, d, res, y, co, payload_bytes);
 }
 
 }  // namespace detail
@@ -139,13 +209,16 @@ status diloco_round(T& t, path_worker<Model, InnerOpt>& worker, const OuterOpt& 
   auto an = a.get(plane::anchor);
   std::copy(th.begin(), th.end(), an.begin());  // θ_start
   worker.train();
-  std::vector<float> delta(th.size());
-  for (std::size_t i = 0; i < th.size(); ++i) delta[i] = an[i] - th[i];
-  if (auto s = collectives::allreduce_ring(t, std::span<float>(delta), o.collective); !s) return s;
-  const float inv_k = 1.0f / float(t.size());
-  for (auto& v : delta) v *= inv_k;
-  return detail::outer_and_check(t, th, an, slice<const float>(delta.data(), delta.size()), outer,
-                                 outer_state, o.collective);
+  const std::size_t n = th.size();
+  std::vector<float> delta(n), mean(n);
+  for (std::size_t i = 0; i < n; ++i) delta[i] = an[i] - th[i];
+  std::size_t payload = 0;
+  if (auto s = detail::mean_delta(t, nullptr, slice<const float>(delta.data(), n), {},
+                                  slice<float>(mean.data(), n), o.collective, payload);
+      !s)
+    return s;
+  return detail::outer_and_check(t, th, an, slice<const float>(mean.data(), n), outer, outer_state,
+                                 o.collective);
 }
 
 // One compressed DiLoCo round for this rank: as above, with the mean of Δ computed through
@@ -174,49 +247,13 @@ status diloco_round(T& t, path_worker<Model, InnerOpt>& worker, compress::module
   const std::size_t n = th.size();
   std::vector<float> delta(n), mean(n);
   for (std::size_t i = 0; i < n; ++i) delta[i] = an[i] - th[i];
-  const slice<const float> d{delta.data(), n};
-  const slice<float> y{mean.data(), n};
-  const auto& co = o.collective;
-  const auto k = std::size_t(t.size());
-  if (codec.multi_round()) {  // PowerSGD
-    std::vector<float> r0(codec.round_floats(0)), r1(codec.round_floats(1));
-    if (auto s = codec.encode_round(0, d, res, {}, slice<float>(r0.data(), r0.size())); !s)
-      return s;
-    if (auto s = collectives::allreduce_ring(ct, std::span<float>(r0), co); !s) return s;
-    if (auto s = codec.encode_round(1, d, res, slice<const float>(r0.data(), r0.size()),
-                                    slice<float>(r1.data(), r1.size()));
-        !s)
-      return s;
-    auto c1 = co;
-    c1.tag = co.tag + 2;
-    if (auto s = collectives::allreduce_ring(ct, std::span<float>(r1), c1); !s) return s;
-    if (auto s = codec.decode_rounds(slice<const float>(r1.data(), r1.size()), k, y, res); !s)
-      return s;
-    traffic.payload_bytes += (r0.size() + r1.size()) * sizeof(float);
-  } else if (codec.summed_bytes() > 0) {  // fp32, bf16, fp16
-    const std::size_t bytes = codec.summed_bytes();
-    std::vector<float> buf((bytes + sizeof(float) - 1) / sizeof(float));  // aligned for u16/f32
-    const std::span<std::byte> b{reinterpret_cast<std::byte*>(buf.data()), bytes};
-    if (auto s = codec.encode_summed(d, res, b); !s) return s;
-    status s;
-    if (codec.spec().kind == compress::codec_kind::identity) {
-      s = collectives::allreduce_ring(ct, std::span<float>(buf.data(), n), co);
-    } else {
-      const compress::half_sum op{codec.spec().kind == compress::codec_kind::bf16
-                                      ? compress::half_format::bf16
-                                      : compress::half_format::fp16};
-      s = collectives::allreduce_ring(
-          ct, std::span<std::uint16_t>(reinterpret_cast<std::uint16_t*>(buf.data()), n), co, op);
-    }
-    if (!s) return s;
-    if (auto st = codec.decode_summed(b, k, y); !st) return st;
-    traffic.payload_bytes += bytes;
-  } else {
-    if (auto s = detail::gathered_mean(ct, codec, d, res, y, co, traffic.payload_bytes); !s)
-      return s;
-  }
+  if (auto s =
+          detail::mean_delta(ct, &codec, slice<const float>(delta.data(), n), res,
+                             slice<float>(mean.data(), n), o.collective, traffic.payload_bytes);
+      !s)
+    return s;
   auto st = detail::outer_and_check(ct, th, an, slice<const float>(mean.data(), n), outer,
-                                    outer_state, co);
+                                    outer_state, o.collective);
   traffic.bytes_sent += ct.bytes();
   ++traffic.rounds;
   return st;

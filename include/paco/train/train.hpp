@@ -3,6 +3,7 @@
 // the in-process trainer and runner, DiLoCo over an all-reduce, dense runs and the shared base
 // model, DiPaCo's held-out documents, routed training and a routed comparison's shared setup.
 #include "paco/train/base_model.hpp"
+#include "paco/train/co2_replica.hpp"
 #include "paco/train/concepts.hpp"
 #include "paco/train/dense_run.hpp"
 #include "paco/train/diloco_allreduce.hpp"

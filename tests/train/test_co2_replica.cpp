@@ -1,0 +1,191 @@
+// train/co2_replica.hpp: CO2's overlapped rounds over inproc and over TCP. The replicas stay
+// bit-identical, equal the same recursion run synchronously by hand (the overlap changes when
+// bytes move, never what is computed), apply every round's Δ one round late, and count their
+// bytes and time.
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <thread>
+
+#include "../net/tcp_world.hpp"
+#include "paco/collectives/allreduce_ring.hpp"
+#include "paco/net/inproc.hpp"
+#include "paco/nn/gpt.hpp"
+#include "paco/optim/optim.hpp"
+#include "paco/outer/outer.hpp"
+#include "paco/testing/token_streams.hpp"
+#include "paco/train/co2_replica.hpp"
+
+using namespace paco;
+
+namespace {
+
+using worker_t = train::path_worker<nn::gpt, optim::adamw>;
+
+struct co2_setup {
+  nn::gpt model{{.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2}};
+  arena<host> a0{model.layout()};
+  std::vector<path::level_span> levels;
+  std::vector<io::token_stream> shards;
+  train::inner_config icfg{.batch = 2, .ctx = 16, .steps = 3};
+  outer::co2 outer{.lr = 0.8f,
+                   .momentum = 0.5f,
+                   .gap_penalty = 1.5f,
+                   .clip = outer::co2::clip_mode::element,
+                   .clip_threshold = 0.05f};
+
+  explicit co2_setup(int k) {
+    model.init(a0, 6);
+    levels = *path::split_gpt_levels(model.layout(), 2, 1);
+    for (int r = 0; r < k; ++r) shards.push_back(testing::synthetic_stream(30 + r, 3000, 3 + r, 3));
+  }
+  std::unique_ptr<worker_t> worker(int r) const {
+    auto w = std::make_unique<worker_t>(r, model, levels, std::vector<int>{0}, optim::adamw{}, icfg,
+                                        shards[std::size_t(r)], 40u + std::uint64_t(r));
+    auto p = w->state().get(plane::param);
+    std::copy(a0.get(plane::param).begin(), a0.get(plane::param).end(), p.begin());
+    return w;
+  }
+};
+
+// The CO2 recursion without overlap: each round trains, all-reduces its Δ at once, and applies
+// the previous round's mean; the last mean is applied after the loop.
+template <net::Transport T>
+status co2_by_hand(T& t, worker_t& w, const outer::co2& o, int rounds) {
+  auto th = w.state().get(plane::param), an = w.state().get(plane::anchor);
+  const std::size_t n = th.size();
+  std::vector<float> state(n, 0.0f), prev(n), mean(n), delta(n);
+  for (int k = 0; k < rounds; ++k) {
+    std::copy(th.begin(), th.end(), an.begin());
+    w.train();
+    for (std::size_t i = 0; i < n; ++i) delta[i] = an[i] - th[i];
+    std::size_t payload = 0;
+    collectives::collective_options co;
+    if (auto s = train::detail::mean_delta(t, nullptr, slice<const float>(delta.data(), n), {},
+                                           slice<float>(mean.data(), n), co, payload);
+        !s)
+      return s;
+    std::copy(an.begin(), an.end(), th.begin());
+    if (k > 0) o.step(std::span<float>(th.data(), n), prev, state);
+    prev = mean;
+  }
+  o.step(std::span<float>(th.data(), n), prev, state);
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("co2_replica: replicas stay identical and equal the synchronous recursion",
+          "[train][co2]") {
+  const int K = 3, rounds = 4;
+  co2_setup s(K);
+  auto run = [&](bool by_hand) {
+    auto world = net::inproc::world(K);
+    std::vector<std::vector<float>> out(K), after_run(K);
+    std::vector<status> errs(K);
+    std::vector<train::diloco_traffic> traffic(K);
+    std::vector<train::co2_overlap> overlap(K);
+    std::vector<std::vector<std::size_t>> per_round(K);
+    std::vector<std::thread> th;
+    for (int r = 0; r < K; ++r)
+      th.emplace_back([&, r] {
+        auto wp = s.worker(r);
+        auto& w = *wp;
+        auto p = w.state().get(plane::param);
+        if (by_hand) {
+          errs[r] = co2_by_hand(world[r], w, s.outer, rounds);
+        } else {
+          train::co2_replica<net::inproc, nn::gpt, optim::adamw, outer::co2> rep(world[r], w,
+                                                                                 s.outer);
+          errs[r] = rep.run(rounds, std::chrono::seconds(30),
+                            [&](long, std::size_t b) { per_round[r].push_back(b); });
+          after_run[r].assign(p.begin(), p.end());
+          if (errs[r]) errs[r] = rep.finish(std::chrono::seconds(30));
+          REQUIRE(!rep.in_flight());
+          traffic[r] = rep.traffic();
+          overlap[r] = rep.overlap();
+        }
+        out[r].assign(p.begin(), p.end());
+      });
+    for (auto& t : th) t.join();
+    for (auto& e : errs) REQUIRE(e.ok());
+    return std::make_tuple(out, after_run, traffic, overlap, per_round);
+  };
+  const auto [mine, after_run, traffic, overlap, per_round] = run(false);
+  const auto [hand, u1, u2, u3, u4] = run(true);
+  REQUIRE(mine[0] == mine[1]);
+  REQUIRE(mine[1] == mine[2]);
+  REQUIRE(mine[0] == hand[0]);       // bit-identical to the recursion without overlap
+  REQUIRE(after_run[0] != mine[0]);  // finish() applied the last round's Δ
+  REQUIRE(!std::equal(mine[0].begin(), mine[0].end(), s.a0.get(plane::param).begin()));
+  // Every round's all-reduce ran once: the fp32 ring of the plane plus the 8-byte hash check.
+  const std::size_t n = s.model.layout().total();
+  const std::size_t ring = collectives::allreduce_ring.cost(4 * n, K).bytes;
+  for (int r = 0; r < K; ++r) {
+    REQUIRE(traffic[r].rounds == rounds);
+    REQUIRE(traffic[r].payload_bytes == std::size_t(rounds) * 4 * n);
+    REQUIRE(per_round[r].size() == std::size_t(rounds));
+    REQUIRE(per_round[r][0] == 0);  // round 0 lands nothing: its Δ is applied in round 1
+    for (int k = 1; k < rounds; ++k) {
+      REQUIRE(per_round[r][std::size_t(k)] >= ring);
+      REQUIRE(per_round[r][std::size_t(k)] <= ring + 64);
+    }
+    REQUIRE(overlap[r].inner_s > 0);
+    REQUIRE(overlap[r].comm_s > 0);
+    REQUIRE(overlap[r].hidden() >= 0.0);
+    REQUIRE(overlap[r].hidden() <= 1.0);
+  }
+}
+
+TEST_CASE("co2_replica: one round leaves θ at x_0 until finish applies its Δ", "[train][co2]") {
+  const int K = 2;
+  co2_setup s(K);
+  auto world = net::inproc::world(K);
+  std::vector<std::vector<float>> mid(K), end(K);
+  std::vector<status> errs(K);
+  std::vector<std::thread> th;
+  for (int r = 0; r < K; ++r)
+    th.emplace_back([&, r] {
+      auto wp = s.worker(r);
+      auto& w = *wp;
+      train::co2_replica<net::inproc, nn::gpt, optim::adamw, outer::co2> rep(world[r], w, {});
+      errs[r] = rep.run(1, std::chrono::seconds(30));
+      auto p = w.state().get(plane::param);
+      mid[r].assign(p.begin(), p.end());
+      if (errs[r]) errs[r] = rep.finish(std::chrono::seconds(30));
+      end[r].assign(p.begin(), p.end());
+    });
+  for (auto& t : th) t.join();
+  for (auto& e : errs) REQUIRE(e.ok());
+  const auto p0 = s.a0.get(plane::param);
+  REQUIRE(std::equal(mid[0].begin(), mid[0].end(), p0.begin()));  // x_1 = x_0
+  REQUIRE(!std::equal(end[0].begin(), end[0].end(), p0.begin()));
+  REQUIRE(end[0] == end[1]);
+}
+
+TEST_CASE("co2_replica: int8 with error feedback over TCP sockets", "[train][co2][tcp]") {
+  const int K = 2, rounds = 3;
+  co2_setup s(K);
+  std::vector<std::vector<float>> out(K);
+  std::vector<status> errs(K);
+  std::vector<std::size_t> payload(K);
+  testing::tcp_world::run(K, [&](net::asio_tcp& t) {
+    const int r = t.rank();
+    auto wp = s.worker(r);
+    auto& w = *wp;
+    auto codec = train::diloco_codec(*store::parse_compression("int8"), s.model);
+    REQUIRE(codec);
+    train::co2_replica<net::asio_tcp, nn::gpt, optim::adamw, outer::co2> rep(t, w, s.outer,
+                                                                             std::move(*codec));
+    errs[r] = rep.run(rounds, std::chrono::seconds(30));
+    if (errs[r]) errs[r] = rep.finish(std::chrono::seconds(30));
+    payload[r] = rep.traffic().payload_bytes;
+    auto p = w.state().get(plane::param);
+    out[r].assign(p.begin(), p.end());
+  });
+  for (auto& e : errs) REQUIRE(e.ok());
+  REQUIRE(out[0] == out[1]);
+  const std::size_t n = s.model.layout().total();
+  REQUIRE(payload[0] > 0);
+  REQUIRE(payload[0] < std::size_t(rounds) * 4 * n / 3);  // int8: about a quarter of fp32
+}
