@@ -15,6 +15,7 @@
 #include "paco/outer/outer.hpp"
 #include "paco/testing/token_streams.hpp"
 #include "paco/train/co2_replica.hpp"
+#include "paco/train/diloco_replica.hpp"
 
 using namespace paco;
 
@@ -73,6 +74,36 @@ status co2_by_hand(T& t, worker_t& w, const outer::co2& o, int rounds) {
   return {};
 }
 
+// Eager updates without overlap: each round trains, all-reduces its Δ at once, and steps with
+// the previous mean plus the change of its own share; after the loop the own share of the last
+// round is swapped for the true mean.
+template <net::Transport T>
+status eager_by_hand(T& t, worker_t& w, const outer::co2& o, int rounds) {
+  auto th = w.state().get(plane::param), an = w.state().get(plane::anchor);
+  const std::size_t n = th.size();
+  const float inv_k = 1.0f / float(t.size());
+  std::vector<float> state(n, 0.0f), prev(n, 0.0f), own(n, 0.0f), mean(n), delta(n), step(n);
+  for (int k = 0; k < rounds; ++k) {
+    std::copy(th.begin(), th.end(), an.begin());
+    w.train();
+    for (std::size_t i = 0; i < n; ++i) delta[i] = an[i] - th[i];
+    std::size_t payload = 0;
+    collectives::collective_options co;
+    if (auto s = train::detail::mean_delta(t, nullptr, slice<const float>(delta.data(), n), {},
+                                           slice<float>(mean.data(), n), co, payload);
+        !s)
+      return s;
+    std::copy(an.begin(), an.end(), th.begin());
+    for (std::size_t i = 0; i < n; ++i) step[i] = prev[i] + (delta[i] - own[i]) * inv_k;
+    o.step(std::span<float>(th.data(), n), step, state);
+    own = delta;
+    prev = mean;
+  }
+  for (std::size_t i = 0; i < n; ++i) step[i] = prev[i] - own[i] * inv_k;
+  o.step(std::span<float>(th.data(), n), step, state);
+  return {};
+}
+
 }  // namespace
 
 TEST_CASE("co2_replica: replicas stay identical and equal the synchronous recursion",
@@ -84,7 +115,7 @@ TEST_CASE("co2_replica: replicas stay identical and equal the synchronous recurs
     std::vector<std::vector<float>> out(K), after_run(K);
     std::vector<status> errs(K);
     std::vector<train::diloco_traffic> traffic(K);
-    std::vector<train::co2_overlap> overlap(K);
+    std::vector<train::overlap_stats> overlap(K);
     std::vector<std::vector<std::size_t>> per_round(K);
     std::vector<std::thread> th;
     for (int r = 0; r < K; ++r)
@@ -188,4 +219,62 @@ TEST_CASE("co2_replica: int8 with error feedback over TCP sockets", "[train][co2
   const std::size_t n = s.model.layout().total();
   REQUIRE(payload[0] > 0);
   REQUIRE(payload[0] < std::size_t(rounds) * 4 * n / 3);  // int8: about a quarter of fp32
+}
+
+TEST_CASE("co2_replica eager: equals its synchronous recursion; with one rank it is DiLoCo",
+          "[train][co2]") {
+  SECTION("three ranks: the same as eager updates run synchronously by hand") {
+    const int K = 3, rounds = 3;
+    co2_setup s(K);
+    auto run = [&](bool by_hand) {
+      auto world = net::inproc::world(K);
+      std::vector<std::vector<float>> out(K);
+      std::vector<status> errs(K);
+      std::vector<std::thread> th;
+      for (int r = 0; r < K; ++r)
+        th.emplace_back([&, r] {
+          auto wp = s.worker(r);
+          if (by_hand) {
+            errs[r] = eager_by_hand(world[r], *wp, s.outer, rounds);
+          } else {
+            train::co2_replica<net::inproc, nn::gpt, optim::adamw, outer::co2> rep(
+                world[r], *wp, s.outer, std::nullopt, train::overlap_rule::eager);
+            errs[r] = rep.run(rounds, std::chrono::seconds(30));
+            if (errs[r]) errs[r] = rep.finish(std::chrono::seconds(30));
+          }
+          auto p = wp->state().get(plane::param);
+          out[r].assign(p.begin(), p.end());
+        });
+      for (auto& t : th) t.join();
+      for (auto& e : errs) REQUIRE(e.ok());
+      return out;
+    };
+    const auto mine = run(false), hand = run(true);
+    for (int r = 0; r < K; ++r) REQUIRE(mine[r] == hand[r]);
+    REQUIRE(mine[0] != mine[1]);  // each rank holds its own share of the last rounds
+  }
+  SECTION("one rank: the same rounds as diloco_replica, up to rounding") {
+    const int rounds = 3;
+    co2_setup s(1);
+    const outer::nesterov nest{};
+    auto world = net::inproc::world(1);
+    auto w_e = s.worker(0), w_d = s.worker(0);
+    train::co2_replica<net::inproc, nn::gpt, optim::adamw, outer::nesterov> eager(
+        world[0], *w_e, nest, std::nullopt, train::overlap_rule::eager);
+    REQUIRE(eager.run(rounds, std::chrono::seconds(30)).ok());
+    auto world_d = net::inproc::world(1);
+    train::diloco_replica<net::inproc, nn::gpt, optim::adamw, outer::nesterov> dil(world_d[0], *w_d,
+                                                                                   nest);
+    REQUIRE(dil.run(rounds, std::chrono::seconds(30)).ok());
+    const auto pe = w_e->state().get(plane::param), pd = w_d->state().get(plane::param);
+    float worst = 0, scale = 0;
+    for (std::size_t i = 0; i < pe.size(); ++i) {
+      worst = std::max(worst, std::abs(pe[i] - pd[i]));
+      scale = std::max(scale, std::abs(pd[i]));
+    }
+    REQUIRE(worst <= 1e-5f * scale);  // m + (Δ_t − m) rounds differently from Δ_t
+    REQUIRE(eager.finish(std::chrono::seconds(30)).ok());  // k = 1: the correction is zero
+  }
+  REQUIRE(train::parse_overlap_rule("eager").value() == train::overlap_rule::eager);
+  REQUIRE(!train::parse_overlap_rule("late"));
 }

@@ -1,21 +1,29 @@
 #pragma once
-// co2_replica: one rank of CO2 (Sun et al., ICLR 2024; ALGORITHMS.md §2) — DiLoCo over an
-// all-reduce whose communication is fully overlapped with computation. Round t's mean Δ is
-// all-reduced in the background while round t+1's inner steps run, and is applied one round
-// late:
+// co2_replica: one rank of DiLoCo over an all-reduce whose communication is fully overlapped
+// with computation. Round t's mean Δ is all-reduced in the background while round t+1's inner
+// steps run, and is applied one round late — by one of two rules:
 //
+// overlap_rule::delayed — CO2 (Sun et al., ICLR 2024; ALGORITHMS.md §2), the "one-outer-step
+// delayed" update of Kale et al. 2025:
 //   round t:  θ = x_t (the anchor plane);  H inner steps → Δ_t = x_t − θ
 //             wait for the all-reduce of Δ_{t−1} (launched at the end of round t−1)
 //             x_{t+1} = OuterOpt(x_t, mean Δ_{t−1})     (round 0: x_1 = x_0)
 //             launch the all-reduce of Δ_t and of hash(x_{t+1}), return to the inner steps
 //   finish(): wait for the last all-reduce, x_{T+1} = OuterOpt(x_T, mean Δ_{T−1}), hash check
+// The replicas stay bit-identical (every x_{t+1} is hash-checked by the next all-reduce).
+//
+// overlap_rule::eager — eager updates (Kale, Douillard, Donchev 2025; ALGORITHMS.md §6.3): the
+// rank's own fresh Δ stands in for its share of the mean until the true mean arrives,
+//   x_{t+1} = OuterOpt(x_t, mean Δ_{t−1} + (Δ_t − Δ_{t−1}) / k)       (Δ_{−1} = mean Δ_{−1} = 0)
+//   finish(): x_{T+1} = OuterOpt(x_T, mean Δ_{T−1} − Δ_{T−1} / k)
+// so with outer SGD θ = x_0 − η(Σ_{s<t} mean Δ_s + Δ_t / k): nothing is left out, nothing is
+// stale by more than the own share. The replicas differ slightly by design (each holds its own
+// Δ), so there is no hash check; with k = 1 it is DiLoCo. One more n-float buffer.
 //
 // A round costs max(inner steps, all-reduce) instead of their sum. Any OuterOptimizer works;
-// outer::co2 is the paper's (momentum with the staleness-gap penalty and momentum clipping).
-// The mean goes through the same code as diloco_round (train::detail::mean_delta: the fp32
-// ring, or a codec with error feedback), so replicas stay bit-identical, and the hash of every
-// x_{t+1} is checked by the next all-reduce. overlap() says how much of the communication the
-// inner steps hid.
+// outer::co2 is CO2's (momentum with the staleness-gap penalty and momentum clipping). The mean
+// goes through the same code as diloco_round (train::detail::mean_delta: the fp32 ring, or a
+// codec with error feedback). overlap() says how much of the communication the inner steps hid.
 //
 //   train::co2_replica<net::asio_tcp, nn::gpt, optim::adamw, outer::co2> r(
 //       tcp, worker, outer::co2{.momentum = 0.2f, .clip = outer::co2::clip_mode::element});
@@ -24,13 +32,15 @@
 //
 // The transport is used by a background thread while an all-reduce is in flight: from the end
 // of run()'s first round until finish() returns, nothing else may use it (MPI: the serialized
-// thread level net::mpi asks for suffices). Memory beyond DiLoCo's: two n-float buffers.
+// thread level net::mpi asks for suffices). Memory beyond DiLoCo's: two n-float buffers
+// (eager: three).
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <future>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "paco/collectives/counted.hpp"
@@ -43,15 +53,16 @@
 
 namespace paco::train {
 
-// Where a CO2 rank's time went, summed over its rounds (seconds).
-struct co2_overlap {
-  double inner_s = 0;  // the inner steps
-  double comm_s = 0;   // the all-reduces, in the background (mean Δ and hash check)
-  double wait_s = 0;   // the rank waited for an all-reduce: the communication the inner steps
-                       // did not hide (finish()'s wait included)
-  // The fraction of communication time hidden behind the inner steps, 1 when nothing was sent.
-  double hidden() const { return comm_s > 0 ? 1.0 - std::min(wait_s, comm_s) / comm_s : 1.0; }
-};
+// How the mean Δ that arrives one round late is applied (see the file comment).
+enum class overlap_rule { delayed, eager };
+
+// "delayed" | "eager". Errors: invalid_argument naming the accepted values.
+inline result<overlap_rule> parse_overlap_rule(const std::string& s) {
+  if (s == "delayed") return overlap_rule::delayed;
+  if (s == "eager") return overlap_rule::eager;
+  return paco::error{errc::invalid_argument,
+                     "overlap rule: '" + s + "' is not one of delayed, eager"};
+}
 
 template <net::Transport T, class Model, class InnerOpt, outer::OuterOptimizer O>
 class co2_replica {
@@ -59,15 +70,18 @@ class co2_replica {
   // Requires: t, w outlive the replica; w's arena holds this rank's θ (the same on every rank);
   // codec, when given, is train::diloco_codec of the same compression on every rank.
   co2_replica(T& t, train::path_worker<Model, InnerOpt>& w, O outer,
-              std::optional<compress::module_codec> codec = std::nullopt)
+              std::optional<compress::module_codec> codec = std::nullopt,
+              overlap_rule rule = overlap_rule::delayed)
       : t_(&t),
         w_(&w),
         outer_(outer),
         codec_(std::move(codec)),
+        rule_(rule),
         n_(w.state().get(plane::param).size()),
         state_(outer.state_size(n_), 0.0f),
         delta_(n_),
-        mean_(n_) {
+        mean_(n_),
+        own_(rule == overlap_rule::eager ? n_ : 0) {
     PACO_ASSERT(!codec_ || codec_->size() == n_, "the codec covers the whole parameter plane");
     if (codec_ && codec_->error_feedback()) residual_ = w.state().get(plane::residual);
     w.state().get(plane::anchor);
@@ -90,7 +104,7 @@ class co2_replica {
     using clock = std::chrono::steady_clock;
     auto& a = w_->state();
     const auto th = a.get(plane::param), an = a.get(plane::anchor);
-    for (int k = 0; k < n; ++k) {
+    for (int round = 0; round < n; ++round) {
       std::copy(th.begin(), th.end(), an.begin());  // x_t
       const auto t0 = clock::now();
       w_->train();
@@ -99,30 +113,47 @@ class co2_replica {
       for (std::size_t i = 0; i < n_; ++i) delta[i] = an[i] - th[i];
       std::size_t sent = 0;
       std::copy(an.begin(), an.end(), th.begin());
-      if (flight_.valid()) {  // x_{t+1} = OuterOpt(x_t, mean Δ_{t−1})
+      const bool arrived = flight_.valid();
+      if (arrived) {  // mean_ = mean Δ_{t−1}
         if (auto s = land(sent); !s) return s;
+      } else {
+        std::fill(mean_.begin(), mean_.end(), 0.0f);
+      }
+      if (rule_ ==
+          overlap_rule::eager) {  // x_{t+1} = OuterOpt(x_t, mean Δ_{t−1} + (Δ_t − Δ_{t−1})/k)
+        const float inv_k = 1.0f / float(t_->size());
+        for (std::size_t i = 0; i < n_; ++i) mean_[i] += (delta[i] - own_[i]) * inv_k;
+        std::copy(delta.begin(), delta.end(), own_.begin());
+        outer_.step(std::span<float>(th.data(), n_), std::span<const float>(mean_), state_);
+      } else if (arrived) {  // x_{t+1} = OuterOpt(x_t, mean Δ_{t−1}); round 0: x_1 = x_0
         outer_.step(std::span<float>(th.data(), n_), std::span<const float>(mean_), state_);
       }
       delta_ = std::move(delta);
-      launch(hash64(th.data(), th.size_bytes()), round_deadline);
+      launch(rule_ == overlap_rule::delayed, hash64(th.data(), th.size_bytes()), round_deadline);
       ++done_;
       if (on_round) on_round(done_ - 1, sent);
     }
     return {};
   }
 
-  // Waits for the all-reduce in flight and applies its outer step, then checks the replicas
-  // hold the same θ. Ensures on ok: the param plane and the anchor hold x_{T+1}, every round's
-  // Δ applied; nothing is in flight (run() may go on, from there). No-op when nothing is in
-  // flight. Errors: as run's.
+  // Waits for the all-reduce in flight and applies its outer step, then (delayed) checks the
+  // replicas hold the same θ. Ensures on ok: the param plane and the anchor hold x_{T+1}, every
+  // round's Δ applied; nothing is in flight (run() may go on, from there, as from x_0). No-op
+  // when nothing is in flight. Errors: as run's.
   status finish(std::chrono::steady_clock::duration deadline) {
     if (!flight_.valid()) return {};
     std::size_t sent = 0;
     if (auto s = land(sent); !s) return s;
     auto& a = w_->state();
     const auto th = a.get(plane::param), an = a.get(plane::anchor);
+    if (rule_ == overlap_rule::eager) {  // the own share Δ_{T−1}/k swapped for the true mean
+      const float inv_k = 1.0f / float(t_->size());
+      for (std::size_t i = 0; i < n_; ++i) mean_[i] -= own_[i] * inv_k;
+      std::fill(own_.begin(), own_.end(), 0.0f);
+    }
     outer_.step(std::span<float>(th.data(), n_), std::span<const float>(mean_), state_);
     std::copy(th.begin(), th.end(), an.begin());
+    if (rule_ == overlap_rule::eager) return {};  // the replicas differ by design
     collectives::counted<T> ct(*t_);
     collectives::collective_options co;
     co.until = net::after(deadline);
@@ -133,8 +164,9 @@ class co2_replica {
 
   bool in_flight() const noexcept { return flight_.valid(); }
   const train::diloco_traffic& traffic() const noexcept { return traffic_; }
-  const co2_overlap& overlap() const noexcept { return overlap_; }
+  const overlap_stats& overlap() const noexcept { return overlap_; }
   long rounds_done() const noexcept { return done_; }
+  overlap_rule rule() const noexcept { return rule_; }
   std::span<const float> outer_state() const noexcept { return state_; }
 
  private:
@@ -148,19 +180,19 @@ class co2_replica {
     return std::chrono::duration<double>(d).count();
   }
 
-  // The all-reduce of delta_ into mean_ and the check of x_{t+1}'s hash, in the background.
+  // The all-reduce of delta_ into mean_ and (check) of x_{t+1}'s hash, in the background.
   // Only the task touches the transport, the codec, the residual, delta_ and mean_ until land().
-  void launch(std::uint64_t hash_next, std::chrono::steady_clock::duration deadline) {
+  void launch(bool check, std::uint64_t hash_next, std::chrono::steady_clock::duration deadline) {
     collectives::collective_options co;
     co.until = net::after(deadline);
-    flight_ = std::async(std::launch::async, [this, co, hash_next]() -> landed {
+    flight_ = std::async(std::launch::async, [this, co, check, hash_next]() -> landed {
       const auto t0 = std::chrono::steady_clock::now();
       landed r;
       collectives::counted<T> ct(*t_);
       r.s =
           detail::mean_delta(ct, codec_ ? &*codec_ : nullptr, slice<const float>(delta_.data(), n_),
                              residual_, slice<float>(mean_.data(), n_), co, r.payload);
-      if (r.s) r.s = detail::check_identical(ct, hash_next, co, "CO2");
+      if (r.s && check) r.s = detail::check_identical(ct, hash_next, co, "CO2");
       r.sent = ct.bytes();
       r.seconds = seconds(std::chrono::steady_clock::now() - t0);
       return r;
@@ -184,14 +216,16 @@ class co2_replica {
   train::path_worker<Model, InnerOpt>* w_;
   O outer_;
   std::optional<compress::module_codec> codec_;
+  overlap_rule rule_;
   std::size_t n_;
   std::vector<float> state_;
   std::vector<float> delta_;  // Δ_t, read by the flight
   std::vector<float> mean_;   // mean Δ_t, written by the flight
+  std::vector<float> own_;    // eager: this rank's Δ_{t−1}, in the mean in flight
   slice<float> residual_{};   // error feedback (plane::residual), used by the flight only
   std::future<landed> flight_;
   train::diloco_traffic traffic_;
-  co2_overlap overlap_;
+  overlap_stats overlap_;
   long done_ = 0;
 };
 

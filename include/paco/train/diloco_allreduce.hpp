@@ -45,6 +45,17 @@ struct diloco_traffic {
   long rounds = 0;
 };
 
+// Where the time of a rank that overlaps its all-reduces with inner steps went (CO2, eager
+// updates, Streaming DiLoCo), summed over its rounds (seconds).
+struct overlap_stats {
+  double inner_s = 0;  // the inner steps
+  double comm_s = 0;   // the all-reduces, in the background (mean Δ and hash check)
+  double wait_s = 0;   // the rank waited for an all-reduce: the communication the inner steps
+                       // did not hide (finish()'s wait included)
+  // The fraction of communication time hidden behind the inner steps, 1 when nothing was sent.
+  double hidden() const { return comm_s > 0 ? 1.0 - std::min(wait_s, comm_s) / comm_s : 1.0; }
+};
+
 // The codec of the all-reduce DiLoCo: one module spanning the model's whole parameter plane,
 // one segment per tensor. Errors: make_codecs'.
 template <class Model>
