@@ -6,4 +6,5 @@
 #include "paco/net/concepts.hpp"
 #include "paco/net/crc32c.hpp"
 #include "paco/net/inproc.hpp"
+#include "paco/net/launch_env.hpp"
 #include "paco/net/wire.hpp"
