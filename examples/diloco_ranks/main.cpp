@@ -1,0 +1,265 @@
+// example_diloco_ranks: DiLoCo over an all-reduce on the Brown corpus, one process per rank,
+// joined by TCP — synchronous, or with the sync overlapped with inner steps (CO2's delayed
+// update, eager updates, Streaming DiLoCo; docs/02_dipaco.md). Rank and size come from --rank
+// and --size or from the launcher (PACO_RANK/PACO_WORLD_SIZE, mpirun, srun, RANK/WORLD_SIZE);
+// the rendezvous from --coordinator or PACO_COORDINATOR (or MASTER_ADDR:MASTER_PORT); the
+// group's secret from --token or PACO_TOKEN.
+//
+//   examples/diloco_ranks/run_local.sh build/examples/diloco_ranks/example_diloco_ranks 2
+//       --overlap eager             (two processes on this machine; the flags follow K)
+//   PACO_TOKEN=s srun -n 4 example_diloco_ranks --coordinator node1:29500
+//       --listen-host 0.0.0.0 --overlap streaming            (four ranks under Slurm)
+//
+// Rank r trains on every k-th training document from the r-th; all ranks start from the same
+// initialisation. Rank 0 prints a line per round and, at the end, validation bits per byte;
+// every rank prints the hash of its final θ (identical on every rank except with eager updates,
+// whose ranks differ by design).
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+
+#include <CLI/CLI.hpp>
+
+#include "paco/core/hash.hpp"
+#include "paco/io/io.hpp"
+#include "paco/net/asio_tcp.hpp"
+#include "paco/net/launch_env.hpp"
+#include "paco/nn/nn.hpp"
+#include "paco/optim/optim.hpp"
+#include "paco/outer/outer.hpp"
+#include "paco/route/route.hpp"
+#include "paco/store/compression.hpp"
+#include "paco/train/co2_replica.hpp"
+#include "paco/train/diloco_replica.hpp"
+#include "paco/train/streaming_replica.hpp"
+
+using namespace paco;
+using clk = std::chrono::steady_clock;
+using outer_t = outer::one_of<outer::nesterov, outer::co2>;
+using worker_t = train::path_worker<nn::gpt, optim::adamw>;
+
+namespace {
+
+struct options {
+  int rank = -1, size = -1;
+  std::string coordinator, listen_host = "127.0.0.1", token;
+  std::string overlap = "none", outer = "auto", compress;
+  int rounds = 10, inner = 60, tau = 1, block_fragments = 2;
+  float alpha = 0.5f;
+  int d = 64, ctx = 64, layers = 2, heads = 4, batch = 8;
+  float lr = 2e-3f;
+  std::uint64_t seed = 1;
+  int deadline_s = 600;
+};
+
+int fail(const std::string& what) {
+  std::fprintf(stderr, "example_diloco_ranks: %s\n", what.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  options o;
+  CLI::App app{"DiLoCo over an all-reduce, one process per rank, on the Brown corpus"};
+  app.add_option("--rank", o.rank, "this rank (default: from the launcher's variables)");
+  app.add_option("--size", o.size, "number of ranks (default: from the launcher's variables)");
+  app.add_option("--coordinator", o.coordinator,
+                 "rank 0's host:port (default: PACO_COORDINATOR or MASTER_ADDR:MASTER_PORT)");
+  app.add_option("--listen-host", o.listen_host, "interface ranks > 0 listen on");
+  app.add_option("--token", o.token, "the group's shared secret (default: PACO_TOKEN)");
+  app.add_option("--overlap", o.overlap, "none | delayed (CO2) | eager | streaming")
+      ->check(CLI::IsMember({"none", "delayed", "eager", "streaming"}));
+  app.add_option("--outer", o.outer,
+                 "outer step: nesterov (0.7, 0.9) | co2 (β 0.2, clip 1) | auto (co2 for the "
+                 "delayed update, else nesterov)")
+      ->check(CLI::IsMember({"auto", "nesterov", "co2"}));
+  app.add_option("--compress", o.compress, "Δ compression (int8, bf16, topk:0.1 …; default fp32)");
+  app.add_option("--rounds", o.rounds, "outer rounds")->check(CLI::Range(1, 100000));
+  app.add_option("--inner", o.inner, "inner steps per round (H)")->check(CLI::Range(1, 1000000));
+  app.add_option("--tau", o.tau, "streaming: inner steps a sync runs behind (τ < H/P)");
+  app.add_option("--alpha", o.alpha, "streaming: θ ← αθ + (1 − α)g on receipt");
+  app.add_option("--block-fragments", o.block_fragments,
+                 "streaming: fragments of the blocks (plus one of the rest)");
+  app.add_option("--d", o.d)->check(CLI::Range(8, 4096));
+  app.add_option("--ctx", o.ctx)->check(CLI::Range(2, 8192));
+  app.add_option("--layers", o.layers)->check(CLI::Range(1, 128));
+  app.add_option("--heads", o.heads)->check(CLI::Range(1, 128));
+  app.add_option("--batch", o.batch)->check(CLI::Range(1, 4096));
+  app.add_option("--lr", o.lr, "inner AdamW peak learning rate");
+  app.add_option("--seed", o.seed);
+  app.add_option("--deadline", o.deadline_s, "seconds a sync may take")
+      ->check(CLI::Range(1, 86400));
+  CLI11_PARSE(app, argc, argv);
+
+  // ---- who we are, and where the group meets ----
+  if (o.rank < 0 || o.size < 0) {
+    auto who = net::rank_from_env();
+    if (!who) return fail(who.error().message);
+    if (!*who)
+      return fail(
+          "no rank: pass --rank and --size, or start it under a launcher (PACO_RANK/"
+          "PACO_WORLD_SIZE, mpirun, srun, RANK/WORLD_SIZE)");
+    if (o.rank < 0) o.rank = (*who)->rank;
+    if (o.size < 0) o.size = (*who)->size;
+  }
+  if (o.coordinator.empty()) {
+    auto c = net::coordinator_from_env();
+    if (!c) return fail(c.error().message);
+    if (!*c) return fail("no rendezvous: pass --coordinator host:port or set PACO_COORDINATOR");
+    o.coordinator = **c;
+  }
+  if (o.token.empty())
+    if (const char* t = std::getenv("PACO_TOKEN")) o.token = t;
+  if (o.token.empty()) return fail("no token: pass --token or set PACO_TOKEN (the group's secret)");
+  if (o.d % o.heads != 0) return fail("--d must be a multiple of --heads");
+  const bool lead = o.rank == 0;
+  if (o.outer == "auto") o.outer = o.overlap == "delayed" ? "co2" : "nesterov";
+
+  // ---- data: this rank's shard of the training documents; validation on rank 0 ----
+  auto corpus = io::load_brown(io::default_brown_dir());
+  if (!corpus) return fail(corpus.error().what());
+  const io::corpus train_docs = corpus->subset(io::split::train);
+  io::corpus part;
+  for (std::size_t i = std::size_t(o.rank); i < train_docs.docs.size(); i += std::size_t(o.size))
+    part.docs.push_back(train_docs.docs[i]);
+  const auto shard = io::token_stream::from(part);
+
+  nn::gpt model({.vocab = 256, .ctx = o.ctx, .d = o.d, .layers = o.layers, .heads = o.heads});
+  const auto levels = *path::split_gpt_levels(model.layout(), o.layers, 1);
+  const train::inner_config icfg{
+      .batch = o.batch,
+      .ctx = o.ctx,
+      .steps = o.inner,
+      .grad_clip = 1.0f,
+      .schedule = {.lr = o.lr,
+                   .min_lr = o.lr / 10,
+                   .warmup = std::min(50L, long(o.rounds) * o.inner / 10),
+                   .total = long(o.rounds) * o.inner},
+      .threads = 1};
+  worker_t w(o.rank, model, levels, {0}, optim::adamw{.lr = o.lr}, icfg, shard,
+             o.seed + 100 + std::uint64_t(o.rank));
+  model.init(w.state(), o.seed);  // the same θ on every rank
+
+  const outer_t outer =
+      o.outer == "co2"
+          ? outer_t(outer::co2{.momentum = 0.2f, .clip = outer::co2::clip_mode::element})
+          : outer_t(outer::nesterov{});
+  std::optional<store::compression> compression;
+  if (!o.compress.empty()) {
+    auto c = store::parse_compression(o.compress);
+    if (!c) return fail("--compress: " + c.error().message);
+    compression = *c;
+  }
+
+  // Streaming DiLoCo's fragments and schedule, checked before anything connects.
+  const train::streaming_config sc{.sync_every = o.inner, .overlap = o.tau, .alpha = o.alpha};
+  auto frags = train::gpt_fragments(model.layout(), o.layers, o.block_fragments,
+                                    train::fragment_order::strided);
+  if (o.overlap == "streaming") {
+    if (!frags) return fail("--block-fragments: " + frags.error().message);
+    if (auto v = sc.validate(frags->size()); !v) return fail(v.error().message);
+  }
+
+  // ---- the group ----
+  net::tcp_options to;
+  to.rank = o.rank;
+  to.size = o.size;
+  to.allow_single = true;
+  to.coordinator = o.coordinator;
+  to.listen_host = o.listen_host;
+  to.token = o.token;
+  auto tcp = net::asio_tcp::connect(to);
+  if (!tcp) return fail("connect: " + tcp.error().what());
+  auto& t = **tcp;
+  if (lead)
+    std::printf(
+        "%d ranks, overlap %s, outer %s, Δ %s; GPT d=%d layers=%d ctx=%d (%.2fM parameters), "
+        "%d rounds x H=%d, %zu training bytes on rank 0\n",
+        o.size, o.overlap.c_str(), o.outer.c_str(),
+        o.compress.empty() ? "fp32" : o.compress.c_str(), o.d, o.layers, o.ctx,
+        double(model.param_count()) / 1e6, o.rounds, o.inner, shard.ids.size());
+
+  // ---- the rounds ----
+  const auto deadline = std::chrono::seconds(o.deadline_s);
+  const auto start = clk::now();
+  auto on_round = [&](long round, std::size_t bytes) {
+    if (lead)
+      std::printf("round %3ld  inner loss %.4f  %.1f s  %.2f MB sent\n", round + 1, w.last_loss(),
+                  std::chrono::duration<double>(clk::now() - start).count(), double(bytes) / 1e6);
+  };
+  status s;
+  std::size_t sent = 0;
+  double hidden = -1;
+  if (o.overlap == "none") {
+    std::optional<compress::module_codec> codec;
+    if (compression) {
+      auto c = train::diloco_codec(*compression, model);
+      if (!c) return fail("--compress: " + c.error().message);
+      codec = std::move(*c);
+    }
+    train::diloco_replica<net::asio_tcp, nn::gpt, optim::adamw, outer_t> rep(t, w, outer,
+                                                                             std::move(codec));
+    s = rep.run(o.rounds, deadline, on_round);
+    sent = rep.traffic().bytes_sent;
+  } else if (o.overlap == "streaming") {
+    std::vector<compress::module_codec> codecs;
+    if (compression) {
+      auto c = train::fragment_codecs(*compression, model, *frags);
+      if (!c) return fail("--compress: " + c.error().message);
+      codecs = std::move(*c);
+    }
+    train::streaming_replica<net::asio_tcp, nn::gpt, optim::adamw, outer_t> rep(
+        t, w, outer, *frags, sc, std::move(codecs));
+    for (int r = 0; r < o.rounds && s; ++r) {
+      s = rep.run(o.inner, deadline);
+      if (s && r + 1 == o.rounds) s = rep.finish(deadline);
+      if (s) on_round(r, rep.traffic().bytes_sent - sent);
+      sent = rep.traffic().bytes_sent;
+    }
+    hidden = rep.overlap().hidden();
+  } else {
+    std::optional<compress::module_codec> codec;
+    if (compression) {
+      auto c = train::diloco_codec(*compression, model);
+      if (!c) return fail("--compress: " + c.error().message);
+      codec = std::move(*c);
+    }
+    train::co2_replica<net::asio_tcp, nn::gpt, optim::adamw, outer_t> rep(
+        t, w, outer, std::move(codec),
+        o.overlap == "eager" ? train::overlap_rule::eager : train::overlap_rule::delayed);
+    s = rep.run(o.rounds, deadline, on_round);
+    if (s) s = rep.finish(deadline);
+    sent = rep.traffic().bytes_sent;
+    hidden = rep.overlap().hidden();
+  }
+  if (!s) return fail("rank " + std::to_string(o.rank) + ": " + s.error().what());
+
+  const auto theta = w.state().get(plane::param);
+  if (lead) {
+    std::vector<std::vector<std::int32_t>> val;
+    io::byte_tokenizer tok;
+    for (auto& d : corpus->subset(io::split::validation).docs) val.push_back(tok.encode(d.text));
+    std::vector<route::scored_span> spans;
+    for (auto& v : val)
+      if (v.size() > 1) spans.push_back({v, 1, v.size()});
+    auto ws = model.make_workspace({o.batch, o.ctx});
+    const auto rule = route::sliding_window::make(o.ctx).value_or_throw();
+    const std::vector<const float*> one{theta.data()};
+    const double bpb =
+        route::routed_nll(model, one, spans, std::vector<int>(spans.size(), 0), rule, ws)
+            .bits_per_token();
+    std::printf("validation: %.4f bits per byte (%s); %.1f s; %.2f MB sent by rank 0", bpb,
+                rule.name().c_str(), std::chrono::duration<double>(clk::now() - start).count(),
+                double(sent) / 1e6);
+    if (hidden >= 0) std::printf("; %.0f%% of the communication hidden", 100 * hidden);
+    std::printf("\n");
+  }
+  std::printf("rank %d final theta hash %016" PRIx64 "\n", o.rank,
+              hash64(theta.data(), theta.size_bytes()));
+  return 0;
+} catch (const std::exception& e) {
+  return fail(e.what());
+}
