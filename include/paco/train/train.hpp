@@ -1,7 +1,8 @@
 #pragma once
 // paco/train: the one inner loop, the path worker and its round loop against a shared store,
-// the in-process trainer and runner, DiLoCo over an all-reduce, dense runs and the shared base
-// model, DiPaCo's held-out documents, routed training and a routed comparison's shared setup.
+// the in-process trainer and runner, DiLoCo over an all-reduce (synchronous; overlapped: CO2,
+// eager updates, Streaming DiLoCo), dense runs and the shared base model, DiPaCo's held-out
+// documents, routed training and a routed comparison's shared setup.
 #include "paco/train/base_model.hpp"
 #include "paco/train/co2_replica.hpp"
 #include "paco/train/concepts.hpp"
