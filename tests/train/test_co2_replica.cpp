@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "../net/tcp_world.hpp"
+#include "../net/world.hpp"
 #include "paco/collectives/allreduce_ring.hpp"
 #include "paco/net/inproc.hpp"
 #include "paco/nn/gpt.hpp"
@@ -49,24 +50,31 @@ struct co2_setup {
   }
 };
 
+// One synchronous round's start: from θ (kept in the anchor), H inner steps, Δ = anchor − θ and
+// its mean over the ranks at once; θ back to the round's start.
+template <net::Transport T>
+status train_and_mean(T& t, worker_t& w, std::vector<float>& delta, std::vector<float>& mean) {
+  auto th = w.state().get(plane::param), an = w.state().get(plane::anchor);
+  const std::size_t n = th.size();
+  std::copy(th.begin(), th.end(), an.begin());
+  w.train();
+  for (std::size_t i = 0; i < n; ++i) delta[i] = an[i] - th[i];
+  std::size_t payload = 0;
+  const auto s = train::detail::mean_delta(t, nullptr, slice<const float>(delta.data(), n), {},
+                                           slice<float>(mean.data(), n), {}, payload);
+  std::copy(an.begin(), an.end(), th.begin());
+  return s;
+}
+
 // The CO2 recursion without overlap: each round trains, all-reduces its Δ at once, and applies
 // the previous round's mean; the last mean is applied after the loop.
 template <net::Transport T>
 status co2_by_hand(T& t, worker_t& w, const outer::co2& o, int rounds) {
-  auto th = w.state().get(plane::param), an = w.state().get(plane::anchor);
+  const auto th = w.state().get(plane::param);
   const std::size_t n = th.size();
   std::vector<float> state(n, 0.0f), prev(n), mean(n), delta(n);
   for (int k = 0; k < rounds; ++k) {
-    std::copy(th.begin(), th.end(), an.begin());
-    w.train();
-    for (std::size_t i = 0; i < n; ++i) delta[i] = an[i] - th[i];
-    std::size_t payload = 0;
-    collectives::collective_options co;
-    if (auto s = train::detail::mean_delta(t, nullptr, slice<const float>(delta.data(), n), {},
-                                           slice<float>(mean.data(), n), co, payload);
-        !s)
-      return s;
-    std::copy(an.begin(), an.end(), th.begin());
+    if (auto s = train_and_mean(t, w, delta, mean); !s) return s;
     if (k > 0) o.step(std::span<float>(th.data(), n), prev, state);
     prev = mean;
   }
@@ -79,21 +87,12 @@ status co2_by_hand(T& t, worker_t& w, const outer::co2& o, int rounds) {
 // round is swapped for the true mean.
 template <net::Transport T>
 status eager_by_hand(T& t, worker_t& w, const outer::co2& o, int rounds) {
-  auto th = w.state().get(plane::param), an = w.state().get(plane::anchor);
+  const auto th = w.state().get(plane::param);
   const std::size_t n = th.size();
   const float inv_k = 1.0f / float(t.size());
   std::vector<float> state(n, 0.0f), prev(n, 0.0f), own(n, 0.0f), mean(n), delta(n), step(n);
   for (int k = 0; k < rounds; ++k) {
-    std::copy(th.begin(), th.end(), an.begin());
-    w.train();
-    for (std::size_t i = 0; i < n; ++i) delta[i] = an[i] - th[i];
-    std::size_t payload = 0;
-    collectives::collective_options co;
-    if (auto s = train::detail::mean_delta(t, nullptr, slice<const float>(delta.data(), n), {},
-                                           slice<float>(mean.data(), n), co, payload);
-        !s)
-      return s;
-    std::copy(an.begin(), an.end(), th.begin());
+    if (auto s = train_and_mean(t, w, delta, mean); !s) return s;
     for (std::size_t i = 0; i < n; ++i) step[i] = prev[i] + (delta[i] - own[i]) * inv_k;
     o.step(std::span<float>(th.data(), n), step, state);
     own = delta;
@@ -111,34 +110,30 @@ TEST_CASE("co2_replica: replicas stay identical and equal the synchronous recurs
   const int K = 3, rounds = 4;
   co2_setup s(K);
   auto run = [&](bool by_hand) {
-    auto world = net::inproc::world(K);
     std::vector<std::vector<float>> out(K), after_run(K);
     std::vector<status> errs(K);
     std::vector<train::diloco_traffic> traffic(K);
     std::vector<train::overlap_stats> overlap(K);
     std::vector<std::vector<std::size_t>> per_round(K);
-    std::vector<std::thread> th;
-    for (int r = 0; r < K; ++r)
-      th.emplace_back([&, r] {
-        auto wp = s.worker(r);
-        auto& w = *wp;
-        auto p = w.state().get(plane::param);
-        if (by_hand) {
-          errs[r] = co2_by_hand(world[r], w, s.outer, rounds);
-        } else {
-          train::co2_replica<net::inproc, nn::gpt, optim::adamw, outer::co2> rep(world[r], w,
-                                                                                 s.outer);
-          errs[r] = rep.run(rounds, std::chrono::seconds(30),
-                            [&](long, std::size_t b) { per_round[r].push_back(b); });
-          after_run[r].assign(p.begin(), p.end());
-          if (errs[r]) errs[r] = rep.finish(std::chrono::seconds(30));
-          REQUIRE(!rep.in_flight());
-          traffic[r] = rep.traffic();
-          overlap[r] = rep.overlap();
-        }
-        out[r].assign(p.begin(), p.end());
-      });
-    for (auto& t : th) t.join();
+    testing::inproc_world::run(K, [&](net::inproc& tr) {
+      const int r = tr.rank();
+      auto wp = s.worker(r);
+      auto& w = *wp;
+      auto p = w.state().get(plane::param);
+      if (by_hand) {
+        errs[r] = co2_by_hand(tr, w, s.outer, rounds);
+      } else {
+        train::co2_replica<net::inproc, nn::gpt, optim::adamw, outer::co2> rep(tr, w, s.outer);
+        errs[r] = rep.run(rounds, std::chrono::seconds(30),
+                          [&](long, std::size_t b) { per_round[r].push_back(b); });
+        after_run[r].assign(p.begin(), p.end());
+        if (errs[r]) errs[r] = rep.finish(std::chrono::seconds(30));
+        REQUIRE(!rep.in_flight());
+        traffic[r] = rep.traffic();
+        overlap[r] = rep.overlap();
+      }
+      out[r].assign(p.begin(), p.end());
+    });
     for (auto& e : errs) REQUIRE(e.ok());
     return std::make_tuple(out, after_run, traffic, overlap, per_round);
   };
@@ -171,22 +166,19 @@ TEST_CASE("co2_replica: replicas stay identical and equal the synchronous recurs
 TEST_CASE("co2_replica: one round leaves θ at x_0 until finish applies its Δ", "[train][co2]") {
   const int K = 2;
   co2_setup s(K);
-  auto world = net::inproc::world(K);
   std::vector<std::vector<float>> mid(K), end(K);
   std::vector<status> errs(K);
-  std::vector<std::thread> th;
-  for (int r = 0; r < K; ++r)
-    th.emplace_back([&, r] {
-      auto wp = s.worker(r);
-      auto& w = *wp;
-      train::co2_replica<net::inproc, nn::gpt, optim::adamw, outer::co2> rep(world[r], w, {});
-      errs[r] = rep.run(1, std::chrono::seconds(30));
-      auto p = w.state().get(plane::param);
-      mid[r].assign(p.begin(), p.end());
-      if (errs[r]) errs[r] = rep.finish(std::chrono::seconds(30));
-      end[r].assign(p.begin(), p.end());
-    });
-  for (auto& t : th) t.join();
+  testing::inproc_world::run(K, [&](net::inproc& tr) {
+    const int r = tr.rank();
+    auto wp = s.worker(r);
+    auto& w = *wp;
+    train::co2_replica<net::inproc, nn::gpt, optim::adamw, outer::co2> rep(tr, w, {});
+    errs[r] = rep.run(1, std::chrono::seconds(30));
+    auto p = w.state().get(plane::param);
+    mid[r].assign(p.begin(), p.end());
+    if (errs[r]) errs[r] = rep.finish(std::chrono::seconds(30));
+    end[r].assign(p.begin(), p.end());
+  });
   for (auto& e : errs) REQUIRE(e.ok());
   const auto p0 = s.a0.get(plane::param);
   REQUIRE(std::equal(mid[0].begin(), mid[0].end(), p0.begin()));  // x_1 = x_0
@@ -227,25 +219,22 @@ TEST_CASE("co2_replica eager: equals its synchronous recursion; with one rank it
     const int K = 3, rounds = 3;
     co2_setup s(K);
     auto run = [&](bool by_hand) {
-      auto world = net::inproc::world(K);
       std::vector<std::vector<float>> out(K);
       std::vector<status> errs(K);
-      std::vector<std::thread> th;
-      for (int r = 0; r < K; ++r)
-        th.emplace_back([&, r] {
-          auto wp = s.worker(r);
-          if (by_hand) {
-            errs[r] = eager_by_hand(world[r], *wp, s.outer, rounds);
-          } else {
-            train::co2_replica<net::inproc, nn::gpt, optim::adamw, outer::co2> rep(
-                world[r], *wp, s.outer, std::nullopt, train::overlap_rule::eager);
-            errs[r] = rep.run(rounds, std::chrono::seconds(30));
-            if (errs[r]) errs[r] = rep.finish(std::chrono::seconds(30));
-          }
-          auto p = wp->state().get(plane::param);
-          out[r].assign(p.begin(), p.end());
-        });
-      for (auto& t : th) t.join();
+      testing::inproc_world::run(K, [&](net::inproc& tr) {
+        const int r = tr.rank();
+        auto wp = s.worker(r);
+        if (by_hand) {
+          errs[r] = eager_by_hand(tr, *wp, s.outer, rounds);
+        } else {
+          train::co2_replica<net::inproc, nn::gpt, optim::adamw, outer::co2> rep(
+              tr, *wp, s.outer, std::nullopt, train::overlap_rule::eager);
+          errs[r] = rep.run(rounds, std::chrono::seconds(30));
+          if (errs[r]) errs[r] = rep.finish(std::chrono::seconds(30));
+        }
+        auto p = wp->state().get(plane::param);
+        out[r].assign(p.begin(), p.end());
+      });
       for (auto& e : errs) REQUIRE(e.ok());
       return out;
     };

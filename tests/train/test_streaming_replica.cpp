@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "../net/tcp_world.hpp"
+#include "../net/world.hpp"
 #include "paco/net/inproc.hpp"
 #include "paco/nn/gpt.hpp"
 #include "paco/optim/optim.hpp"
@@ -113,26 +114,23 @@ TEST_CASE("streaming_replica: one fragment, no overlap, α = 0 is DiLoCo bit for
   stream_setup s(K);
   const auto one = *train::fragments_by(s.model.layout(), 1, [](const std::string&) { return 0; });
   auto run = [&](bool streaming) {
-    auto world = net::inproc::world(K);
     std::vector<std::vector<float>> out(K);
     std::vector<status> errs(K);
-    std::vector<std::thread> th;
-    for (int r = 0; r < K; ++r)
-      th.emplace_back([&, r] {
-        auto w = s.worker(r);
-        if (streaming) {
-          streaming_t rep(world[r], *w, outer::nesterov{}, one, {.sync_every = s.icfg.steps});
-          errs[r] = rep.run(long(rounds) * s.icfg.steps, std::chrono::seconds(30));
-          if (errs[r]) errs[r] = rep.finish(std::chrono::seconds(30));
-          REQUIRE(rep.traffic().rounds == rounds);  // finish() had nothing left to sync
-        } else {
-          train::diloco_replica<net::inproc, nn::gpt, optim::adamw, outer::nesterov> rep(
-              world[r], *w, outer::nesterov{});
-          errs[r] = rep.run(rounds, std::chrono::seconds(30));
-        }
-        out[r] = plane_of(*w);
-      });
-    for (auto& t : th) t.join();
+    testing::inproc_world::run(K, [&](net::inproc& tr) {
+      const int r = tr.rank();
+      auto w = s.worker(r);
+      if (streaming) {
+        streaming_t rep(tr, *w, outer::nesterov{}, one, {.sync_every = s.icfg.steps});
+        errs[r] = rep.run(long(rounds) * s.icfg.steps, std::chrono::seconds(30));
+        if (errs[r]) errs[r] = rep.finish(std::chrono::seconds(30));
+        REQUIRE(rep.traffic().rounds == rounds);  // finish() had nothing left to sync
+      } else {
+        train::diloco_replica<net::inproc, nn::gpt, optim::adamw, outer::nesterov> rep(
+            tr, *w, outer::nesterov{});
+        errs[r] = rep.run(rounds, std::chrono::seconds(30));
+      }
+      out[r] = plane_of(*w);
+    });
     for (auto& e : errs) REQUIRE(e.ok());
     return out;
   };
@@ -144,22 +142,19 @@ TEST_CASE("streaming_replica: one fragment, no overlap, α = 0 is DiLoCo bit for
 TEST_CASE("streaming_replica: α = 1 leaves θ to train alone", "[train][streaming]") {
   const int K = 2, steps = 24;
   stream_setup s(K);
-  auto world = net::inproc::world(K);
   std::vector<std::vector<float>> out(K), g(K);
   std::vector<status> errs(K);
-  std::vector<std::thread> th;
-  for (int r = 0; r < K; ++r)
-    th.emplace_back([&, r] {
-      auto w = s.worker(r);
-      streaming_t rep(world[r], *w, outer::nesterov{}, s.fragments(2),
-                      {.sync_every = 6, .overlap = 1, .alpha = 1.0f});
-      errs[r] = rep.run(steps, std::chrono::seconds(30));
-      out[r] = plane_of(*w);
-      auto a = w->state().get(plane::anchor);
-      g[r].assign(a.begin(), a.end());
-      if (errs[r]) errs[r] = rep.finish(std::chrono::seconds(30));
-    });
-  for (auto& t : th) t.join();
+  testing::inproc_world::run(K, [&](net::inproc& tr) {
+    const int r = tr.rank();
+    auto w = s.worker(r);
+    streaming_t rep(tr, *w, outer::nesterov{}, s.fragments(2),
+                    {.sync_every = 6, .overlap = 1, .alpha = 1.0f});
+    errs[r] = rep.run(steps, std::chrono::seconds(30));
+    out[r] = plane_of(*w);
+    auto a = w->state().get(plane::anchor);
+    g[r].assign(a.begin(), a.end());
+    if (errs[r]) errs[r] = rep.finish(std::chrono::seconds(30));
+  });
   for (auto& e : errs) REQUIRE(e.ok());
   auto alone = s.worker(0);
   alone->train(steps);
@@ -172,25 +167,22 @@ TEST_CASE("streaming_replica: staggered schedule, one fragment on the wire at a 
           "[train][streaming]") {
   const int K = 2, H = 6, tau = 1, steps = 30;  // P = 3 fragments: c = 2
   stream_setup s(K);
-  auto world = net::inproc::world(K);
   std::vector<std::vector<train::fragment_sync>> syncs(K);
   std::vector<std::vector<float>> out(K);
   std::vector<status> errs(K);
   std::vector<std::size_t> fragment_bytes;
   for (auto& f : s.fragments(2)) fragment_bytes.push_back(4 * f.size());
-  std::vector<std::thread> th;
-  for (int r = 0; r < K; ++r)
-    th.emplace_back([&, r] {
-      auto w = s.worker(r);
-      streaming_t rep(world[r], *w, outer::nesterov{}, s.fragments(2),
-                      {.sync_every = H, .overlap = tau, .alpha = 0.5f});
-      errs[r] = rep.run(steps, std::chrono::seconds(30),
-                        [&](const train::fragment_sync& f) { syncs[r].push_back(f); });
-      if (errs[r]) errs[r] = rep.finish(std::chrono::seconds(30));
-      REQUIRE(!rep.in_flight());
-      out[r] = plane_of(*w);
-    });
-  for (auto& t : th) t.join();
+  testing::inproc_world::run(K, [&](net::inproc& tr) {
+    const int r = tr.rank();
+    auto w = s.worker(r);
+    streaming_t rep(tr, *w, outer::nesterov{}, s.fragments(2),
+                    {.sync_every = H, .overlap = tau, .alpha = 0.5f});
+    errs[r] = rep.run(steps, std::chrono::seconds(30),
+                      [&](const train::fragment_sync& f) { syncs[r].push_back(f); });
+    if (errs[r]) errs[r] = rep.finish(std::chrono::seconds(30));
+    REQUIRE(!rep.in_flight());
+    out[r] = plane_of(*w);
+  });
   for (auto& e : errs) REQUIRE(e.ok());
   REQUIRE(out[0] == out[1]);  // finish(): every rank holds the outer parameters
   // Fragment p sends at H + p·c, then every H; the mean lands τ steps later.

@@ -38,7 +38,6 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <future>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,6 +48,7 @@
 #include "paco/net/concepts.hpp"
 #include "paco/outer/concepts.hpp"
 #include "paco/train/diloco_allreduce.hpp"
+#include "paco/train/mean_in_flight.hpp"
 #include "paco/train/path_worker.hpp"
 
 namespace paco::train {
@@ -88,10 +88,7 @@ class co2_replica {
   }
   co2_replica(const co2_replica&) = delete;
   co2_replica& operator=(const co2_replica&) = delete;
-  // Waits for an all-reduce still in flight (it holds references to this object).
-  ~co2_replica() {
-    if (flight_.valid()) flight_.wait();
-  }
+  // An all-reduce still in flight is waited for (flight_ is the last member destroyed first).
 
   // n rounds; every all-reduce must end within round_deadline of its launch (it overlaps the
   // next round's inner steps, so the deadline covers both). on_round(round, bytes) after each,
@@ -113,9 +110,9 @@ class co2_replica {
       for (std::size_t i = 0; i < n_; ++i) delta[i] = an[i] - th[i];
       std::size_t sent = 0;
       std::copy(an.begin(), an.end(), th.begin());
-      const bool arrived = flight_.valid();
+      const bool arrived = flight_.in_flight();
       if (arrived) {  // mean_ = mean Δ_{t−1}
-        if (auto s = land(sent); !s) return s;
+        if (auto s = flight_.land(traffic_, overlap_, &sent); !s) return s;
       } else {
         std::fill(mean_.begin(), mean_.end(), 0.0f);
       }
@@ -129,7 +126,7 @@ class co2_replica {
         outer_.step(std::span<float>(th.data(), n_), std::span<const float>(mean_), state_);
       }
       delta_ = std::move(delta);
-      launch(rule_ == overlap_rule::delayed, hash64(th.data(), th.size_bytes()), round_deadline);
+      launch(hash64(th.data(), th.size_bytes()), round_deadline);
       ++done_;
       if (on_round) on_round(done_ - 1, sent);
     }
@@ -141,9 +138,8 @@ class co2_replica {
   // round's Δ applied; nothing is in flight (run() may go on, from there, as from x_0). No-op
   // when nothing is in flight. Errors: as run's.
   status finish(std::chrono::steady_clock::duration deadline) {
-    if (!flight_.valid()) return {};
-    std::size_t sent = 0;
-    if (auto s = land(sent); !s) return s;
+    if (!flight_.in_flight()) return {};
+    if (auto s = flight_.land(traffic_, overlap_); !s) return s;
     auto& a = w_->state();
     const auto th = a.get(plane::param), an = a.get(plane::anchor);
     if (rule_ == overlap_rule::eager) {  // the own share Δ_{T−1}/k swapped for the true mean
@@ -162,7 +158,7 @@ class co2_replica {
     return s;
   }
 
-  bool in_flight() const noexcept { return flight_.valid(); }
+  bool in_flight() const noexcept { return flight_.in_flight(); }
   const train::diloco_traffic& traffic() const noexcept { return traffic_; }
   const overlap_stats& overlap() const noexcept { return overlap_; }
   long rounds_done() const noexcept { return done_; }
@@ -170,46 +166,19 @@ class co2_replica {
   std::span<const float> outer_state() const noexcept { return state_; }
 
  private:
-  struct landed {
-    status s;
-    std::size_t sent = 0, payload = 0;
-    double seconds = 0;
-  };
-
   static double seconds(std::chrono::steady_clock::duration d) {
     return std::chrono::duration<double>(d).count();
   }
 
-  // The all-reduce of delta_ into mean_ and (check) of x_{t+1}'s hash, in the background.
-  // Only the task touches the transport, the codec, the residual, delta_ and mean_ until land().
-  void launch(bool check, std::uint64_t hash_next, std::chrono::steady_clock::duration deadline) {
-    collectives::collective_options co;
-    co.until = net::after(deadline);
-    flight_ = std::async(std::launch::async, [this, co, check, hash_next]() -> landed {
-      const auto t0 = std::chrono::steady_clock::now();
-      landed r;
-      collectives::counted<T> ct(*t_);
-      r.s =
-          detail::mean_delta(ct, codec_ ? &*codec_ : nullptr, slice<const float>(delta_.data(), n_),
-                             residual_, slice<float>(mean_.data(), n_), co, r.payload);
-      if (r.s && check) r.s = detail::check_identical(ct, hash_next, co, "CO2");
-      r.sent = ct.bytes();
-      r.seconds = seconds(std::chrono::steady_clock::now() - t0);
-      return r;
-    });
-  }
-
-  // Waits for the flight; books its traffic and time. Ensures on ok: mean_ holds the mean Δ.
-  status land(std::size_t& sent) {
-    const auto t0 = std::chrono::steady_clock::now();
-    landed r = flight_.get();
-    overlap_.wait_s += seconds(std::chrono::steady_clock::now() - t0);
-    overlap_.comm_s += r.seconds;
-    traffic_.bytes_sent += r.sent;
-    traffic_.payload_bytes += r.payload;
-    ++traffic_.rounds;
-    sent = r.sent;
-    return r.s;
+  // The all-reduce of delta_ into mean_ and (delayed) the check of x_{t+1}'s hash, in the
+  // background: the transport, the codec, the residual, delta_ and mean_ are the flight's
+  // until it lands.
+  void launch(std::uint64_t hash_next, std::chrono::steady_clock::duration deadline) {
+    flight_.launch(
+        *t_, codec_ ? &*codec_ : nullptr, slice<const float>(delta_.data(), n_), residual_,
+        slice<float>(mean_.data(), n_),
+        rule_ == overlap_rule::delayed ? std::optional<std::uint64_t>(hash_next) : std::nullopt,
+        "CO2", deadline);
   }
 
   T* t_;
@@ -223,10 +192,10 @@ class co2_replica {
   std::vector<float> mean_;   // mean Δ_t, written by the flight
   std::vector<float> own_;    // eager: this rank's Δ_{t−1}, in the mean in flight
   slice<float> residual_{};   // error feedback (plane::residual), used by the flight only
-  std::future<landed> flight_;
   train::diloco_traffic traffic_;
   overlap_stats overlap_;
   long done_ = 0;
+  mean_in_flight<T> flight_;  // last: destroyed first, waiting for a flight still running
 };
 
 }  // namespace paco::train

@@ -35,7 +35,6 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
-#include <future>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,6 +46,7 @@
 #include "paco/outer/concepts.hpp"
 #include "paco/train/diloco_allreduce.hpp"
 #include "paco/train/fragments.hpp"
+#include "paco/train/mean_in_flight.hpp"
 #include "paco/train/path_worker.hpp"
 
 namespace paco::train {
@@ -116,9 +116,6 @@ class streaming_replica {
   }
   streaming_replica(const streaming_replica&) = delete;
   streaming_replica& operator=(const streaming_replica&) = delete;
-  ~streaming_replica() {
-    if (flight_.valid()) flight_.wait();
-  }
 
   // n more inner steps, syncing fragments on their schedule; every sync must land within
   // deadline of its launch. on_sync after each landed sync. Ensures on ok: step() grew by n; a
@@ -135,12 +132,12 @@ class streaming_replica {
       w_->train(1);
       overlap_.inner_s += seconds(clock::now() - t0);
       ++step_;
-      if (flight_.valid() && step_ == apply_at_)
+      if (flight_.in_flight() && step_ == apply_at_)
         if (auto s = land_and_apply(on_sync); !s) return s;
       const long j = step_ / c;
       if (step_ % c == 0 && j >= long(frags_.size())) {
         const int p = int(j % long(frags_.size()));
-        if (flight_.valid())  // unreachable when τ < c; kept so a sync is never dropped
+        if (flight_.in_flight())  // unreachable when τ < c; kept so a sync is never dropped
           if (auto s = land_and_apply(on_sync); !s) return s;
         launch(p, deadline);
         if (cfg_.overlap == 0)
@@ -156,7 +153,7 @@ class streaming_replica {
   // as run's.
   status finish(std::chrono::steady_clock::duration deadline) {
     if (auto s = check(); !s) return s;
-    if (flight_.valid())
+    if (flight_.in_flight())
       if (auto s = land_and_apply({}); !s) return s;
     for (std::size_t p = 0; p < frags_.size(); ++p)
       if (last_sent_[p] < step_) {
@@ -175,18 +172,12 @@ class streaming_replica {
   }
 
   long step() const noexcept { return step_; }
-  bool in_flight() const noexcept { return flight_.valid(); }
+  bool in_flight() const noexcept { return flight_.in_flight(); }
   const train::diloco_traffic& traffic() const noexcept { return traffic_; }  // rounds = syncs
   const overlap_stats& overlap() const noexcept { return overlap_; }
   const std::vector<fragment>& fragments() const noexcept { return frags_; }
 
  private:
-  struct landed {
-    status s;
-    std::size_t sent = 0, payload = 0;
-    double seconds = 0;
-  };
-
   static double seconds(std::chrono::steady_clock::duration d) {
     return std::chrono::duration<double>(d).count();
   }
@@ -233,35 +224,17 @@ class streaming_replica {
     last_sent_[std::size_t(p)] = step_;
     flying_ = p;
     apply_at_ = step_ + cfg_.overlap;
-    const std::uint64_t h = hash64(g.data(), g.size_bytes());
-    collectives::collective_options co;
-    co.until = net::after(deadline);
-    flight_ = std::async(std::launch::async, [this, co, h, p, n]() -> landed {
-      const auto t0 = std::chrono::steady_clock::now();
-      landed r;
-      collectives::counted<T> ct(*t_);
-      auto& res = residual_[std::size_t(p)];
-      r.s = detail::mean_delta(ct, codecs_.empty() ? nullptr : &codecs_[std::size_t(p)],
-                               slice<const float>(delta_.data(), n),
-                               slice<float>(res.data(), res.size()), slice<float>(mean_.data(), n),
-                               co, r.payload);
-      if (r.s) r.s = detail::check_identical(ct, h, co, "Streaming DiLoCo");
-      r.sent = ct.bytes();
-      r.seconds = seconds(std::chrono::steady_clock::now() - t0);
-      return r;
-    });
+    auto& res = residual_[std::size_t(p)];
+    flight_.launch(*t_, codecs_.empty() ? nullptr : &codecs_[std::size_t(p)],
+                   slice<const float>(delta_.data(), n), slice<float>(res.data(), res.size()),
+                   slice<float>(mean_.data(), n), hash64(g.data(), g.size_bytes()),
+                   "Streaming DiLoCo", deadline);
   }
 
   // Waits for the flight, then g_p ← OuterOpt_p(g_p, mean) and θ_p ← α·θ_p + (1 − α)·g_p.
   status land_and_apply(const std::function<void(const fragment_sync&)>& on_sync) {
-    const auto t0 = std::chrono::steady_clock::now();
-    landed r = flight_.get();
-    overlap_.wait_s += seconds(std::chrono::steady_clock::now() - t0);
-    overlap_.comm_s += r.seconds;
-    traffic_.bytes_sent += r.sent;
-    traffic_.payload_bytes += r.payload;
-    ++traffic_.rounds;
-    if (!r.s) return r.s;
+    std::size_t sent = 0;
+    if (auto s = flight_.land(traffic_, overlap_, &sent); !s) return s;
     const int p = flying_;
     const std::size_t n = frags_[std::size_t(p)].size();
     auto& a = w_->state();
@@ -274,7 +247,7 @@ class streaming_replica {
     for (auto& s : frags_[std::size_t(p)].spans)
       for (std::size_t i = s.offset; i < s.offset + s.size; ++i)
         th[i] = al == 0.0f ? g[i] : al == 1.0f ? th[i] : al * th[i] + (1.0f - al) * g[i];
-    if (on_sync) on_sync({p, last_sent_[std::size_t(p)], step_, r.sent});
+    if (on_sync) on_sync({p, last_sent_[std::size_t(p)], step_, sent});
     return {};
   }
 
@@ -289,12 +262,12 @@ class streaming_replica {
   std::vector<float> delta_, mean_;           // the flight's: Δ_p and its mean
   std::vector<float> scratch_;                // g_p laid end to end for the outer step
   std::vector<long> last_sent_;               // the step each fragment last sent at
-  std::future<landed> flight_;
   int flying_ = 0;
   long apply_at_ = 0;
   long step_ = 0;
   train::diloco_traffic traffic_;
   overlap_stats overlap_;
+  mean_in_flight<T> flight_;  // last: destroyed first, waiting for a flight still running
 };
 
 }  // namespace paco::train

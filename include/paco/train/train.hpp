@@ -16,6 +16,7 @@
 #include "paco/train/inner_loop.hpp"
 #include "paco/train/learning_curve.hpp"
 #include "paco/train/local_trainer.hpp"
+#include "paco/train/mean_in_flight.hpp"
 #include "paco/train/path_worker.hpp"
 #include "paco/train/routed_setup.hpp"
 #include "paco/train/routed_training.hpp"

@@ -1,0 +1,89 @@
+#pragma once
+// mean_in_flight: the mean of the ranks' Δ (train::detail::mean_delta: the fp32 ring, or a codec
+// with error feedback) and, optionally, the check that every rank holds the same θ, run on a
+// background thread while the caller goes on with inner steps; its bytes and seconds are booked
+// when it lands. The piece the overlapped trainers share (co2_replica, streaming_replica).
+//
+//   mean_in_flight<net::asio_tcp> f;
+//   f.launch(t, codec, delta, residual, mean, hash, "CO2", deadline);
+//   … inner steps …
+//   if (auto s = f.land(traffic, overlap); !s) return s;      // mean holds the mean Δ
+
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <optional>
+
+#include "paco/collectives/counted.hpp"
+#include "paco/compress/module_codec.hpp"
+#include "paco/core/slice.hpp"
+#include "paco/net/concepts.hpp"
+#include "paco/train/diloco_allreduce.hpp"
+
+namespace paco::train {
+
+template <net::Transport T>
+class mean_in_flight {
+ public:
+  mean_in_flight() = default;
+  mean_in_flight(const mean_in_flight&) = delete;
+  mean_in_flight& operator=(const mean_in_flight&) = delete;
+  // Waits for a flight still running (it holds references to the caller's buffers).
+  ~mean_in_flight() {
+    if (flight_.valid()) flight_.wait();
+  }
+
+  // Starts the mean of delta into mean (codec null: the fp32 ring), then, if hash is given, the
+  // check that every rank passed the same one (mismatch naming `what` otherwise). Requires:
+  // nothing in flight; every rank launches the same sequence; t, codec, delta, residual and
+  // mean are left alone by the caller until land(). Every step must end by `deadline` from now.
+  void launch(T& t, compress::module_codec* codec, slice<const float> delta, slice<float> residual,
+              slice<float> mean, std::optional<std::uint64_t> hash, const char* what,
+              std::chrono::steady_clock::duration deadline) {
+    PACO_ASSERT(!flight_.valid(), "mean_in_flight: one flight at a time");
+    collectives::collective_options co;
+    co.until = net::after(deadline);
+    flight_ = std::async(std::launch::async, [=, &t]() -> landed {
+      const auto t0 = std::chrono::steady_clock::now();
+      landed r;
+      collectives::counted<T> ct(t);
+      r.s = detail::mean_delta(ct, codec, delta, residual, mean, co, r.payload);
+      if (r.s && hash) r.s = detail::check_identical(ct, *hash, co, what);
+      r.sent = ct.bytes();
+      r.seconds = seconds_since(t0);
+      return r;
+    });
+  }
+
+  // Waits for the flight. Ensures: traffic grows by its bytes (and one round), overlap by its
+  // seconds on the wire and the seconds waited here; *sent (if given) holds its bytes. Returns
+  // the flight's status. Requires: in_flight().
+  status land(diloco_traffic& traffic, overlap_stats& overlap, std::size_t* sent = nullptr) {
+    const auto t0 = std::chrono::steady_clock::now();
+    landed r = flight_.get();
+    overlap.wait_s += seconds_since(t0);
+    overlap.comm_s += r.seconds;
+    traffic.bytes_sent += r.sent;
+    traffic.payload_bytes += r.payload;
+    ++traffic.rounds;
+    if (sent) *sent = r.sent;
+    return r.s;
+  }
+
+  bool in_flight() const noexcept { return flight_.valid(); }
+
+ private:
+  struct landed {
+    status s;
+    std::size_t sent = 0, payload = 0;
+    double seconds = 0;
+  };
+
+  static double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  std::future<landed> flight_;
+};
+
+}  // namespace paco::train
