@@ -3,6 +3,7 @@
 // types that lack the tag or a member are refused. Includes the umbrella paco/paco.hpp.
 #include <catch2/catch.hpp>
 
+#include "../net/world.hpp"
 #include "paco/paco.hpp"  // the umbrella header compiles on its own
 #include "paco/testing/archetypes.hpp"
 #include "paco/testing/token_streams.hpp"
@@ -110,6 +111,39 @@ TEST_CASE("archetypes are enough for the inner loop and a path worker's round",
   testing::module_store_archetype store;
   REQUIRE(w.run_round(store, std::chrono::seconds(1)).ok());
   REQUIRE(w.inner_step() == 2);
+}
+
+TEST_CASE("archetypes are enough for the all-reduce trainers: DiLoCo, CO2, eager, streaming",
+          "[train][concepts]") {
+  using worker_t = train::path_worker<testing::model_archetype, testing::inner_optimizer_archetype>;
+  using outer_t = testing::outer_optimizer_archetype;
+  testing::model_archetype model;
+  const auto shard = testing::synthetic_stream(1, 200, 3, 2);
+  const path::level_span all{0, model.layout().total(), {"w"}};
+  const auto one =
+      train::fragments_by(model.layout(), 1, [](const std::string&) { return 0; }).value();
+  std::vector<status> errs(2);
+  testing::inproc_world::run(2, [&](net::inproc& t) {
+    worker_t w(t.rank(), model, {all}, {0}, {}, {.batch = 2, .ctx = 8, .steps = 2}, shard, 1);
+    train::diloco_replica<net::inproc, testing::model_archetype, testing::inner_optimizer_archetype,
+                          outer_t>
+        dil(t, w, {});
+    status s = dil.run(1, std::chrono::seconds(10));
+    for (auto rule : {train::overlap_rule::delayed, train::overlap_rule::eager}) {
+      train::co2_replica<net::inproc, testing::model_archetype, testing::inner_optimizer_archetype,
+                         outer_t>
+          co2(t, w, {}, std::nullopt, rule);
+      if (s) s = co2.run(2, std::chrono::seconds(10));
+      if (s) s = co2.finish(std::chrono::seconds(10));
+    }
+    train::streaming_replica<net::inproc, testing::model_archetype,
+                             testing::inner_optimizer_archetype, outer_t>
+        st(t, w, {}, one, {.sync_every = 2});
+    if (s) s = st.run(4, std::chrono::seconds(10));
+    if (s) s = st.finish(std::chrono::seconds(10));
+    errs[std::size_t(t.rank())] = s;
+  });
+  for (auto& e : errs) REQUIRE(e.ok());
 }
 
 TEST_CASE("the path-worker archetype is enough for the round loop", "[train][concepts]") {
