@@ -3,12 +3,14 @@
 // update, eager updates, Streaming DiLoCo; docs/02_dipaco.md). Rank and size come from --rank
 // and --size or from the launcher (PACO_RANK/PACO_WORLD_SIZE, mpirun, srun, RANK/WORLD_SIZE);
 // the rendezvous from --coordinator or PACO_COORDINATOR (or MASTER_ADDR:MASTER_PORT); the
-// group's secret from --token or PACO_TOKEN.
+// group's secret from --token or PACO_TOKEN. With --transport mpi (a build with MPI), the ranks
+// are mpirun's and the syncs go over net::mpi.
 //
 //   examples/diloco_ranks/run_local.sh build/examples/diloco_ranks/example_diloco_ranks 2
 //       --overlap eager             (two processes on this machine; the flags follow K)
 //   PACO_TOKEN=s srun -n 4 example_diloco_ranks --coordinator node1:29500
 //       --listen-host 0.0.0.0 --overlap streaming            (four ranks under Slurm)
+//   mpirun -np 4 example_diloco_ranks --transport mpi --overlap eager           (over MPI)
 //
 // Rank r trains on every k-th training document from the r-th; all ranks start from the same
 // initialisation. Rank 0 prints a line per round and, at the end, validation bits per byte;
@@ -25,6 +27,9 @@
 #include "paco/io/io.hpp"
 #include "paco/net/asio_tcp.hpp"
 #include "paco/net/launch_env.hpp"
+#if PACO_EXAMPLE_WITH_MPI
+#include "paco/net/mpi.hpp"
+#endif
 #include "paco/nn/nn.hpp"
 #include "paco/optim/optim.hpp"
 #include "paco/outer/outer.hpp"
@@ -43,7 +48,7 @@ namespace {
 
 struct options {
   int rank = -1, size = -1;
-  std::string coordinator, listen_host = "127.0.0.1", token;
+  std::string transport = "tcp", coordinator, listen_host = "127.0.0.1", token;
   std::string overlap = "none", outer = "auto", compress;
   int rounds = 10, inner = 60, tau = 1, block_fragments = 2;
   float alpha = 0.5f;
@@ -58,12 +63,133 @@ int fail(const std::string& what) {
   return 2;
 }
 
+// The run of one rank once the group is formed: its shard, the worker, the trainer of
+// --overlap, and the report. Returns the process's exit code.
+template <net::Transport T>
+int train_ranks(const options& o, T& t, const nn::gpt& model,
+                const std::optional<store::compression>& compression,
+                const std::vector<train::fragment>& frags, const train::streaming_config& sc) {
+  const int rank = t.rank(), size = t.size();
+  const bool lead = rank == 0;
+
+  // ---- data: this rank's shard of the training documents; validation on rank 0 ----
+  auto corpus = io::load_brown(io::default_brown_dir());
+  if (!corpus) return fail(corpus.error().what());
+  const io::corpus train_docs = corpus->subset(io::split::train);
+  io::corpus part;
+  for (std::size_t i = std::size_t(rank); i < train_docs.docs.size(); i += std::size_t(size))
+    part.docs.push_back(train_docs.docs[i]);
+  const auto shard = io::token_stream::from(part);
+
+  const auto levels = *path::split_gpt_levels(model.layout(), o.layers, 1);
+  const train::inner_config icfg{
+      .batch = o.batch,
+      .ctx = o.ctx,
+      .steps = o.inner,
+      .grad_clip = 1.0f,
+      .schedule = {.lr = o.lr,
+                   .min_lr = o.lr / 10,
+                   .warmup = std::min(50L, long(o.rounds) * o.inner / 10),
+                   .total = long(o.rounds) * o.inner},
+      .threads = 1};
+  worker_t w(rank, model, levels, {0}, optim::adamw{.lr = o.lr}, icfg, shard,
+             o.seed + 100 + std::uint64_t(rank));
+  model.init(w.state(), o.seed);  // the same θ on every rank
+  const outer_t outer =
+      o.outer == "co2"
+          ? outer_t(outer::co2{.momentum = 0.2f, .clip = outer::co2::clip_mode::element})
+          : outer_t(outer::nesterov{});
+  if (lead)
+    std::printf(
+        "%d ranks over %s, overlap %s, outer %s, Δ %s; GPT d=%d layers=%d ctx=%d (%.2fM "
+        "parameters), %d rounds x H=%d, %zu training bytes on rank 0\n",
+        size, o.transport.c_str(), o.overlap.c_str(), o.outer.c_str(),
+        o.compress.empty() ? "fp32" : o.compress.c_str(), o.d, o.layers, o.ctx,
+        double(model.param_count()) / 1e6, o.rounds, o.inner, shard.ids.size());
+
+  // ---- the rounds ----
+  const auto deadline = std::chrono::seconds(o.deadline_s);
+  const auto start = clk::now();
+  auto on_round = [&](long round, std::size_t bytes) {
+    if (lead)
+      std::printf("round %3ld  inner loss %.4f  %.1f s  %.2f MB sent\n", round + 1, w.last_loss(),
+                  std::chrono::duration<double>(clk::now() - start).count(), double(bytes) / 1e6);
+  };
+  status s;
+  std::size_t sent = 0;
+  double hidden = -1;
+  if (o.overlap == "streaming") {
+    std::vector<compress::module_codec> codecs;
+    if (compression) {
+      auto c = train::fragment_codecs(*compression, model, frags);
+      if (!c) return fail("--compress: " + c.error().message);
+      codecs = std::move(*c);
+    }
+    train::streaming_replica<T, nn::gpt, optim::adamw, outer_t> rep(t, w, outer, frags, sc,
+                                                                    std::move(codecs));
+    for (int r = 0; r < o.rounds && s; ++r) {
+      s = rep.run(o.inner, deadline);
+      if (s && r + 1 == o.rounds) s = rep.finish(deadline);
+      if (s) on_round(r, rep.traffic().bytes_sent - sent);
+      sent = rep.traffic().bytes_sent;
+    }
+    hidden = rep.overlap().hidden();
+  } else {
+    std::optional<compress::module_codec> codec;  // one over the whole plane
+    if (compression) {
+      auto c = train::diloco_codec(*compression, model);
+      if (!c) return fail("--compress: " + c.error().message);
+      codec = std::move(*c);
+    }
+    if (o.overlap == "none") {
+      train::diloco_replica<T, nn::gpt, optim::adamw, outer_t> rep(t, w, outer, std::move(codec));
+      s = rep.run(o.rounds, deadline, on_round);
+      sent = rep.traffic().bytes_sent;
+    } else {
+      train::co2_replica<T, nn::gpt, optim::adamw, outer_t> rep(
+          t, w, outer, std::move(codec),
+          o.overlap == "eager" ? train::overlap_rule::eager : train::overlap_rule::delayed);
+      s = rep.run(o.rounds, deadline, on_round);
+      if (s) s = rep.finish(deadline);
+      sent = rep.traffic().bytes_sent;
+      hidden = rep.overlap().hidden();
+    }
+  }
+  if (!s) return fail("rank " + std::to_string(rank) + ": " + s.error().what());
+
+  const auto theta = w.state().get(plane::param);
+  if (lead) {
+    std::vector<std::vector<std::int32_t>> val;
+    io::byte_tokenizer tok;
+    for (auto& d : corpus->subset(io::split::validation).docs) val.push_back(tok.encode(d.text));
+    std::vector<route::scored_span> spans;
+    for (auto& v : val)
+      if (v.size() > 1) spans.push_back({v, 1, v.size()});
+    auto ws = model.make_workspace({o.batch, o.ctx});
+    const auto rule = route::sliding_window::make(o.ctx).value_or_throw();
+    const std::vector<const float*> one{theta.data()};
+    const double bpb =
+        route::routed_nll(model, one, spans, std::vector<int>(spans.size(), 0), rule, ws)
+            .bits_per_token();
+    std::printf("validation: %.4f bits per byte (%s); %.1f s; %.2f MB sent by rank 0", bpb,
+                rule.name().c_str(), std::chrono::duration<double>(clk::now() - start).count(),
+                double(sent) / 1e6);
+    if (hidden >= 0) std::printf("; %.0f%% of the communication hidden", 100 * hidden);
+    std::printf("\n");
+  }
+  std::printf("rank %d final theta hash %016" PRIx64 "\n", rank,
+              hash64(theta.data(), theta.size_bytes()));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   options o;
   CLI::App app{"DiLoCo over an all-reduce, one process per rank, on the Brown corpus"};
+  app.add_option("--transport", o.transport, "tcp | mpi (ranks from mpirun; a build with MPI)")
+      ->check(CLI::IsMember({"tcp", "mpi"}));
   app.add_option("--rank", o.rank, "this rank (default: from the launcher's variables)");
   app.add_option("--size", o.size, "number of ranks (default: from the launcher's variables)");
   app.add_option("--coordinator", o.coordinator,
@@ -93,8 +219,36 @@ int main(int argc, char** argv) try {
   app.add_option("--deadline", o.deadline_s, "seconds a sync may take")
       ->check(CLI::Range(1, 86400));
   CLI11_PARSE(app, argc, argv);
+  if (o.d % o.heads != 0) return fail("--d must be a multiple of --heads");
+  if (o.outer == "auto") o.outer = o.overlap == "delayed" ? "co2" : "nesterov";
+  const nn::gpt model({.vocab = 256, .ctx = o.ctx, .d = o.d, .layers = o.layers, .heads = o.heads});
+  std::optional<store::compression> compression;
+  if (!o.compress.empty()) {
+    auto c = store::parse_compression(o.compress);
+    if (!c) return fail("--compress: " + c.error().message);
+    compression = *c;
+  }
+  // Streaming DiLoCo's fragments and schedule, checked before anything connects.
+  const train::streaming_config sc{.sync_every = o.inner, .overlap = o.tau, .alpha = o.alpha};
+  auto frags = train::gpt_fragments(model.layout(), o.layers, o.block_fragments,
+                                    train::fragment_order::strided);
+  if (o.overlap == "streaming") {
+    if (!frags) return fail("--block-fragments: " + frags.error().message);
+    if (auto v = sc.validate(frags->size()); !v) return fail(v.error().message);
+  }
+  const std::vector<train::fragment> fragments = frags ? *frags : std::vector<train::fragment>{};
 
-  // ---- who we are, and where the group meets ----
+  if (o.transport == "mpi") {
+#if PACO_EXAMPLE_WITH_MPI
+    net::mpi_environment env(&argc, &argv);
+    net::mpi t;
+    return train_ranks(o, t, model, compression, fragments, sc);
+#else
+    return fail("--transport mpi: this build has no MPI (install Open MPI and rebuild)");
+#endif
+  }
+
+  // ---- over TCP: who we are, and where the group meets ----
   if (o.rank < 0 || o.size < 0) {
     auto who = net::rank_from_env();
     if (!who) return fail(who.error().message);
@@ -114,56 +268,6 @@ int main(int argc, char** argv) try {
   if (o.token.empty())
     if (const char* t = std::getenv("PACO_TOKEN")) o.token = t;
   if (o.token.empty()) return fail("no token: pass --token or set PACO_TOKEN (the group's secret)");
-  if (o.d % o.heads != 0) return fail("--d must be a multiple of --heads");
-  const bool lead = o.rank == 0;
-  if (o.outer == "auto") o.outer = o.overlap == "delayed" ? "co2" : "nesterov";
-
-  // ---- data: this rank's shard of the training documents; validation on rank 0 ----
-  auto corpus = io::load_brown(io::default_brown_dir());
-  if (!corpus) return fail(corpus.error().what());
-  const io::corpus train_docs = corpus->subset(io::split::train);
-  io::corpus part;
-  for (std::size_t i = std::size_t(o.rank); i < train_docs.docs.size(); i += std::size_t(o.size))
-    part.docs.push_back(train_docs.docs[i]);
-  const auto shard = io::token_stream::from(part);
-
-  nn::gpt model({.vocab = 256, .ctx = o.ctx, .d = o.d, .layers = o.layers, .heads = o.heads});
-  const auto levels = *path::split_gpt_levels(model.layout(), o.layers, 1);
-  const train::inner_config icfg{
-      .batch = o.batch,
-      .ctx = o.ctx,
-      .steps = o.inner,
-      .grad_clip = 1.0f,
-      .schedule = {.lr = o.lr,
-                   .min_lr = o.lr / 10,
-                   .warmup = std::min(50L, long(o.rounds) * o.inner / 10),
-                   .total = long(o.rounds) * o.inner},
-      .threads = 1};
-  worker_t w(o.rank, model, levels, {0}, optim::adamw{.lr = o.lr}, icfg, shard,
-             o.seed + 100 + std::uint64_t(o.rank));
-  model.init(w.state(), o.seed);  // the same θ on every rank
-
-  const outer_t outer =
-      o.outer == "co2"
-          ? outer_t(outer::co2{.momentum = 0.2f, .clip = outer::co2::clip_mode::element})
-          : outer_t(outer::nesterov{});
-  std::optional<store::compression> compression;
-  if (!o.compress.empty()) {
-    auto c = store::parse_compression(o.compress);
-    if (!c) return fail("--compress: " + c.error().message);
-    compression = *c;
-  }
-
-  // Streaming DiLoCo's fragments and schedule, checked before anything connects.
-  const train::streaming_config sc{.sync_every = o.inner, .overlap = o.tau, .alpha = o.alpha};
-  auto frags = train::gpt_fragments(model.layout(), o.layers, o.block_fragments,
-                                    train::fragment_order::strided);
-  if (o.overlap == "streaming") {
-    if (!frags) return fail("--block-fragments: " + frags.error().message);
-    if (auto v = sc.validate(frags->size()); !v) return fail(v.error().message);
-  }
-
-  // ---- the group ----
   net::tcp_options to;
   to.rank = o.rank;
   to.size = o.size;
@@ -173,93 +277,7 @@ int main(int argc, char** argv) try {
   to.token = o.token;
   auto tcp = net::asio_tcp::connect(to);
   if (!tcp) return fail("connect: " + tcp.error().what());
-  auto& t = **tcp;
-  if (lead)
-    std::printf(
-        "%d ranks, overlap %s, outer %s, Δ %s; GPT d=%d layers=%d ctx=%d (%.2fM parameters), "
-        "%d rounds x H=%d, %zu training bytes on rank 0\n",
-        o.size, o.overlap.c_str(), o.outer.c_str(),
-        o.compress.empty() ? "fp32" : o.compress.c_str(), o.d, o.layers, o.ctx,
-        double(model.param_count()) / 1e6, o.rounds, o.inner, shard.ids.size());
-
-  // ---- the rounds ----
-  const auto deadline = std::chrono::seconds(o.deadline_s);
-  const auto start = clk::now();
-  auto on_round = [&](long round, std::size_t bytes) {
-    if (lead)
-      std::printf("round %3ld  inner loss %.4f  %.1f s  %.2f MB sent\n", round + 1, w.last_loss(),
-                  std::chrono::duration<double>(clk::now() - start).count(), double(bytes) / 1e6);
-  };
-  status s;
-  std::size_t sent = 0;
-  double hidden = -1;
-  if (o.overlap == "none") {
-    std::optional<compress::module_codec> codec;
-    if (compression) {
-      auto c = train::diloco_codec(*compression, model);
-      if (!c) return fail("--compress: " + c.error().message);
-      codec = std::move(*c);
-    }
-    train::diloco_replica<net::asio_tcp, nn::gpt, optim::adamw, outer_t> rep(t, w, outer,
-                                                                             std::move(codec));
-    s = rep.run(o.rounds, deadline, on_round);
-    sent = rep.traffic().bytes_sent;
-  } else if (o.overlap == "streaming") {
-    std::vector<compress::module_codec> codecs;
-    if (compression) {
-      auto c = train::fragment_codecs(*compression, model, *frags);
-      if (!c) return fail("--compress: " + c.error().message);
-      codecs = std::move(*c);
-    }
-    train::streaming_replica<net::asio_tcp, nn::gpt, optim::adamw, outer_t> rep(
-        t, w, outer, *frags, sc, std::move(codecs));
-    for (int r = 0; r < o.rounds && s; ++r) {
-      s = rep.run(o.inner, deadline);
-      if (s && r + 1 == o.rounds) s = rep.finish(deadline);
-      if (s) on_round(r, rep.traffic().bytes_sent - sent);
-      sent = rep.traffic().bytes_sent;
-    }
-    hidden = rep.overlap().hidden();
-  } else {
-    std::optional<compress::module_codec> codec;
-    if (compression) {
-      auto c = train::diloco_codec(*compression, model);
-      if (!c) return fail("--compress: " + c.error().message);
-      codec = std::move(*c);
-    }
-    train::co2_replica<net::asio_tcp, nn::gpt, optim::adamw, outer_t> rep(
-        t, w, outer, std::move(codec),
-        o.overlap == "eager" ? train::overlap_rule::eager : train::overlap_rule::delayed);
-    s = rep.run(o.rounds, deadline, on_round);
-    if (s) s = rep.finish(deadline);
-    sent = rep.traffic().bytes_sent;
-    hidden = rep.overlap().hidden();
-  }
-  if (!s) return fail("rank " + std::to_string(o.rank) + ": " + s.error().what());
-
-  const auto theta = w.state().get(plane::param);
-  if (lead) {
-    std::vector<std::vector<std::int32_t>> val;
-    io::byte_tokenizer tok;
-    for (auto& d : corpus->subset(io::split::validation).docs) val.push_back(tok.encode(d.text));
-    std::vector<route::scored_span> spans;
-    for (auto& v : val)
-      if (v.size() > 1) spans.push_back({v, 1, v.size()});
-    auto ws = model.make_workspace({o.batch, o.ctx});
-    const auto rule = route::sliding_window::make(o.ctx).value_or_throw();
-    const std::vector<const float*> one{theta.data()};
-    const double bpb =
-        route::routed_nll(model, one, spans, std::vector<int>(spans.size(), 0), rule, ws)
-            .bits_per_token();
-    std::printf("validation: %.4f bits per byte (%s); %.1f s; %.2f MB sent by rank 0", bpb,
-                rule.name().c_str(), std::chrono::duration<double>(clk::now() - start).count(),
-                double(sent) / 1e6);
-    if (hidden >= 0) std::printf("; %.0f%% of the communication hidden", 100 * hidden);
-    std::printf("\n");
-  }
-  std::printf("rank %d final theta hash %016" PRIx64 "\n", o.rank,
-              hash64(theta.data(), theta.size_bytes()));
-  return 0;
+  return train_ranks(o, **tcp, model, compression, fragments, sc);
 } catch (const std::exception& e) {
   return fail(e.what());
 }
