@@ -58,6 +58,7 @@ struct options {
   double comm_ratio = 1.0;
   float lr = 2e-3f, min_lr = 2e-4f;
   std::uint64_t seed = 1;
+  std::vector<std::string> methods{"diloco", "co2", "eager", "streaming"};  // rows to run
 };
 
 using outer_t = outer::one_of<outer::nesterov, outer::co2>;
@@ -103,7 +104,10 @@ int main(int argc, char** argv) {
   app.add_option("--ctx", o.ctx);
   app.add_option("--layers", o.layers);
   app.add_option("--batch", o.batch);
-  app.add_option("--seed", o.seed);
+  app.add_option("--seed", o.seed, "shards, initialisation and sampling");
+  app.add_option("--methods", o.methods, "rows to run: diloco (always), co2, eager, streaming")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"diloco", "co2", "eager", "streaming"}));
   CLI11_PARSE(app, argc, argv);
   const int K = 2;
   const auto t_all = clk::now();
@@ -239,6 +243,9 @@ int main(int argc, char** argv) {
   };
   std::vector<row> rows;
   for (const auto& v : variants) {
+    if (v.method != "diloco" &&
+        std::find(o.methods.begin(), o.methods.end(), v.method) == o.methods.end())
+      continue;
     row r{v};
     const auto t0 = clk::now();
     const int port = net::free_loopback_port();
@@ -336,7 +343,11 @@ int main(int argc, char** argv) {
   }
 
   // ---- the overlapped row chosen on validation; the table on test ----
-  const row* dil = &rows[0];
+  const row* dil = &rows[0];  // DiLoCo, the first row, always runs
+  if (rows.size() < 2) {
+    std::fprintf(stderr, "overlap: --methods names no overlapped row\n");
+    return 2;
+  }
   const row* chosen = nullptr;
   for (auto& r : rows)
     if (r.v.method != "diloco" && (!chosen || r.val_bpb < chosen->val_bpb)) chosen = &r;

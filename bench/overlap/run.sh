@@ -8,6 +8,7 @@
 # {"bench":"overlap","rows":[{"method","outer","val_bpb","test_bpb","round_s","hidden",...}],
 #  "chosen":..,"round_time_ratio":..,"test_bpb_delta":..,"config":{...}}.
 # Usage: bench/run overlap [--rounds 8] [--inner 100] [--comm-ratio 1.0] [--pretrain 300]
+#        [--seed 1] [--methods diloco,co2,eager,streaming]
 set -euo pipefail
 : "${PACO_ROOT:?run through bench/run}" "${PACO_BUILD_DIR:?run through bench/run}"
 cmake --build "$PACO_BUILD_DIR" --target bench_overlap >&2

@@ -106,6 +106,15 @@ TEST_CASE("streaming_config: H a multiple of P, τ < H/P, α in [0, 1]", "[train
   REQUIRE(!st);
   REQUIRE(st.error().code == errc::invalid_argument);
   REQUIRE(r.step() == 0);
+  // … and codecs that do not match the fragments one for one.
+  auto codecs = train::fragment_codecs(*store::parse_compression("int8"), s.model, s.fragments(2));
+  REQUIRE(codecs);
+  codecs->pop_back();
+  streaming_t short_of_codecs(world[0], *w, outer::nesterov{}, s.fragments(2), {.sync_every = 6},
+                              std::move(*codecs));
+  const auto sc = short_of_codecs.run(6, std::chrono::seconds(5));
+  REQUIRE(!sc);
+  REQUIRE(sc.error().message.find("one codec per fragment") != std::string::npos);
 }
 
 TEST_CASE("streaming_replica: one fragment, no overlap, α = 0 is DiLoCo bit for bit",

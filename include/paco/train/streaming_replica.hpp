@@ -2,9 +2,9 @@
 // streaming_replica: one rank of Streaming DiLoCo (Douillard et al. 2025; ALGORITHMS.md §6.1)
 // over an all-reduce. The parameters are cut into P fragments (train/fragments.hpp); each is
 // synced every H inner steps, the fragments staggered by c = H/P steps, so one fragment's
-// all-reduce is on the wire at a time (peak traffic falls by the fragment's share). A sync may
-// run behind τ further inner steps (overlap), and the fragment's new global value is mixed into
-// the local one with α:
+// all-reduce is on the wire at a time (each moves only the fragment's bytes; a round moves as many
+// as DiLoCo's). A sync may run behind τ further inner steps (overlap), and the fragment's new
+// global value is mixed into the local one with α:
 //
 //   g ← θ (the anchor plane holds g, the global copy of every fragment); per-fragment outer state
 //   at inner step t (1, 2, …): fragment p = (t/c) mod P sends when c | t and t ≥ H + p·c:
@@ -100,11 +100,12 @@ class streaming_replica {
         cfg_(cfg),
         codecs_(std::move(codecs)) {
     std::size_t largest = 0;
-    for (auto& f : frags_) {
-      state_.emplace_back(outer_.state_size(f.size()), 0.0f);
-      residual_.emplace_back(
-          !codecs_.empty() && codecs_[state_.size() - 1].error_feedback() ? f.size() : 0, 0.0f);
-      largest = std::max(largest, f.size());
+    for (std::size_t p = 0; p < frags_.size(); ++p) {
+      const std::size_t n = frags_[p].size();
+      state_.emplace_back(outer_.state_size(n), 0.0f);
+      const bool feedback = p < codecs_.size() && codecs_[p].error_feedback();
+      residual_.emplace_back(feedback ? n : 0, 0.0f);  // a codec count off is run()'s error
+      largest = std::max(largest, n);
     }
     delta_.resize(largest);
     mean_.resize(largest);
