@@ -150,12 +150,8 @@ class co2_replica {
     outer_.step(std::span<float>(th.data(), n_), std::span<const float>(mean_), state_);
     std::copy(th.begin(), th.end(), an.begin());
     if (rule_ == overlap_rule::eager) return {};  // the replicas differ by design
-    collectives::counted<T> ct(*t_);
-    collectives::collective_options co;
-    co.until = net::after(deadline);
-    auto s = detail::check_identical(ct, hash64(th.data(), th.size_bytes()), co, "CO2");
-    traffic_.bytes_sent += ct.bytes();
-    return s;
+    return detail::check_identical_within(*t_, hash64(th.data(), th.size_bytes()), deadline, "CO2",
+                                          traffic_);
   }
 
   bool in_flight() const noexcept { return flight_.in_flight(); }

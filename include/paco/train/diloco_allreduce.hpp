@@ -18,6 +18,7 @@
 // The error-feedback residual lives in the worker's arena (plane::residual).
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -130,6 +131,19 @@ status check_identical(T& t, std::uint64_t h, const collectives::collective_opti
       return {errc::mismatch,
               std::string(what) + " replicas diverged: θ hashes differ after the outer step"};
   return {};
+}
+
+// check_identical on its own, every step within `deadline` from now; the bytes it sends are
+// added to traffic.bytes_sent.
+template <net::Transport T>
+status check_identical_within(T& t, std::uint64_t h, std::chrono::steady_clock::duration deadline,
+                              const char* what, diloco_traffic& traffic) {
+  collectives::counted<T> ct(t);
+  collectives::collective_options co;
+  co.until = net::after(deadline);
+  auto s = check_identical(ct, h, co, what);
+  traffic.bytes_sent += ct.bytes();
+  return s;
 }
 
 // The outer step from the mean Δ, then the replicas' hash check.

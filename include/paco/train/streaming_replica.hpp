@@ -164,12 +164,8 @@ class streaming_replica {
     auto& a = w_->state();
     const auto th = a.get(plane::param), g = a.get(plane::anchor);
     std::copy(g.begin(), g.end(), th.begin());
-    collectives::counted<T> ct(*t_);
-    collectives::collective_options co;
-    co.until = net::after(deadline);
-    auto s = detail::check_identical(ct, hash64(g.data(), g.size_bytes()), co, "Streaming DiLoCo");
-    traffic_.bytes_sent += ct.bytes();
-    return s;
+    return detail::check_identical_within(*t_, hash64(g.data(), g.size_bytes()), deadline,
+                                          "Streaming DiLoCo", traffic_);
   }
 
   long step() const noexcept { return step_; }
