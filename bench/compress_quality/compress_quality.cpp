@@ -127,21 +127,8 @@ int main(int argc, char** argv) {
   std::vector<std::vector<std::int32_t>> train, val;
   for (auto& d : corpus->subset(io::split::train).docs) train.push_back(tok.encode(d.text));
   for (auto& d : corpus->subset(io::split::validation).docs) val.push_back(tok.encode(d.text));
-  std::vector<std::size_t> perm(train.size());
-  std::iota(perm.begin(), perm.end(), 0);
-  rng shuffle(o.seed * 977 + 3);
-  for (std::size_t i = perm.size(); i > 1; --i) std::swap(perm[i - 1], perm[shuffle.below(i)]);
   const int K = o.workers;
-  std::vector<io::token_stream> shards(K);
-  io::token_stream all;
-  for (std::size_t i = 0; i < perm.size(); ++i) {
-    auto& s = shards[i % std::size_t(K)];
-    const auto& doc = train[perm[i]];
-    s.doc_start.push_back(s.ids.size());
-    s.ids.insert(s.ids.end(), doc.begin(), doc.end());
-    all.doc_start.push_back(all.ids.size());
-    all.ids.insert(all.ids.end(), doc.begin(), doc.end());
-  }
+  const auto [shards, all] = io::deal_random_shards(train, K, o.seed * 977 + 3);
   std::size_t val_bytes = 0;
   for (auto& v : val) val_bytes += v.size();
   std::printf("Brown: %zu training documents in %d random shards (MB:", train.size(), K);

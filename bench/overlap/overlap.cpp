@@ -41,6 +41,7 @@
 #include "paco/path/level_map.hpp"
 #include "paco/route/route.hpp"
 #include "paco/train/co2_replica.hpp"
+#include "paco/train/dense_run.hpp"
 #include "paco/train/diloco_replica.hpp"
 #include "paco/train/inner_loop.hpp"
 #include "paco/train/streaming_replica.hpp"
@@ -119,24 +120,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   io::byte_tokenizer tok;
-  std::vector<std::vector<std::int32_t>> train, val, test;
+  std::vector<std::vector<std::int32_t>> train;
   for (auto& d : corpus->subset(io::split::train).docs) train.push_back(tok.encode(d.text));
-  for (auto& d : corpus->subset(io::split::validation).docs) val.push_back(tok.encode(d.text));
-  for (auto& d : corpus->subset(io::split::test).docs) test.push_back(tok.encode(d.text));
-  std::vector<std::size_t> perm(train.size());
-  std::iota(perm.begin(), perm.end(), 0);
-  rng shuffle(o.seed * 977 + 3);
-  for (std::size_t i = perm.size(); i > 1; --i) std::swap(perm[i - 1], perm[shuffle.below(i)]);
-  std::vector<io::token_stream> shards(K);
-  io::token_stream all;
-  for (std::size_t i = 0; i < perm.size(); ++i) {
-    auto& s = shards[i % std::size_t(K)];
-    const auto& doc = train[perm[i]];
-    s.doc_start.push_back(s.ids.size());
-    s.ids.insert(s.ids.end(), doc.begin(), doc.end());
-    all.doc_start.push_back(all.ids.size());
-    all.ids.insert(all.ids.end(), doc.begin(), doc.end());
-  }
+  const auto [shards, all] = io::deal_random_shards(train, K, o.seed * 977 + 3);
+  const auto val = route::scored_docs::of(corpus->subset(io::split::validation));
+  const auto test = route::scored_docs::of(corpus->subset(io::split::test));
   std::printf(
       "Brown: %zu training documents in %d random shards, %zu validation and %zu test "
       "documents (scored whole)\n",
@@ -153,30 +141,24 @@ int main(int argc, char** argv) {
   arena<host> base(model.layout());
   model.init(base, o.seed);
   {
-    train::inner_loop<nn::gpt, optim::adamw> loop(
-        model,
-        {.batch = o.batch,
-         .ctx = o.ctx,
-         .grad_clip = 1.0f,
-         .schedule = {.lr = o.lr, .min_lr = o.lr, .warmup = 50, .total = o.pretrain},
-         .threads = 2},
-        all, o.seed + 1);
     io::progress bar("base model", o.pretrain);
-    loop.run(base, optim::adamw{.lr = o.lr}, o.pretrain,
-             [&](long t, double l) { bar.update(t, "loss", l); });
+    train::dense_run(model, base, all,
+                     {.batch = o.batch,
+                      .ctx = o.ctx,
+                      .grad_clip = 1.0f,
+                      .schedule = {.lr = o.lr, .min_lr = o.lr, .warmup = 50, .total = o.pretrain},
+                      .threads = 2},
+                     optim::adamw{.lr = o.lr}, o.pretrain, o.seed + 1, 1000,
+                     [&](long t, double l) { bar.update(t, "loss", l); });
     bar.finish();
   }
   const std::vector<float> theta0(base.get(plane::param).begin(), base.get(plane::param).end());
 
   auto ws = model.make_workspace({o.batch, o.ctx});
   const auto rule = route::sliding_window::make(o.ctx).value_or_throw();  // the one scorer
-  auto bpb = [&](const std::vector<std::vector<std::int32_t>>& docs,
-                 const std::vector<float>& theta) {
-    std::vector<route::scored_span> spans;
-    for (auto& v : docs)
-      if (v.size() > 1) spans.push_back({v, 1, v.size()});
+  auto bpb = [&](const route::scored_docs& docs, const std::vector<float>& theta) {
     const std::vector<const float*> one{theta.data()};
-    return route::routed_nll(model, one, spans, std::vector<int>(spans.size(), 0), rule, ws)
+    return route::routed_nll(model, one, docs.spans, std::vector<int>(docs.size(), 0), rule, ws)
         .bits_per_token();
   };
   std::printf("base model: val %.4f bpb, scorer %s\n", bpb(val, theta0), rule.name().c_str());

@@ -159,17 +159,12 @@ int train_ranks(const options& o, T& t, const nn::gpt& model,
 
   const auto theta = w.state().get(plane::param);
   if (lead) {
-    std::vector<std::vector<std::int32_t>> val;
-    io::byte_tokenizer tok;
-    for (auto& d : corpus->subset(io::split::validation).docs) val.push_back(tok.encode(d.text));
-    std::vector<route::scored_span> spans;
-    for (auto& v : val)
-      if (v.size() > 1) spans.push_back({v, 1, v.size()});
+    const auto val = route::scored_docs::of(corpus->subset(io::split::validation));
     auto ws = model.make_workspace({o.batch, o.ctx});
     const auto rule = route::sliding_window::make(o.ctx).value_or_throw();
     const std::vector<const float*> one{theta.data()};
     const double bpb =
-        route::routed_nll(model, one, spans, std::vector<int>(spans.size(), 0), rule, ws)
+        route::routed_nll(model, one, val.spans, std::vector<int>(val.size(), 0), rule, ws)
             .bits_per_token();
     std::printf("validation: %.4f bits per byte (%s); %.1f s; %.2f MB sent by rank 0", bpb,
                 rule.name().c_str(), std::chrono::duration<double>(clk::now() - start).count(),

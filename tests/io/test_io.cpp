@@ -1,6 +1,7 @@
 // io: Brown loader (real corpus), tokenizer, batches, safetensors, checkpoints, atomic writes.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -260,4 +261,29 @@ TEST_CASE("safetensors files paco writes carry a checksum of tensors and metadat
   REQUIRE(mm.error().code == errc::mismatch);
   REQUIRE(mm.error().message.find("b = 2, this run has 3") != std::string::npos);
   fs::remove_all(d);
+}
+
+TEST_CASE("deal_random_shards: every document once, dealt round-robin in a seeded order", "[io]") {
+  std::vector<std::vector<std::int32_t>> docs;
+  for (int i = 0; i < 7; ++i) docs.push_back(std::vector<std::int32_t>(std::size_t(i + 1), i));
+  const auto d = io::deal_random_shards(docs, 3, 42);
+  REQUIRE(d.shards.size() == 3);
+  REQUIRE(d.all.doc_start.size() == 7);
+  REQUIRE(d.shards[0].doc_start.size() == 3);  // documents 0, 3, 6 of the order
+  REQUIRE(d.shards[2].doc_start.size() == 2);
+  std::vector<int> seen;  // each document's id, in the dealt order, from `all`
+  for (std::size_t j = 0; j < d.all.doc_start.size(); ++j)
+    seen.push_back(d.all.ids[d.all.doc_start[j]]);
+  auto sorted = seen;
+  std::sort(sorted.begin(), sorted.end());
+  REQUIRE(sorted == std::vector<int>{0, 1, 2, 3, 4, 5, 6});
+  REQUIRE(d.all.ids.size() == 28);  // appended as they are: 1 + 2 + … + 7 tokens, no separator
+  // Shard j holds the documents at positions j, j + 3, … of that order.
+  for (std::size_t j = 0; j < 3; ++j)
+    for (std::size_t m = 0; m < d.shards[j].doc_start.size(); ++m)
+      REQUIRE(d.shards[j].ids[d.shards[j].doc_start[m]] == seen[j + 3 * m]);
+  const auto again = io::deal_random_shards(docs, 3, 42);
+  REQUIRE(again.all.ids == d.all.ids);
+  const auto other = io::deal_random_shards(docs, 3, 43);
+  REQUIRE(other.all.ids != d.all.ids);
 }

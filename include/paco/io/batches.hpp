@@ -4,6 +4,7 @@
 // targets y = w[1:T+1]. Seeded, so a given (seed, step) always yields the same batch.
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "paco/core/error.hpp"
@@ -29,6 +30,31 @@ struct token_stream {
     return s;
   }
 };
+
+// Token sequences dealt round-robin to k shards in the order of a Fisher–Yates shuffle seeded
+// with `seed`, each appended as it is (no separator), and `all`: every sequence in that order.
+// The random shards of a comparison whose rows train on the same split. Requires: k ≥ 1.
+struct dealt_shards {
+  std::vector<token_stream> shards;
+  token_stream all;
+};
+inline dealt_shards deal_random_shards(const std::vector<std::vector<std::int32_t>>& docs, int k,
+                                       std::uint64_t seed) {
+  std::vector<std::size_t> perm(docs.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) perm[i] = i;
+  rng shuffle(seed);
+  for (std::size_t i = perm.size(); i > 1; --i) std::swap(perm[i - 1], perm[shuffle.below(i)]);
+  dealt_shards d{std::vector<token_stream>(std::size_t(k)), {}};
+  auto append = [](token_stream& s, const std::vector<std::int32_t>& doc) {
+    s.doc_start.push_back(s.ids.size());
+    s.ids.insert(s.ids.end(), doc.begin(), doc.end());
+  };
+  for (std::size_t i = 0; i < perm.size(); ++i) {
+    append(d.shards[i % std::size_t(k)], docs[perm[i]]);
+    append(d.all, docs[perm[i]]);
+  }
+  return d;
+}
 
 class batch_sampler {
  public:
