@@ -7,7 +7,14 @@
 //   store        kill -9 of the store (the launcher restarts it from its checkpoint)
 //   launcher     kill -9 of the launcher; then the same command with --resume
 //   two_workers  kill -9 of two workers (partners through the shared level-0 module) at once
-// After each trial: the run finished (exit 0, results table), every module's checkpointed θ
+//   store_stall  SIGSTOP of the store for 2-6 s, then SIGCONT (workers lose their links)
+//   stray_store  a second `--role store` (no --resume) started on the live run: it must refuse
+//   full_disk    the run directory (a 16 MB tmpfs) filled up: the run must fail loudly (non-zero
+//                exit naming a failed write, no results table), then resume whole once freed
+//   read_only    the run directory made immutable (chattr +i): the same
+// A kind this machine cannot stage (no tmpfs mount, no chattr) is skipped with the reason.
+// After each trial: the run finished (exit 0, results table; for full_disk and read_only after
+// the loud failure and a --resume), every module's checkpointed θ
 // hashes to the hash the store logged at its last close and every module reached the last
 // round, no on-time push was refused (the store logs each refusal as on time or late), and for
 // the launcher trial no process of the run was left 10 s after the kill (orphans), and for the
@@ -22,11 +29,17 @@
 // Exit status 1 if a trial did not finish, lost a module, refused an on-time push, left an
 // orphan or charged a store crash to the workers' restart budget. LAST line:
 // {"bench":"chaos","rows":[...],"round_timeout_s":T}.
+#include <sys/mount.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <regex>
@@ -42,6 +55,7 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using paco::testing::find_processes;
 using paco::testing::slurp;
+using paco::testing::spawn_logged;
 
 namespace {
 
@@ -50,17 +64,24 @@ struct options {
   double round_timeout_s = 3;
   std::uint64_t seed = 0;
   bool keep = false;
-  std::vector<std::string> kinds = {"worker", "store", "launcher", "two_workers"};
+  std::vector<std::string> kinds = {"worker",      "store",       "launcher",  "two_workers",
+                                    "store_stall", "stray_store", "full_disk", "read_only"};
 };
+
+const std::vector<std::string> all_kinds = {"worker",      "store",       "launcher",
+                                            "two_workers", "store_stall", "stray_store",
+                                            "full_disk",   "read_only"};
 
 struct row {
   std::string kill;
-  int trials = 0, finished = 0, ontime_refused = 0, orphans = 0;
+  int trials = 0, finished = 0, failed_loudly = 0, skipped = 0, ontime_refused = 0, orphans = 0;
   double max_close_s = 0;
 };
 
 struct trial_result {
   bool finished = false, hashes_ok = false, missed = false;  // missed: the run ended first
+  bool failed_loudly = false;  // full_disk, read_only, stray_store: the designed failure
+  std::string skipped;         // why the kind cannot be staged here (empty: it ran)
   int ontime_refused = 0, orphans = 0;
   int budget_used = 0;  // store trials: worker restarts counted against their budget
   double max_close_s = 0;
@@ -112,6 +133,19 @@ int finish(pid_t launcher) {
   return st < 0 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+// Whether the failure in `text` (a launcher's output) is the loud one a broken run must end in.
+bool loud_write_failure(int code, const std::string& text) {
+  return code > 0 && text.find("could not write its checkpoint or log") != std::string::npos &&
+         text.find("all (routed)") == std::string::npos;
+}
+
+// Whether a trial of `kind` went as designed.
+bool good(const std::string& kind, const trial_result& t) {
+  const bool loud_expected = kind == "full_disk" || kind == "read_only" || kind == "stray_store";
+  return t.finished && t.hashes_ok && !t.ontime_refused && !t.orphans && !t.budget_used &&
+         (!loud_expected || t.failed_loudly);
+}
+
 trial_result run_trial(const options& o, const std::string& kind, int trial, paco::rng& r) {
   trial_result t;
   const fs::path dir = fs::temp_directory_path() / ("paco_chaos_" + std::to_string(::getpid()) +
@@ -119,6 +153,26 @@ trial_result run_trial(const options& o, const std::string& kind, int trial, pac
   fs::remove_all(dir);
   const fs::path out = dir.string() + ".out";
   auto args = job_args(o, dir);
+  // The staging of the disk kinds: a small tmpfs as the run directory, or chattr.
+  const std::string immutable = "chattr +i '" + dir.string() + "'",
+                    mutable_again = "chattr -i '" + dir.string() + "' 2>/dev/null";
+  struct undo_t {
+    std::function<void()> f;
+    ~undo_t() {
+      if (f) f();
+    }
+  } undo;
+  if (kind == "full_disk") {
+    fs::create_directories(dir);
+    if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=16m") != 0)
+      return t.skipped = std::string("cannot mount a tmpfs: ") + std::strerror(errno), t;
+    undo.f = [dir] { ::umount2(dir.c_str(), MNT_DETACH); };
+  } else if (kind == "read_only") {
+    fs::create_directories(dir);
+    if (std::system((immutable + " 2>/dev/null && " + mutable_again).c_str()) != 0)
+      return t.skipped = "chattr +i is not permitted here", t;
+    undo.f = [mutable_again] { (void)std::system(mutable_again.c_str()); };
+  }
   const auto t0 = std::chrono::steady_clock::now();
   pid_t launcher = paco::testing::spawn_logged(args, out);
   if (launcher < 0) return t.why = "cannot start paco_train", t;
@@ -156,6 +210,56 @@ trial_result run_trial(const options& o, const std::string& kind, int trial, pac
     t.missed = p <= 0;
     what = p > 0 ? "the store" : "nothing (the store was gone)";
     code = finish(launcher);
+  } else if (kind == "store_stall") {
+    const pid_t p = pid_of({"--role store", d});
+    const auto stall = std::chrono::milliseconds(2000 + r.below(4000));
+    if (p > 0 && ::kill(p, SIGSTOP) == 0) {
+      std::this_thread::sleep_for(stall);
+      ::kill(p, SIGCONT);
+    }
+    t.missed = p <= 0;
+    what = p > 0 ? "the store stopped " + std::to_string(stall.count()) + " ms" : "nothing";
+    code = finish(launcher);
+  } else if (kind == "stray_store") {
+    auto stray = args;
+    stray.insert(stray.end(), {"--role", "store"});
+    const fs::path stray_out = dir.string() + ".stray.out";
+    const int sc =
+        paco::testing::exit_code(paco::testing::wait_exit(spawn_logged(stray, stray_out), 60s));
+    const std::string st = slurp(stray_out);
+    t.failed_loudly = sc == 2 && st.find("holds a store checkpoint") != std::string::npos;
+    if (!t.failed_loudly) t.why = "the stray store exited " + std::to_string(sc) + ": " + st;
+    fs::remove(stray_out);
+    what = "a stray store role";
+    code = finish(launcher);
+  } else if (kind == "full_disk" || kind == "read_only") {
+    fs::path filler = dir / "filler";
+    if (kind == "full_disk") {
+      std::ofstream f(filler, std::ios::binary);
+      const std::vector<char> block(1 << 16, 'x');
+      while (f.write(block.data(), std::streamsize(block.size())) && f.flush()) {
+      }
+      what = "the disk filled";
+    } else {
+      what = std::system(immutable.c_str()) == 0 ? "the directory made read-only"
+                                                 : "nothing (chattr failed)";
+    }
+    code = finish(launcher);
+    const std::string text = slurp(out);
+    t.failed_loudly = loud_write_failure(code, text);
+    if (!t.failed_loudly) t.why = "exit " + std::to_string(code) + " without the loud failure";
+    paco::testing::wait_until([&] { return find_processes({"--role", d}).empty(); }, 10s);
+    for (pid_t p : find_processes({"--role", d})) {
+      ++t.orphans;
+      ::kill(p, SIGKILL);
+    }
+    if (kind == "full_disk")
+      fs::remove(filler);
+    else
+      (void)std::system(mutable_again.c_str());
+    args.push_back("--resume");
+    launcher = paco::testing::spawn_logged(args, dir.string() + ".resume.out");
+    code = finish(launcher);
   } else {
     ::kill(launcher, SIGKILL);
     finish(launcher);
@@ -171,24 +275,32 @@ trial_result run_trial(const options& o, const std::string& kind, int trial, pac
     code = finish(launcher);
   }
   const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const std::string text = slurp(kind == "launcher" ? fs::path(dir.string() + ".resume.out") : out);
+  const bool resumed = kind == "launcher" || kind == "full_disk" || kind == "read_only";
+  const std::string text = slurp(resumed ? fs::path(dir.string() + ".resume.out") : out);
   t.finished = code == 0 && text.find("all (routed)") != std::string::npos;
-  if (!t.finished) t.why = "paco_train exited with " + std::to_string(code);
-  if (kind == "store") {  // a store crash must not use up the workers' restarts
+  if (!t.finished && t.why.empty()) t.why = "paco_train exited with " + std::to_string(code);
+  const bool loud_expected = kind == "full_disk" || kind == "read_only" || kind == "stray_store";
+  if (loud_expected && !t.failed_loudly && t.why.empty()) t.why = "no loud failure";
+  if (kind == "store" || kind == "store_stall") {  // not the workers' fault: no budget used
     static const std::regex counted(R"(worker-\d+ stopped \([^)]*\); restarting it \(\d+ of)");
     t.budget_used = int(std::distance(std::sregex_iterator(text.begin(), text.end(), counted),
                                       std::sregex_iterator()));
     if (t.budget_used && t.why.empty())
-      t.why = std::to_string(t.budget_used) + " worker restarts counted after the store kill";
+      t.why = std::to_string(t.budget_used) + " worker restarts counted after the store " +
+              (kind == "store" ? "kill" : "stall");
   }
   check_run(o, dir, t);
   std::printf(
-      "[chaos] %-11s trial %2d: killed %s; finished %d, hashes %s, on-time pushes refused "
+      "[chaos] %-11s trial %2d: %s; %sfinished %d, hashes %s, on-time pushes refused "
       "%d, orphans %d, longest round %.2f s, run %.1f s%s%s\n",
-      kind.c_str(), trial, what.c_str(), int(t.finished), t.hashes_ok ? "ok" : "BAD",
-      t.ontime_refused, t.orphans, t.max_close_s, run_s, t.why.empty() ? "" : ": ", t.why.c_str());
+      kind.c_str(), trial, what.c_str(),
+      loud_expected ? (t.failed_loudly ? "failed loudly, " : "NO LOUD FAILURE, ") : "",
+      int(t.finished), t.hashes_ok ? "ok" : "BAD", t.ontime_refused, t.orphans, t.max_close_s,
+      run_s, t.why.empty() ? "" : ": ", t.why.c_str());
   std::fflush(stdout);
-  if (t.finished && t.hashes_ok && !t.ontime_refused && !t.orphans && !t.budget_used && !o.keep) {
+  if (good(kind, t) && !o.keep) {
+    undo.f = {};
+    if (kind == "full_disk") ::umount2(dir.c_str(), MNT_DETACH);
     fs::remove_all(dir);
     fs::remove(out);
     fs::remove(dir.string() + ".resume.out");
@@ -228,8 +340,11 @@ int main(int argc, char** argv) {
     }
   }
   for (auto& k : o.kinds)
-    if (k != "worker" && k != "store" && k != "launcher" && k != "two_workers")
+    if (std::find(all_kinds.begin(), all_kinds.end(), k) == all_kinds.end())
       return std::fprintf(stderr, "bench_chaos: unknown kind '%s'\n", k.c_str()), 2;
+  // The launcher makes up a secret for the processes it starts; the stray store role started
+  // here beside it needs one of its own to get as far as the run directory.
+  ::setenv("PACO_TOKEN", "chaos-stray-role", 0);
   paco::rng r(o.seed ? o.seed : std::uint64_t(::getpid()));
   std::printf(
       "[chaos] %d trials per kind; DiPaCo grid 1x4 (level 1 path-specific), %d rounds, "
@@ -242,25 +357,33 @@ int main(int argc, char** argv) {
     row w{k};
     for (int i = 0; i < o.trials; ++i) {
       auto t = run_trial(o, k, i, r);
+      if (!t.skipped.empty()) {
+        std::printf("[chaos] %-11s skipped: %s\n", k.c_str(), t.skipped.c_str());
+        w.skipped = o.trials;
+        break;
+      }
       ++w.trials;
       w.finished += t.finished && t.hashes_ok;
+      w.failed_loudly += t.failed_loudly;
       w.ontime_refused += t.ontime_refused;
       w.orphans += t.orphans;
       w.max_close_s = std::max(w.max_close_s, t.max_close_s);
       missed += t.missed;
-      all_good &= t.finished && t.hashes_ok && !t.ontime_refused && !t.orphans && !t.budget_used;
+      all_good &= good(k, t);
     }
     rows.push_back(w);
   }
   std::printf("[chaos] %d kill(s) found their process gone (the run had ended first)\n", missed);
   std::string json = "{\"bench\":\"chaos\",\"rows\":[";
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    char b[256];
+    char b[320];
     std::snprintf(b, sizeof b,
-                  "%s{\"kill\":\"%s\",\"trials\":%d,\"finished\":%d,\"ontime_pushes_refused\":%d,"
-                  "\"orphans\":%d,\"max_close_s\":%.2f}",
+                  "%s{\"kill\":\"%s\",\"trials\":%d,\"finished\":%d,\"failed_loudly\":%d,"
+                  "\"skipped\":%d,\"ontime_pushes_refused\":%d,\"orphans\":%d,"
+                  "\"max_close_s\":%.2f}",
                   i ? "," : "", rows[i].kill.c_str(), rows[i].trials, rows[i].finished,
-                  rows[i].ontime_refused, rows[i].orphans, rows[i].max_close_s);
+                  rows[i].failed_loudly, rows[i].skipped, rows[i].ontime_refused, rows[i].orphans,
+                  rows[i].max_close_s);
     json += b;
   }
   char tail[64];

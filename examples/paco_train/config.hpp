@@ -1,14 +1,20 @@
 #pragma once
 // paco_train's configuration: aggregates with defaults, read from a TOML file plus
 // "section.key=value" overrides. Unknown sections or keys and out-of-range values are errors
-// naming the field and the accepted range.
+// naming the field and the accepted range: first the type's (an integer too large for its
+// field is refused, never narrowed; nan and ±inf are refused everywhere), then the field's own
+// (validate()).
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <toml++/toml.h>
@@ -116,26 +122,66 @@ struct field {
   std::function<paco::status(const toml::node&)> set;
 };
 
+// The node's value as written, for errors: 4294967299, inf, '1e400' (an override that TOML
+// could not read as a number arrives as a string), a table.
+inline std::string shown(const toml::node& n) {
+  std::ostringstream os;
+  if (auto* i = n.as_integer())
+    os << i->get();
+  else if (auto* f = n.as_floating_point())
+    os << f->get();
+  else if (auto* s = n.as_string())
+    os << "'" << s->get() << "'";
+  else if (auto* b = n.as_boolean())
+    os << (b->get() ? "true" : "false");
+  else
+    os << "a " << n.type();
+  return os.str();
+}
+
+// "an integer in [-2147483648, 2147483647]": what an integer field of type T holds.
+template <class T>
+std::string integer_range() {
+  return "an integer in [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
+         std::to_string(std::numeric_limits<T>::max()) + "]";
+}
+
+// Sets dst from a TOML value. Ensures: dst holds exactly the value written, or is unchanged and
+// the error names `key`: an integer outside T's range (never narrowed), a floating value that
+// is nan or ±inf ("must be a finite number"), or outside float's range for a float field.
+// Each field's own range is validate()'s.
 template <class T>
 paco::status assign(T& dst, const toml::node& n, const std::string& key) {
   if constexpr (std::is_same_v<T, bool>) {
     if (auto v = n.value<bool>()) return dst = *v, paco::status{};
     return {errc::invalid_argument, key + " must be true or false"};
   } else if constexpr (std::is_integral_v<T>) {
-    if (auto v = n.value<std::int64_t>()) return dst = T(*v), paco::status{};
-    return {errc::invalid_argument, key + " must be an integer"};
+    if (auto v = n.value<std::int64_t>(); v && std::in_range<T>(*v))
+      return dst = T(*v), paco::status{};
+    return {errc::invalid_argument, key + " must be " + integer_range<T>() + ", got " + shown(n)};
   } else if constexpr (std::is_floating_point_v<T>) {
-    if (auto v = n.value<double>()) return dst = T(*v), paco::status{};
-    return {errc::invalid_argument, key + " must be a number"};
+    auto v = n.value<double>();
+    if (!v || !std::isfinite(*v))
+      return {errc::invalid_argument, key + " must be a finite number, got " + shown(n)};
+    if (std::abs(*v) > double(std::numeric_limits<T>::max())) {
+      std::ostringstream os;
+      os << key << " must be a finite number in [" << -std::numeric_limits<T>::max() << ", "
+         << std::numeric_limits<T>::max() << "] (a float), got " << shown(n);
+      return {errc::invalid_argument, os.str()};
+    }
+    return dst = T(*v), paco::status{};
   } else if constexpr (std::is_same_v<T, std::vector<int>>) {
     auto* a = n.as_array();
     if (!a) return {errc::invalid_argument, key + " must be an array of integers, e.g. [2, 2]"};
-    dst.clear();
+    std::vector<int> out;
     for (auto& e : *a) {
       auto v = e.value<std::int64_t>();
-      if (!v) return {errc::invalid_argument, key + " must be an array of integers"};
-      dst.push_back(int(*v));
+      if (!v || !std::in_range<int>(*v))
+        return {errc::invalid_argument,
+                key + " must be an array of " + integer_range<int>() + ", got " + shown(e)};
+      out.push_back(int(*v));
     }
+    dst = std::move(out);
     return {};
   } else {
     if (auto v = n.value<std::string>()) return dst = *v, paco::status{};
@@ -234,8 +280,16 @@ inline paco::store::compression compression_of(const train_config& c) {
       .value_or_throw();
 }
 
+// Ensures: ok() iff every field the job reads is in its accepted range; the error names the
+// field ("section.key") and the range. Every comparison is false for nan, so a nan set in code
+// (load_config refuses it earlier) is refused too.
 inline paco::status validate(const train_config& c) {
-  if (auto s = c.model.validate(); !s) return s;
+  if (auto s = c.model.validate(); !s) {  // gpt_config names its fields "gpt_config.x"
+    const std::string prefix = "gpt_config.";
+    std::string m = s.error().message;
+    if (m.rfind(prefix, 0) == 0) m = "model." + m.substr(prefix.size());
+    return paco::error(s.error().code, m);
+  }
   if (c.model.vocab != 256)
     return {errc::invalid_argument, "model.vocab must be 256 (the byte tokenizer)"};
   auto range = [](bool ok, const char* k, const char* r) {
@@ -246,11 +300,16 @@ inline paco::status validate(const train_config& c) {
   for (auto s :
        {range(t.batch >= 1 && t.batch <= 4096, "train.batch", "in [1, 4096]"),
         range(t.steps >= 0, "train.steps", ">= 0 (0: fit the budget)"),
-        range(t.budget_s > 0, "train.budget_s", "> 0"),
+        range(t.budget_s > 0 && t.budget_s <= 1e9, "train.budget_s", "in (0, 1e9] (seconds)"),
         range(t.lr > 0 && t.lr < 1, "train.lr", "in (0, 1)"),
         range(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr", "in [0, train.lr]"),
         range(t.warmup >= 0, "train.warmup", ">= 0"),
-        range(t.grad_clip >= 0, "train.grad_clip", ">= 0"),
+        range(std::isfinite(t.weight_decay) && t.weight_decay >= 0, "train.weight_decay",
+              "a finite number >= 0"),
+        range(t.beta1 >= 0 && t.beta1 < 1, "train.beta1", "in [0, 1)"),
+        range(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", "in [0, 1)"),
+        range(std::isfinite(t.grad_clip) && t.grad_clip >= 0, "train.grad_clip",
+              "a finite number >= 0 (0: off)"),
         range(t.threads >= 1 && t.threads <= 256, "train.threads", "in [1, 256]"),
         range(t.device == "cpu" || t.device == "cuda", "train.device", "\"cpu\" or \"cuda\""),
         range(t.gemm == "bf16" || t.gemm == "tf32" || t.gemm == "fp32", "train.gemm",
@@ -282,7 +341,8 @@ inline paco::status validate(const train_config& c) {
           range(d.rounds >= 1, "dipaco.rounds", "≥ 1"),
           range(d.inner_steps >= 1, "dipaco.inner_steps", "≥ 1"),
           range(d.pretrain_steps >= 0, "dipaco.pretrain_steps", "≥ 0"),
-          range(d.outer_lr > 0, "dipaco.outer_lr", "> 0"),
+          range(std::isfinite(d.outer_lr) && d.outer_lr > 0, "dipaco.outer_lr",
+                "a finite number > 0"),
           range(d.outer_momentum >= 0 && d.outer_momentum < 1, "dipaco.outer_momentum",
                 "in [0, 1)"),
           range(d.path_rescale == "none" || d.path_rescale == "sqrt_paths" ||
@@ -297,8 +357,11 @@ inline paco::status validate(const train_config& c) {
                 "\"local\" or \"manual\""),
           range(c.launch.base_port >= 0 && c.launch.base_port < 65000, "launch.base_port",
                 "in [0, 65000)"),
-          range(c.launch.round_timeout_s > 0, "launch.round_timeout_s", "> 0"),
-          range(c.launch.peer_timeout_s > 0.2, "launch.peer_timeout_s", "> 0.2"),
+          // Both become milliseconds in a long: bounded well inside it.
+          range(c.launch.round_timeout_s > 0 && c.launch.round_timeout_s <= 1e6,
+                "launch.round_timeout_s", "in (0, 1e6] (seconds)"),
+          range(c.launch.peer_timeout_s > 0.2 && c.launch.peer_timeout_s <= 1e6,
+                "launch.peer_timeout_s", "in (0.2, 1e6] (seconds)"),
           range(c.launch.restarts >= 0, "launch.restarts", "≥ 0"),
           range(!c.launch.tls || !c.launch.tls_ca.empty(), "launch.tls_ca",
                 "a CA certificate file when launch.tls = true"),

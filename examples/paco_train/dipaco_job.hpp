@@ -15,6 +15,18 @@
 // Across machines: the same binary with --role store / --role worker --worker N on each
 // machine, the same config (launch.store_host = the store machine) and the same PACO_TOKEN;
 // copy the run directory that `--role prepare` wrote to every machine (docs/03_distributed.md).
+//
+// A run is bound to its directory: `prepare` gives it a run id, kept in routing.json (which
+// carries a checksum of its content); every worker checkpoint records the run id, its worker and
+// its path, and is refused elsewhere. No role overwrites a run it did not start: a store or
+// worker finding its checkpoint continues only with --resume and starts over only with --fresh.
+//
+// Exit codes of the store and worker roles (the launcher restarts only the restartable ones):
+//   0  the run is complete for this process
+//   2  bad input: configuration, files, checkpoints (restarting cannot help)
+//   3  the link to the store or to a worker was lost (restartable)
+//   4  the process's state could not be written (checkpoint or log, after retries): the run
+//      cannot go on without losing work, and nothing may report it finished
 
 #include <signal.h>
 #include <spawn.h>
@@ -40,6 +52,7 @@
 
 #include "config.hpp"
 #include "device_worker.hpp"
+#include "paco/core/hash.hpp"
 #include "paco/io/io.hpp"
 #include "paco/net/asio_tcp.hpp"
 #include "paco/nn/gpt_file.hpp"
@@ -66,6 +79,11 @@ using namespace paco;
 using json = nlohmann::json;
 
 constexpr double ln2 = 0.6931471805599453;
+
+// Exit codes of the roles (see the file comment).
+constexpr int exit_bad_input = 2, exit_link_lost = 3, exit_write_failed = 4;
+// Tries of a checkpoint or log write before it is fatal (pauses of 0.2, 0.4, 0.8 s between).
+constexpr int write_tries = 4;
 
 // ---- files of a run ----
 struct run_dir {
@@ -107,6 +125,15 @@ inline io::token_stream stream_of(const job_data& j, const std::vector<int>& rou
 inline std::vector<path::level_span> levels_of(const nn::gpt& m, const train_config& cfg) {
   return path::split_gpt_levels(m.layout(), cfg.model.layers, int(cfg.dipaco.grid.size()))
       .value_or_throw();
+}
+
+// 32 random hex digits (the launcher's PACO_TOKEN, a run's id).
+inline std::string random_token() {
+  std::random_device rd;
+  char b[33];
+  for (int i = 0; i < 32; ++i) b[i] = "0123456789abcdef"[rd() % 16];
+  b[32] = 0;
+  return b;
 }
 
 inline outer::nesterov outer_of(const train_config& cfg) {
@@ -190,6 +217,92 @@ inline int port_of(const train_config& cfg, const json& routing, int worker) {
   return cfg.launch.base_port + worker;
 }
 
+// ---- routing.json: the routing of every document, the run's id, the store's ports ----
+// The checksum of a routing file's content: hash64 of its JSON without the "checksum" key
+// (nlohmann's objects dump with sorted keys, so the text is canonical).
+inline std::string routing_checksum(json j) {
+  j.erase("checksum");
+  const std::string text = j.dump();
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash64(text.data(), text.size()));
+  return hex;
+}
+
+// Writes routing.json atomically with its checksum. Errors: io naming the file.
+inline status write_routing(const run_dir& rd, json j) {
+  j["checksum"] = routing_checksum(j);
+  return io::write_file_atomic(rd.routing(), j.dump());
+}
+
+// Reads routing.json. Errors name the file: not_found; corrupt when it is not a routing file,
+// fails its checksum (edited or damaged) or holds no run id (written by an older paco).
+inline result<json> read_routing(const run_dir& rd) {
+  std::ifstream in(rd.routing());
+  if (!in)
+    return error(errc::not_found, "no routing file '" + rd.routing().string() +
+                                      "' (run the launcher or --role prepare first)");
+  json j = json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("train_route") || !j.contains("val_route"))
+    return error(errc::corrupt, "'" + rd.routing().string() + "' is not a routing file");
+  if (!j.contains("checksum") || !j["checksum"].is_string() || !j.contains("run_id") ||
+      !j["run_id"].is_string())
+    return error(errc::corrupt, "'" + rd.routing().string() +
+                                    "' has no checksum or run id (written by an older paco): "
+                                    "start the run over with --fresh");
+  if (j["checksum"].get<std::string>() != routing_checksum(j))
+    return error(errc::corrupt, "'" + rd.routing().string() +
+                                    "' fails its checksum: it was edited or damaged (the routing "
+                                    "of a run cannot change under it; start over with --fresh)");
+  return j;
+}
+
+// The identity worker w's checkpoint must record in the run of `routing`.
+inline train::worker_identity identity_of(const json& routing, const path::path_plan& g, int w) {
+  return {
+      .run = routing["run_id"].get<std::string>(), .worker = w, .path = g.path_of_worker(w - 1)};
+}
+
+// The last round worker w's log records (−1: none). A line that does not parse (the tail of a
+// write cut short) is skipped.
+inline long logged_round(const run_dir& rd, int w) {
+  std::ifstream in(rd.worker_log(w));
+  std::string line;
+  long last = -1;
+  while (std::getline(in, line)) {
+    json j = json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.is_object() && j.contains("round") && j["round"].is_number())
+      last = std::max(last, j["round"].get<long>());
+  }
+  return last;
+}
+
+// Worker w's checkpoint, verified against the run (config, run id, worker, path) and its log:
+// nullopt when the worker has not completed a round yet (no checkpoint and no logged round).
+// Errors name the file: unreadable, another configuration, run, worker or path; missing though
+// the log records completed rounds (deleted); older than the rounds its log records.
+inline result<std::optional<train::worker_checkpoint>> verified_worker_checkpoint(
+    const train_config& cfg, const run_dir& rd, const json& routing, const path::path_plan& g,
+    const nn::gpt& model, int w) {
+  const long logged = logged_round(rd, w);
+  if (!fs::exists(rd.worker_state(w))) {
+    if (logged < 0) return std::optional<train::worker_checkpoint>{};
+    return error(errc::not_found,
+                 "worker " + std::to_string(w) + "'s checkpoint '" + rd.worker_state(w).string() +
+                     "' is missing, but its log '" + rd.worker_log(w).string() +
+                     "' records rounds up to " + std::to_string(logged) +
+                     " (deleted?): restore it, or start the run over with --fresh");
+  }
+  auto ck = train::load_worker_file(rd.worker_state(w), model, config_fingerprint(cfg),
+                                    identity_of(routing, g, w));
+  if (!ck) return ck.error();
+  if (ck->round < logged)
+    return error(errc::mismatch, "worker checkpoint '" + rd.worker_state(w).string() +
+                                     "' completed round " + std::to_string(ck->round) +
+                                     " but its log records round " + std::to_string(logged) +
+                                     ": it is older than the run (restored from a backup?)");
+  return std::optional<train::worker_checkpoint>(std::move(*ck));
+}
+
 // ---- prepare: base model + routing ----
 inline status prepare(const train_config& cfg, const run_dir& rd, const job_data& data,
                       const path::path_plan& g) {
@@ -244,19 +357,11 @@ inline status prepare(const train_config& cfg, const run_dir& rd, const job_data
           rd.base(), t, {{"format", "paco-base-1"}, {"config", config_fingerprint(cfg)}});
       !s)
     return s;
-  json r = {{"paths", g.paths()}, {"train_route", train_route}, {"val_route", val_route}};
-  return io::write_file_atomic(rd.routing(), r.dump());
-}
-
-inline result<json> read_routing(const run_dir& rd) {
-  std::ifstream in(rd.routing());
-  if (!in)
-    return error(errc::not_found, "no routing file '" + rd.routing().string() +
-                                      "' (run the launcher or --role prepare first)");
-  json j = json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.contains("train_route") || !j.contains("val_route"))
-    return error(errc::corrupt, "'" + rd.routing().string() + "' is not a routing file");
-  return j;
+  json r = {{"paths", g.paths()},
+            {"train_route", train_route},
+            {"val_route", val_route},
+            {"run_id", random_token()}};
+  return write_routing(rd, r);
 }
 
 // Loads the base model. Errors name the file: missing, truncated, corrupt (checksum), written
@@ -347,24 +452,63 @@ inline status export_paths(const train_config& cfg, const run_dir& rd, const fs:
 }
 
 // ---- role: store ----
-inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
+// Whether the store is behind the workers' checkpoints in the run directory: a module whose
+// round is at or below the last round a worker through it completed. Errors: mismatch naming
+// the store checkpoint, the module and the worker (a store checkpoint older than the workers':
+// restored from a backup, or reset by a store started anew).
+template <class OuterOpt>
+status check_store_not_behind(const train_config& cfg, const run_dir& rd, const json& routing,
+                              const path::path_plan& g, const store::module_store<OuterOpt>& st) {
+  nn::gpt model(cfg.model);
+  for (int w = 1; w <= g.workers(); ++w) {
+    auto ck = verified_worker_checkpoint(cfg, rd, routing, g, model, w);
+    if (!ck) return ck.error();
+    if (!*ck) continue;
+    for (int m : g.worker_modules(w - 1))
+      if (st.round(m) <= (*ck)->round)
+        return {errc::mismatch,
+                "the store checkpoint '" + rd.store().string() + "' holds module " +
+                    std::to_string(m) + " at round " + std::to_string(st.round(m)) +
+                    " but worker " + std::to_string(w) + " completed round " +
+                    std::to_string((*ck)->round) +
+                    ": the store's state is older than the workers' (restored from an older "
+                    "copy, or reset by a store started without --resume); the rounds since are "
+                    "lost: start over with --fresh"};
+  }
+  return {};
+}
+
+// resume: continue from the store checkpoint (without one: start from the base model, when no
+// worker has completed a round). fresh: start from the base model, overwriting a checkpoint.
+inline int run_store(const train_config& cfg, const run_dir& rd, bool resume, bool fresh) {
   if (auto s = require_token("store"); !s)
-    return std::fprintf(stderr, "%s\n", s.error().what().c_str()), 2;
+    return std::fprintf(stderr, "%s\n", s.error().what().c_str()), exit_bad_input;
+  if (resume && fresh)
+    return std::fprintf(stderr, "store: --resume and --fresh exclude each other\n"), exit_bad_input;
   const auto g = make_plan(cfg);
   nn::gpt model(cfg.model);
   auto routing = read_routing(rd);
-  if (!routing) return std::fprintf(stderr, "store: %s\n", routing.error().what().c_str()), 2;
+  if (!routing)
+    return std::fprintf(stderr, "store: %s\n", routing.error().what().c_str()), exit_bad_input;
   store::module_store<outer::nesterov> store(
       g.module_table(), outer_of(cfg),
       {.weight_by_shard = cfg.dipaco.weight_by_shard,
        .rescale = *outer::parse_path_rescale(cfg.dipaco.path_rescale)});
-  if (resume && !fs::exists(rd.store()))
-    return std::fprintf(stderr, "store: cannot resume: no store checkpoint '%s'\n",
-                        rd.store().c_str()),
-           2;
-  if (resume) {
+  const bool have = fs::exists(rd.store());
+  if (have && !resume && !fresh)
+    return std::fprintf(stderr,
+                        "store: the run directory '%s' holds a store checkpoint (%s): pass "
+                        "--resume to continue that run, or --fresh to start the store over "
+                        "from the base model\n",
+                        rd.dir.c_str(), rd.store().c_str()),
+           exit_bad_input;
+  if (resume && have) {
     if (auto s = load_store(cfg, rd, g, store); !s)
-      return std::fprintf(stderr, "store: cannot resume: %s\n", s.error().what().c_str()), 2;
+      return std::fprintf(stderr, "store: cannot resume: %s\n", s.error().what().c_str()),
+             exit_bad_input;
+    if (auto s = check_store_not_behind(cfg, rd, *routing, g, store); !s)
+      return std::fprintf(stderr, "store: cannot resume: %s\n", s.error().what().c_str()),
+             exit_bad_input;
     std::printf("store: resumed from %s at round %ld\n", rd.store().c_str(), store.round(0));
     // Killed after the last close (the workers may be gone already): nothing is left to serve.
     bool complete = true;
@@ -374,15 +518,33 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
       return 0;
     }
   } else {
+    // Starting from the base model is right only if no worker completed a round: with --resume
+    // nothing was checkpointed yet; --fresh alone would put the store behind its workers.
+    for (int w = 1; w <= g.workers(); ++w) {
+      auto ck = verified_worker_checkpoint(cfg, rd, *routing, g, model, w);
+      if (!ck)
+        return std::fprintf(stderr, "store: %s\n", ck.error().what().c_str()), exit_bad_input;
+      if (*ck)
+        return std::fprintf(stderr,
+                            resume ? "store: cannot resume: the store checkpoint '%s' is missing "
+                                     "while worker %d completed round %ld\n"
+                                   : "store: --fresh would start '%s' over behind worker %d, "
+                                     "which completed round %ld: start the whole run over "
+                                     "with the launcher's --fresh\n",
+                            rd.store().c_str(), w, (*ck)->round),
+               exit_bad_input;
+    }
     arena<host> a(model.layout());
     if (auto s = load_base(cfg, rd, model, a); !s)
-      return std::fprintf(stderr, "store: %s\n", s.error().what().c_str()), 2;
+      return std::fprintf(stderr, "store: %s\n", s.error().what().c_str()), exit_bad_input;
     for (int m = 0; m < g.modules(); ++m) {
       const auto& sp = g.span_of(m);
       store.set(m, std::span<const float>(a.get(plane::param).data() + sp.offset, sp.size));
     }
-    if (auto s = save_store(cfg, rd, g, store); !s)
-      return std::fprintf(stderr, "store: %s\n", s.error().what().c_str()), 2;
+    if (auto s = io::with_retries([&] { return save_store(cfg, rd, g, store); }, write_tries); !s)
+      return std::fprintf(stderr, "store: %s\n", s.error().what().c_str()), exit_write_failed;
+    std::printf("store: starting from the base model%s\n",
+                resume ? " (no store checkpoint yet)" : "");
   }
   const std::string token = token_from_env();
   std::map<int, std::vector<int>> mods;
@@ -395,13 +557,27 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
     if (!c) return std::fprintf(stderr, "store: %s\n", c.error().what().c_str()), 2;
     codecs = std::make_shared<const std::vector<compress::module_codec>>(std::move(*c));
   }
+  // A round's close is checkpointed before any worker hears of it; a checkpoint that cannot be
+  // written (after retries) stops the store: serving on would lose every round since.
+  std::optional<error> write_failed;
+  store::server<net::asio_tcp, outer::nesterov>* serving = nullptr;
   store::server<net::asio_tcp, outer::nesterov> server(
       std::map<int, store::worker_link<net::asio_tcp>>{}, store, mods,
       {.round_timeout = std::chrono::milliseconds(long(cfg.launch.round_timeout_s * 1000)),
        .on_close =
            [&](const store::round_summary& r) {
-             if (auto s = save_store(cfg, rd, g, store); !s)
-               std::fprintf(stderr, "store: checkpoint failed: %s\n", s.error().what().c_str());
+             if (write_failed) return;
+             if (auto s =
+                     io::with_retries([&] { return save_store(cfg, rd, g, store); }, write_tries);
+                 !s) {
+               write_failed = s.error();
+               std::fprintf(stderr,
+                            "store: checkpoint of module %d round %ld failed: %s; stopping (the "
+                            "store cannot keep its state)\n",
+                            r.module, r.round, s.error().what().c_str());
+               serving->stop();
+               return;
+             }
              std::printf(
                  "store: module %d round %ld closed with %d/%d pushes after %.2f s%s, |Δ| "
                  "%.4g, hash %016llx\n",
@@ -410,7 +586,9 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
            },
        .codecs = codecs,
        .on_refuse =
-           [](const std::string& why) { std::fprintf(stderr, "store: %s\n", why.c_str()); }});
+           [](const std::string& why) { std::fprintf(stderr, "store: %s\n", why.c_str()); },
+       .rounds = cfg.dipaco.rounds});
+  serving = &server;
   server.expect_rejoins(true);
   // One accept loop per worker link: a worker that restarts reconnects here.
   std::atomic<bool> done{false};
@@ -437,6 +615,13 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume) {
   server.serve();
   done = true;
   for (auto& t : acceptors) t.join();
+  if (write_failed) return exit_write_failed;
+  if (!server.complete())
+    return std::fprintf(stderr,
+                        "store: stopped before every module reached round %d (%zu rounds "
+                        "closed)\n",
+                        cfg.dipaco.rounds, server.history().size()),
+           exit_link_lost;
   std::printf("store: done; %zu rounds closed, %.1f MB received\n", server.history().size(),
               server.bytes_received() / 1e6);
   return 0;
@@ -448,20 +633,42 @@ static_assert(
     train::PathWorker<train::path_worker<nn::gpt, optim::adamw>, store::client<net::asio_tcp>>);
 static_assert(train::PathWorker<device_worker_ref, store::client<net::asio_tcp>>);
 
-inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
+// Whether the store's checkpoint in the run directory holds every module of path p at the run's
+// last round (false when there is none or it cannot be read): the path's work is done, whether
+// or not its worker saw the last close.
+inline bool store_finished_path(const train_config& cfg, const run_dir& rd,
+                                const path::path_plan& g, int p) {
+  if (!fs::exists(rd.store())) return false;
+  store::module_store<outer::nesterov> st(g.module_table(), outer_of(cfg));
+  if (!load_store(cfg, rd, g, st)) return false;
+  for (int m : g.path_modules(p))
+    if (st.round(m) < cfg.dipaco.rounds) return false;
+  return true;
+}
+
+// resume: continue from this worker's checkpoint (without one: start, when its log records no
+// completed round). fresh: delete its checkpoint and log and start over.
+inline int run_worker(const train_config& cfg, const run_dir& rd, int w, bool resume, bool fresh) {
   if (auto s = require_token("worker"); !s)
-    return std::fprintf(stderr, "%s\n", s.error().what().c_str()), 2;
+    return std::fprintf(stderr, "%s\n", s.error().what().c_str()), exit_bad_input;
+  if (resume && fresh)
+    return std::fprintf(stderr, "worker: --resume and --fresh exclude each other\n"),
+           exit_bad_input;
   const auto g = make_plan(cfg);
   if (w < 1 || w > g.workers())
-    return std::fprintf(stderr, "worker: --worker must be in [1, %d]\n", g.workers()), 2;
+    return std::fprintf(stderr, "worker: --worker must be in [1, %d]\n", g.workers()),
+           exit_bad_input;
   const int p = g.path_of_worker(w - 1);
   auto data = load_job_data(cfg);
-  if (!data) return std::fprintf(stderr, "worker: %s\n", data.error().what().c_str()), 2;
+  if (!data)
+    return std::fprintf(stderr, "worker: %s\n", data.error().what().c_str()), exit_bad_input;
   auto routing = read_routing(rd);
-  if (!routing) return std::fprintf(stderr, "worker: %s\n", routing.error().what().c_str()), 2;
+  if (!routing)
+    return std::fprintf(stderr, "worker: %s\n", routing.error().what().c_str()), exit_bad_input;
   auto shard = stream_of(*data, (*routing)["train_route"].get<std::vector<int>>(), p);
   if (shard.ids.size() <= std::size_t(cfg.model.ctx) + 1)
-    return std::fprintf(stderr, "worker %d: path %d has no training documents\n", w, p), 2;
+    return std::fprintf(stderr, "worker %d: path %d has no training documents\n", w, p),
+           exit_bad_input;
   nn::gpt model(cfg.model);
   const auto lv = g.path_spans(p);
   const auto& tc = cfg.train;
@@ -473,26 +680,40 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
       .grad_clip = tc.grad_clip,
       .schedule = {.lr = tc.lr, .min_lr = tc.min_lr, .warmup = tc.warmup, .total = total},
       .threads = std::max(1, tc.threads / g.workers())};
+  if (fresh) {
+    std::error_code ec;
+    fs::remove(rd.worker_state(w), ec);
+    fs::remove(rd.worker_log(w), ec);
+  }
+  if (!resume && (fs::exists(rd.worker_state(w)) || logged_round(rd, w) >= 0))
+    return std::fprintf(stderr,
+                        "worker %d: the run directory '%s' holds this worker's state (%s): pass "
+                        "--resume to continue it, or --fresh to start this worker over\n",
+                        w, rd.dir.c_str(), rd.worker_state(w).c_str()),
+           exit_bad_input;
   // Resume the inner optimizer state (moments, residual, step) if this worker ran before
   // (train/worker_file.hpp). A checkpoint that exists but cannot be read (truncated, corrupt,
-  // another configuration) is an error naming it, never a silent restart at step 0.
+  // another configuration, run, worker or path) or that is missing or older than the rounds its
+  // log records is an error naming it, never a silent restart at step 0.
   long start_step = 0;
   std::optional<train::worker_checkpoint> saved;
   std::size_t bytes_before = 0;
-  if (fs::exists(rd.worker_state(w))) {
-    auto ck = train::load_worker_file(rd.worker_state(w), model, config_fingerprint(cfg));
-    if (!ck)
-      return std::fprintf(stderr, "worker %d: cannot resume: %s\n", w, ck.error().what().c_str()),
-             2;
+  auto verified = verified_worker_checkpoint(cfg, rd, *routing, g, model, w);
+  if (!verified)
+    return std::fprintf(stderr, "worker %d: cannot resume: %s\n", w,
+                        verified.error().what().c_str()),
+           exit_bad_input;
+  if (*verified) {
+    auto& ck = **verified;
     // Killed after its last round was saved: it has nothing left to do (the store may be done).
-    if (ck->round + 1 >= cfg.dipaco.rounds) {
+    if (ck.round + 1 >= cfg.dipaco.rounds) {
       std::printf("worker %d: every round is done (checkpoint '%s')\n", w,
                   rd.worker_state(w).c_str());
       return 0;
     }
-    start_step = ck->step;
-    if (ck->metadata.count("bytes_sent")) bytes_before = std::stoull(ck->metadata.at("bytes_sent"));
-    saved = std::move(*ck);
+    start_step = ck.step;
+    if (ck.metadata.count("bytes_sent")) bytes_before = std::stoull(ck.metadata.at("bytes_sent"));
+    saved = std::move(ck);
   }
   icfg.start_step = start_step;
   optim::adamw opt{
@@ -507,62 +728,93 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
   if (tc.device == "cuda") {
     auto d = make_device_path_worker(w, model, lv, g.path_modules(p), opt, icfg, shard, seed,
                                      tc.gemm, comp);
-    if (!d) return std::fprintf(stderr, "worker %d: %s\n", w, d.error().what().c_str()), 2;
+    if (!d)
+      return std::fprintf(stderr, "worker %d: %s\n", w, d.error().what().c_str()), exit_bad_input;
     dev = std::move(*d);
     if (saved)
       if (auto s = dev->restore(saved->state); !s)
-        return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), 2;
+        return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), exit_bad_input;
   } else {
     auto& worker = host.emplace(w, model, lv, g.path_modules(p), opt, icfg, shard, seed);
     if (comp.spec.kind != compress::codec_kind::identity) {
       auto c = store::make_codecs(comp, model, lv);
-      if (!c) return std::fprintf(stderr, "worker %d: %s\n", w, c.error().what().c_str()), 2;
+      if (!c)
+        return std::fprintf(stderr, "worker %d: %s\n", w, c.error().what().c_str()), exit_bad_input;
       if (auto s = worker.set_codecs(std::move(*c)); !s)
-        return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), 2;
+        return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), exit_bad_input;
     }
     if (saved) train::restore_worker_state(*saved, worker);
   }
   auto inner_step = [&] { return dev ? dev->inner_step() : host->inner_step(); };
   // The worker's checkpoint after a completed round (a device worker's planes come down first).
+  const auto who = identity_of(*routing, g, w);
   auto save = [&](long round, std::map<std::string, std::string> meta) -> status {
     if (host)
       return train::save_worker_file(rd.worker_state(w), model, *host, round,
-                                     config_fingerprint(cfg), std::move(meta));
+                                     config_fingerprint(cfg), who, std::move(meta));
     arena<paco::host> a(model.layout());
     if (auto s = dev->download(a); !s) return s;
     return train::save_worker_state(rd.worker_state(w), model, a, dev->inner_step(), round,
-                                    config_fingerprint(cfg), std::move(meta));
+                                    config_fingerprint(cfg), who, std::move(meta));
   };
+  auto log = io::metrics_log::open(rd.worker_log(w), true);
+  if (!log)
+    return std::fprintf(stderr, "worker %d: %s\n", w, log.error().what().c_str()),
+           exit_write_failed;
+  // Restarted after the store closed the path's last round (killed between its last push and
+  // its checkpoint): the store may be gone, and there is nothing left to train.
+  auto finished = [&] {
+    if (!store_finished_path(cfg, rd, g, p)) return false;
+    std::printf("worker %d: the store's checkpoint holds path %d at the last round %d: done\n", w,
+                p, cfg.dipaco.rounds);
+    return true;
+  };
+  if (finished()) return 0;
   const int port = port_of(cfg, *routing, w);
   auto link = net::asio_tcp::connect(link_options(cfg, w, port, 1, token_from_env()));
-  if (!link) return std::fprintf(stderr, "worker %d: %s\n", w, link.error().what().c_str()), 3;
+  if (!link && finished()) return 0;
+  if (!link)
+    return std::fprintf(stderr, "worker %d: %s\n", w, link.error().what().c_str()),
+           link.error().code == errc::auth ? exit_bad_input : exit_link_lost;
   store::client<net::asio_tcp> client(
       std::map<int, store::worker_link<net::asio_tcp>>{{0, {link->get(), 0}}},
       store::store_layout{{0}}, w);
   if (auto s = client.hello(); !s)
-    return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), 3;
-  auto log = io::metrics_log::open(rd.worker_log(w), true);
-  if (!log) return std::fprintf(stderr, "worker %d: %s\n", w, log.error().what().c_str()), 2;
+    return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), exit_link_lost;
   // The round loop (train/worker_loop.hpp): pull (retried while the path's modules sit at
   // different rounds), H inner steps, push (a refused late push is not fatal), wait; after each
   // round a checkpoint of the inner optimizer state and a metrics record.
   const train::worker_loop_options lo{
       .rounds = cfg.dipaco.rounds,
       .round_deadline = std::chrono::milliseconds(long(cfg.launch.round_timeout_s * 2000)),
-      .pull_tries = int(cfg.launch.round_timeout_s * 20) + 50};  // ≈ 2 round timeouts
-  const auto on_round = [&](const train::worker_round& r) {
+      .pull_tries = int(cfg.launch.round_timeout_s * 20) + 50,  // ≈ 2 round timeouts
+      .completed = saved ? saved->round : -1};
+  // After each round: its checkpoint, then its log record, each retried, each fatal when it
+  // cannot be written (the loop stops with the error; the process exits 4).
+  bool write_failed = false;
+  const auto on_round = [&](const train::worker_round& r) -> status {
     const std::size_t sent = bytes_before + client.bytes_sent();
-    if (auto s = save(r.round, {{"bytes_sent", std::to_string(sent)}}); !s)
-      std::fprintf(stderr, "worker %d: checkpoint failed: %s\n", w, s.error().what().c_str());
-    log->write({{"worker", w},
-                {"path", p},
-                {"round", r.round},
-                {"loss", r.loss},
-                {"bpb", r.loss / ln2},
-                {"step", inner_step()},
-                {"bytes_sent", sent},
-                {"codec", comp.name()},
-                {"round_s", r.seconds}});
+    status s = io::with_retries(
+        [&] {
+          return save(r.round, {{"bytes_sent", std::to_string(sent)}});
+        },
+        write_tries);
+    if (s)
+      s = io::with_retries(
+          [&] {
+            return log->write({{"worker", w},
+                               {"path", p},
+                               {"round", r.round},
+                               {"loss", r.loss},
+                               {"bpb", r.loss / ln2},
+                               {"step", inner_step()},
+                               {"bytes_sent", sent},
+                               {"codec", comp.name()},
+                               {"round_s", r.seconds}});
+          },
+          write_tries);
+    write_failed = !s;
+    return s;
   };
   const auto on_refused = [&](const error& e) {
     std::fprintf(stderr, "worker %d: %s; continuing with the next round\n", w, e.what().c_str());
@@ -574,7 +826,14 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w) {
   } else {
     st = train::run_worker(*host, client, lo, on_round, on_refused);
   }
-  if (!st) return std::fprintf(stderr, "worker %d: %s\n", w, st.error().what().c_str()), 3;
+  if (!st) {
+    std::fprintf(stderr, "worker %d: %s\n", w, st.error().what().c_str());
+    if (write_failed) return exit_write_failed;
+    // A store behind this worker's checkpoint stays behind however often it is restarted.
+    const long at = dev ? dev->round() : host->round();
+    const bool behind = saved && at <= saved->round;
+    return behind ? exit_bad_input : exit_link_lost;
+  }
   client.bye();
   (*link)->close();
   return 0;

@@ -10,8 +10,14 @@
 //     damaged one is an error naming the file, never a silent start from scratch;
 //   - children get a parent-death signal (SIGKILL when the launcher dies, even by kill -9), and
 //     SIGTERM / SIGINT / SIGHUP to the launcher are forwarded to them before it exits;
-//   - a worker that fails because the store went down is restarted without using its restart
-//     budget; once a process failed for good, the others are stopped and never restarted.
+//   - a worker that fails because the store went down, or lost its link to a live store (exit 3),
+//     is restarted without using its restart budget; when no worker has reached a live store
+//     for store_silence() the run fails naming the store (stopped or hung), never a worker;
+//   - a process that failed on bad input (exit 2) or could not write its state (exit 4) is not
+//     restarted; once a process failed for good, the others are stopped and never restarted;
+//   - the run ends with exit 0 only if it is whole: every process exited 0 and every module of
+//     the store's checkpoint is at the last round; the results table is computed only then,
+//     never from an older state.
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -129,7 +135,8 @@ inline std::vector<fs::path> previous_run_files(const run_dir& rd, int workers) 
 }
 
 // --resume: every checkpoint a resumed run would read is verified (present where it must be,
-// complete, checksum, configuration). Returns whether a store checkpoint exists (without one
+// complete, checksum, configuration, run id, worker and path; routing.json's checksum), and the
+// store must not be behind the workers. Returns whether a store checkpoint exists (without one
 // and without any worker checkpoint the store starts from the base model: nothing was trained).
 inline result<bool> verify_resume(const train_config& cfg, const run_dir& rd,
                                   const path::path_plan& g) {
@@ -137,19 +144,17 @@ inline result<bool> verify_resume(const train_config& cfg, const run_dir& rd,
     if (!fs::exists(f))
       return error(errc::not_found, "--resume: '" + f.string() +
                                         "' is missing (nothing to resume: run with --fresh)");
+  auto routing = read_routing(rd);
+  if (!routing) return error(routing.error().code, "--resume: " + routing.error().message);
   nn::gpt model(cfg.model);
   arena<host> a(model.layout());
   if (auto s = load_base(cfg, rd, model, a); !s)
     return error(s.error().code, "--resume: " + s.error().message);
   bool any_worker = false;
   for (int w = 1; w <= g.workers(); ++w) {
-    if (!fs::exists(rd.worker_state(w))) continue;
-    any_worker = true;
-    arena<host> ws(model.layout());
-    auto info = io::load_checkpoint(rd.worker_state(w), model.tensors(), ws);
-    if (!info) return error(info.error().code, "--resume: " + info.error().message);
-    if (auto s = io::check_config(rd.worker_state(w), info->metadata, config_fingerprint(cfg)); !s)
-      return error(s.error().code, "--resume: " + s.error().message);
+    auto ck = verified_worker_checkpoint(cfg, rd, *routing, g, model, w);
+    if (!ck) return error(ck.error().code, "--resume: " + ck.error().message);
+    any_worker |= ck->has_value();
   }
   if (!fs::exists(rd.store())) {
     if (any_worker)
@@ -160,15 +165,30 @@ inline result<bool> verify_resume(const train_config& cfg, const run_dir& rd,
   store::module_store<outer::nesterov> store(g.module_table(), outer_of(cfg));
   if (auto s = load_store(cfg, rd, g, store); !s)
     return error(s.error().code, "--resume: " + s.error().message);
+  if (auto s = check_store_not_behind(cfg, rd, *routing, g, store); !s)
+    return error(s.error().code, "--resume: " + s.error().message);
   return true;
 }
 
-inline std::string random_token() {
-  std::random_device rd;
-  char b[33];
-  for (int i = 0; i < 32; ++i) b[i] = "0123456789abcdef"[rd() % 16];
-  b[32] = 0;
-  return b;
+// Whether a finished run is whole: every module of the store's checkpoint at the last round
+// (every process also exited 0: none failed a checkpoint or log write). Errors name the module.
+inline status check_run_whole(const train_config& cfg, const run_dir& rd,
+                              const path::path_plan& g) {
+  store::module_store<outer::nesterov> store(g.module_table(), outer_of(cfg));
+  if (auto s = load_store(cfg, rd, g, store); !s) return s;
+  for (int m = 0; m < g.modules(); ++m)
+    if (store.round(m) != cfg.dipaco.rounds)
+      return {errc::mismatch, "the store checkpoint '" + rd.store().string() + "' holds module " +
+                                  std::to_string(m) + " at round " +
+                                  std::to_string(store.round(m)) + ", not the last round " +
+                                  std::to_string(cfg.dipaco.rounds)};
+  return {};
+}
+
+// How long the launcher lets workers fail to reach a live store before it blames the store.
+inline std::chrono::duration<double> store_silence(const train_config& cfg) {
+  return std::chrono::duration<double>(
+      std::max({60.0, 2 * cfg.launch.round_timeout_s, 10 * cfg.launch.peer_timeout_s}));
 }
 
 // The last record of each worker's JSONL log.
@@ -281,7 +301,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
     std::set<int> ports;
     while (int(ports.size()) < g.workers()) ports.insert(net::free_loopback_port());
     (*routing)["ports"] = std::vector<int>(ports.begin(), ports.end());
-    if (auto s = io::write_file_atomic(rd.routing(), routing->dump()); !s)
+    if (auto s = write_routing(rd, *routing); !s)
       return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
   }
   std::vector<int> per_path(g.paths(), 0);
@@ -294,9 +314,11 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   if (!config_path.empty()) common.insert(common.end(), {"--config", config_path});
   for (auto& o : overrides) common.insert(common.end(), {"--set", o});
   if (cfg.launch.mode == "manual") {
+    // Every command resumes: run again after a crash (or to continue), it picks up the
+    // process's checkpoint instead of starting over.
     std::printf(
         "\nOn each machine, with PACO_TOKEN set to the same secret and the run directory "
-        "%s copied there:\n",
+        "%s copied there (each command also continues its process after a crash):\n",
         rd.dir.c_str());
     auto join = [](const std::vector<std::string>& v) {
       std::string s;
@@ -304,11 +326,11 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
       return s;
     };
     auto store_args = common;
-    store_args.insert(store_args.end(), {"--role", "store"});
+    store_args.insert(store_args.end(), {"--role", "store", "--resume"});
     std::printf("  store:    %s\n", join(store_args).c_str());
     for (int w = 1; w <= g.workers(); ++w) {
       auto a = common;
-      a.insert(a.end(), {"--role", "worker", "--worker", std::to_string(w)});
+      a.insert(a.end(), {"--role", "worker", "--worker", std::to_string(w), "--resume"});
       std::printf("  worker %d: %s\n", w, join(a).c_str());
     }
     return 0;
@@ -324,7 +346,9 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   }
   for (int w = 1; w <= g.workers(); ++w) {
     child c{"worker-" + std::to_string(w), common};
-    c.args.insert(c.args.end(), {"--role", "worker", "--worker", std::to_string(w)});
+    // Workers always --resume: their checkpoints were verified (or removed for a fresh run), and
+    // a restarted worker continues from its own.
+    c.args.insert(c.args.end(), {"--role", "worker", "--worker", std::to_string(w), "--resume"});
     kids.push_back(c);
   }
   // From here on a stop signal is forwarded to the children (and they die with the launcher).
@@ -369,6 +393,10 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   int store_gen = 0;
   std::map<std::string, int> gen_at_start;
   for (auto& k : kids) gen_at_start[k.name] = 0;
+  // Since when workers have been failing to reach the store with no round completed anywhere
+  // (empty: they are not, or some worker progressed since).
+  std::optional<std::chrono::steady_clock::time_point> lost_since;
+  long progress = -1;
   for (;;) {
     if (stop_signal) {
       const int sig = stop_signal;
@@ -389,19 +417,27 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
       for (auto& k : kids)
         if (k.pid == rpid && !k.done) {
           st = rst;
-          const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+          const int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+          const bool ok = code == 0;
           const bool is_store = k.name == "store";
+          // Bad input and a state that cannot be written stay so however often it restarts.
+          const bool permanent = code == exit_bad_input || code == exit_write_failed;
           const bool store_down = !is_store && (kids[0].done || store_gen != gen_at_start[k.name]);
-          if (!ok && !failed && (store_down || k.restarts < cfg.launch.restarts)) {
+          // A worker that lost its link to a live store: the store's fault, not the worker's.
+          const bool lost_store = !is_store && code == exit_link_lost && !kids[0].done;
+          const bool uncounted = store_down || lost_store;
+          if (uncounted && !lost_since) lost_since = std::chrono::steady_clock::now();
+          if (!ok && !failed && !permanent && (uncounted || k.restarts < cfg.launch.restarts)) {
             // A worker resumes from its checkpoint and rejoins; the store resumes from its own.
-            if (!store_down) ++k.restarts;
+            if (!uncounted) ++k.restarts;
             std::fprintf(stderr, "\npaco_train: %s stopped (%s %d); restarting it (%s)\n",
                          k.name.c_str(), WIFSIGNALED(st) ? "signal" : "exit",
                          WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
-                         store_down ? "the store restarted: not counted"
-                                    : (std::to_string(k.restarts) + " of " +
-                                       std::to_string(cfg.launch.restarts))
-                                          .c_str());
+                         store_down   ? "the store restarted: not counted"
+                         : lost_store ? "it lost its link to the store: not counted"
+                                      : (std::to_string(k.restarts) + " of " +
+                                         std::to_string(cfg.launch.restarts))
+                                            .c_str());
             if (is_store) {
               ++store_gen;
               if (std::find(k.args.begin(), k.args.end(), "--resume") == k.args.end())
@@ -414,9 +450,14 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
             k.status = st;
             if (!ok) {
               failed = true;
-              std::fprintf(stderr, "\npaco_train: %s failed (%s %d), see %s\n", k.name.c_str(),
+              std::fprintf(stderr, "\npaco_train: %s failed (%s %d%s), see %s\n", k.name.c_str(),
                            WIFSIGNALED(st) ? "signal" : "exit",
                            WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
+                           code == exit_bad_input ? ": bad input, configuration or checkpoint"
+                           : code == exit_write_failed
+                               ? ": it could not write its checkpoint or log (disk full or "
+                                 "read-only?)"
+                               : "",
                            rd.log(k.name).c_str());
             }
           }
@@ -441,6 +482,19 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
       text += b;
     }
     for (auto& [w, j] : rec) done_rounds += j["round"].get<long>() + 1;
+    if (done_rounds != progress) progress = done_rounds, lost_since.reset();
+    // Workers keep failing to reach a store that is alive (stopped, hung) or gone, and no round
+    // completes: the run fails naming the store instead of restarting workers forever.
+    if (!failed && lost_since &&
+        std::chrono::steady_clock::now() - *lost_since > store_silence(cfg)) {
+      failed = true;
+      std::fprintf(stderr,
+                   "\npaco_train: no worker has reached the store for %.0f s and no round "
+                   "completed: the store (pid %d) is %s; stopping the run (see %s)\n",
+                   store_silence(cfg).count(), int(kids[0].pid),
+                   kids[0].done ? "gone" : "alive but not answering (stopped or hung?)",
+                   rd.log("store").c_str());
+    }
     if (text != last_text) {  // one line per change (rounds are minutes apart)
       bar.update(std::min(done_rounds, long(cfg.dipaco.rounds) * g.workers()), text + " bpb");
       last_text = text;
@@ -458,6 +512,10 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
     std::fprintf(stderr, "paco_train: a process failed; see the logs in %s\n", rd.dir.c_str());
     return 3;
   }
+  // Every process said it is done; the table is computed only from a whole run.
+  if (auto s = check_run_whole(cfg, rd, g); !s)
+    return std::fprintf(stderr, "paco_train: the run is not whole: %s\n", s.error().what().c_str()),
+           3;
   const double train_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
 

@@ -62,9 +62,10 @@ int main(int argc, char** argv) {
   app.add_option("--set", overrides, "override a setting: section.key=value (repeatable)");
   app.add_flag("--resume", resume,
                "continue from the checkpoints in output.dir (dipaco jobs: every checkpoint is "
-               "verified; a missing or damaged one is an error)");
+               "verified; a missing, damaged, swapped or foreign one is an error)");
   app.add_flag("--fresh", fresh,
-               "dipaco jobs: delete a previous run in the run directory and start over");
+               "dipaco jobs: delete a previous run in the run directory and start over (with "
+               "--role store or worker: that process's state only)");
   app.add_option("--role", role, "dipaco jobs: launcher (default), prepare, store or worker")
       ->check(CLI::IsMember({"launcher", "prepare", "store", "worker"}));
   app.add_option("--worker", worker, "dipaco jobs, --role worker: this worker's id (1 … workers)");
@@ -99,8 +100,8 @@ int main(int argc, char** argv) {
           return std::fprintf(stderr, "paco_train: export: %s\n", s.error().what().c_str()), 2;
         return 0;
       }
-      if (role == "store") return paco_train::run_store(cfg, rd, resume);
-      if (role == "worker") return paco_train::run_worker(cfg, rd, worker);
+      if (role == "store") return paco_train::run_store(cfg, rd, resume, fresh);
+      if (role == "worker") return paco_train::run_worker(cfg, rd, worker, resume, fresh);
       if (role == "prepare") {
         auto data = paco_train::load_job_data(cfg);
         if (!data) return std::fprintf(stderr, "paco_train: %s\n", data.error().what().c_str()), 2;
@@ -261,14 +262,26 @@ int main(int argc, char** argv) {
       std::ostringstream meta;
       meta << "{\"d\":" << cfg.model.d << ",\"layers\":" << cfg.model.layers
            << ",\"heads\":" << cfg.model.heads << ",\"ctx\":" << cfg.model.ctx << "}";
-      if (auto s = io::save_checkpoint(ckpt, model.tensors(), a, step, {{"model", meta.str()}}); !s)
-        std::fprintf(stderr, "\npaco_train: warning: %s\n", s.error().what().c_str());
+      // A checkpoint that cannot be written (after retries) ends the run: training on would
+      // lose every step since the last one that was.
+      if (auto s = io::with_retries(
+              [&] {
+                return io::save_checkpoint(ckpt, model.tensors(), a, step, {{"model", meta.str()}});
+              },
+              4);
+          !s)
+        return std::fprintf(stderr, "\npaco_train: checkpoint failed: %s\n",
+                            s.error().what().c_str()),
+               4;
     }
-    metrics->write({{"step", step},
-                    {"loss", last_loss},
-                    {"lr", lr},
-                    {"val_bpb", std::isnan(val_bpb) ? nlohmann::json() : nlohmann::json(val_bpb)},
-                    {"elapsed_s", el}});
+    if (auto s = metrics->write(
+            {{"step", step},
+             {"loss", last_loss},
+             {"lr", lr},
+             {"val_bpb", std::isnan(val_bpb) ? nlohmann::json() : nlohmann::json(val_bpb)},
+             {"elapsed_s", el}});
+        !s)
+      return std::fprintf(stderr, "\npaco_train: %s\n", s.error().what().c_str()), 4;
     char text[160];
     std::snprintf(text, sizeof text,
                   "step %ld loss %.3f (%.2f bpb) val %.3f bpb lr %.1e %.0f tok/s", step, loss_ema,
@@ -281,11 +294,13 @@ int main(int argc, char** argv) {
   std::printf("paco_train: final evaluation on the whole validation and test splits...\n");
   const double val_final = bpb(val_tokens, 0);
   const double test_final = bpb(test_tokens, 0);
-  metrics->write({{"final", true},
-                  {"val_bpb", val_final},
-                  {"test_bpb", test_final},
-                  {"steps", step},
-                  {"train_s", train_s_elapsed}});
+  if (auto s = metrics->write({{"final", true},
+                               {"val_bpb", val_final},
+                               {"test_bpb", test_final},
+                               {"steps", step},
+                               {"train_s", train_s_elapsed}});
+      !s)
+    return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 4;
 
   std::printf("\n");
   io::table results({"result", "value"});

@@ -18,22 +18,9 @@ using paco::testing::slurp;
 
 namespace {
 
-struct small_run {
-  fs::path dir;
-  int rounds = 3;
-  std::vector<std::string> args(const std::vector<std::string>& extra = {}) const {
-    return paco::testing::small_dipaco_job(PACO_SOURCE_DIR, PACO_BINARY_DIR, dir, rounds, 10,
-                                           extra);
-  }
-  // Runs to the end; returns (exit code, output).
-  std::pair<int, std::string> run(const std::vector<std::string>& extra = {},
-                                  const std::vector<std::string>& env_unset = {}) const {
-    const fs::path out = dir.parent_path() / (dir.filename().string() + ".out");
-    const pid_t pid = paco::testing::spawn_logged(args(extra), out, env_unset);
-    const int st = paco::testing::wait_exit(pid, 120s);
-    const int code = st < 0 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    return {code, slurp(out)};
-  }
+struct small_run : paco::testing::small_dipaco_run {
+  explicit small_run(fs::path d)
+      : small_dipaco_run{PACO_SOURCE_DIR, PACO_BINARY_DIR, std::move(d)} {}
 };
 
 }  // namespace

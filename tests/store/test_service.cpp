@@ -332,3 +332,38 @@ TEST_CASE("after a store restart a worker whose modules sit at different rounds 
   REQUIRE(arrived4 == 2);
   REQUIRE(server.ontime_refused() == 0);
 }
+
+TEST_CASE("a store with a last round closes nothing past it and ends when it is reached",
+          "[dipaco][service]") {
+  // Before server_options::rounds a store kept closing empty rounds by deadline for as long as it
+  // ran (a resumed store behind its workers reached round 58 of 12) and never ended by itself.
+  auto world = net::inproc::world(2);  // store + 1 worker on one module of 4 floats
+  store::module_store<outer::sgd> store({{0, 4, 1}}, outer::sgd{.lr = 1.0f},
+                                        {.weight_by_shard = false});
+  store.set(0, std::vector<float>(4, 0.0f));
+  store::server server(world[0], store, {{1, {0}}},
+                       {.round_timeout = std::chrono::milliseconds(30),
+                        .io_timeout = std::chrono::milliseconds(2000),
+                        .rounds = 2});
+  server.expect_rejoins(true);  // without a last round this store would serve forever
+  std::thread st([&] { server.serve(); });
+  status pushed_late;
+  {
+    store::client c(world[1], store::store_layout{{0}}, 1);
+    std::vector<float> theta(4);
+    // The worker sleeps through both rounds: they close empty by deadline, then no more.
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    auto got = c.pull(0, theta);
+    REQUIRE(got.ok());
+    REQUIRE(got->round == 2);
+    pushed_late = c.push(0, 1, 2, std::vector<float>(4, 1.0f), 1.0);
+    REQUIRE(c.bye().ok());
+  }
+  st.join();  // returns by itself: every module reached round 2
+  REQUIRE(store.round(0) == 2);
+  REQUIRE(server.history().size() == 2);
+  REQUIRE(!pushed_late.ok());  // a push past the last round is refused, θ unchanged
+  std::vector<float> theta(4);
+  store.pull(0, theta);
+  for (float v : theta) REQUIRE(v == 0.0f);
+}

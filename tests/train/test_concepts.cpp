@@ -153,6 +153,7 @@ TEST_CASE("the path-worker archetype is enough for the round loop", "[train][con
   // The archetype store never advances; the archetype worker counts its pulls as rounds.
   REQUIRE(train::run_worker(w, store, {.rounds = 3}, [&](const train::worker_round&) {
             ++rounds;
+            return status{};
           }).ok());
   REQUIRE(rounds == 3);
   REQUIRE(w.round() == 3);

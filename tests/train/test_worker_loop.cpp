@@ -47,7 +47,11 @@ TEST_CASE("run_worker: late pushes are refused and the worker goes on to the las
   const train::worker_loop_options o{.rounds = 6, .round_deadline = std::chrono::seconds(20)};
   std::thread t0([&] {
     r0 = train::run_worker(
-        w0, store, o, [&](const train::worker_round& r) { ++done, rounds0.push_back(r.round); },
+        w0, store, o,
+        [&](const train::worker_round& r) {
+          ++done, rounds0.push_back(r.round);
+          return status{};
+        },
         [&](const error& e) {
           other_refusals += e.code != errc::mismatch;
           ++refused;
@@ -55,7 +59,11 @@ TEST_CASE("run_worker: late pushes are refused and the worker goes on to the las
   });
   std::thread t1([&] {
     r1 = train::run_worker(
-        w1, store, o, [&](const train::worker_round&) { ++done; },
+        w1, store, o,
+        [&](const train::worker_round&) {
+          ++done;
+          return status{};
+        },
         [&](const error&) { ++refused; });
   });
   t0.join();
@@ -99,10 +107,39 @@ TEST_CASE("run_worker: a path whose modules stay at different rounds is an error
   int rounds = 0;
   REQUIRE(train::run_worker(w, store, {.rounds = 3}, [&](const train::worker_round&) {
             ++rounds;
+            return status{};
           }).ok());
   REQUIRE(rounds == 2);  // rounds 1 and 2
   REQUIRE(store.store().round(0) == 3);
   REQUIRE(store.store().round(1) == 3);
+}
+
+TEST_CASE("run_worker: a store behind the worker's checkpoint is an error, not a replay",
+          "[train][worker_loop]") {
+  // A store started anew (or from an older checkpoint) holds the path at round 0 while the
+  // worker's checkpoint completed round 4: training on would silently throw rounds away.
+  nn::gpt model(small());
+  arena<host> a0(model.layout());
+  model.init(a0, 3);
+  const auto levels = *path::split_gpt_levels(model.layout(), 2, 1);
+  const auto plan = *path::path_plan::make(path::module_grid<1>::experts({1}), levels);
+  store::local_store<outer::nesterov> store(plan.module_table(), outer::nesterov{});
+  train::init_modules(store, plan, a0.get(plane::param).data());
+  const auto s = testing::synthetic_stream(4, 3000, 5, 3);
+  train::path_worker<nn::gpt, optim::adamw> w(0, model, plan.path_spans(0), plan.path_modules(0),
+                                              {}, icfg, s, 1);
+  const auto st = train::run_worker(w, store, {.rounds = 8, .completed = 4});
+  REQUIRE(!st.ok());
+  REQUIRE(st.error().code == errc::mismatch);
+  REQUIRE(st.error().message.find("older than the worker's") != std::string::npos);
+  REQUIRE(store.store().round(0) == 0);  // nothing was trained or pushed
+  // An on_round error (a checkpoint that could not be written) ends the loop with it.
+  const auto failed = train::run_worker(w, store, {.rounds = 3}, [](const train::worker_round&) {
+    return status{errc::io, "disk full"};
+  });
+  REQUIRE(!failed.ok());
+  REQUIRE(failed.error().message == "disk full");
+  REQUIRE(store.store().round(0) == 1);  // one round closed, then the worker stopped
 }
 
 #include <unistd.h>
@@ -120,9 +157,10 @@ TEST_CASE("worker_file: a worker resumes its step, moments and round from its ch
   w.train(4);
   const auto file = std::filesystem::temp_directory_path() /
                     ("paco_worker_" + std::to_string(::getpid()) + ".safetensors");
-  REQUIRE(train::save_worker_file(file, model, w, 6, "cfg=1", {{"bytes_sent", "42"}}).ok());
+  const train::worker_identity me{.run = "r1", .worker = 3, .path = 1};
+  REQUIRE(train::save_worker_file(file, model, w, 6, "cfg=1", me, {{"bytes_sent", "42"}}).ok());
 
-  auto ck = train::load_worker_file(file, model, "cfg=1");
+  auto ck = train::load_worker_file(file, model, "cfg=1", me);
   REQUIRE(ck.ok());
   REQUIRE(ck->step == 4);
   REQUIRE(ck->round == 6);
@@ -137,8 +175,20 @@ TEST_CASE("worker_file: a worker resumes its step, moments and round from its ch
     REQUIRE(std::equal(a.begin(), a.end(), b.begin()));
   }
   // Another configuration is refused, naming the file.
-  auto other = train::load_worker_file(file, model, "cfg=2");
+  auto other = train::load_worker_file(file, model, "cfg=2", me);
   REQUIRE(!other.ok());
   REQUIRE(other.error().message.find(file.string()) != std::string::npos);
+  // So is the checkpoint of another run, or of another worker or path (files swapped).
+  for (const train::worker_identity& who :
+       {train::worker_identity{.run = "r2", .worker = 3, .path = 1},
+        train::worker_identity{.run = "r1", .worker = 2, .path = 1},
+        train::worker_identity{.run = "r1", .worker = 3, .path = 0}}) {
+    auto wrong = train::load_worker_file(file, model, "cfg=1", who);
+    REQUIRE(!wrong.ok());
+    REQUIRE(wrong.error().code == errc::mismatch);
+    REQUIRE(wrong.error().message.find(file.string()) != std::string::npos);
+    REQUIRE(wrong.error().message.find(who.run == "r2" ? "another run" : "swapped") !=
+            std::string::npos);
+  }
   std::filesystem::remove(file);
 }

@@ -6,12 +6,15 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "paco/core/error.hpp"
 
@@ -63,6 +66,21 @@ inline status write_file_atomic(
     ::close(dfd);
   }
   return {};
+}
+
+// Calls write() up to `tries` times, sleeping `pause` (doubled after each failure) between
+// tries, for writes whose failure may pass (a disk that fills and frees, an NFS hiccup).
+// Ensures: the first ok, or the last error with the number of tries in its message.
+inline status with_retries(const std::function<status()>& write, int tries = 3,
+                           std::chrono::milliseconds pause = std::chrono::milliseconds(200)) {
+  status s;
+  for (int i = 0; i < std::max(1, tries); ++i) {
+    if (i) std::this_thread::sleep_for(pause * (1 << std::min(i - 1, 10)));
+    s = write();
+    if (s) return s;
+  }
+  return paco::error(s.error().code, s.error().message + " (" + std::to_string(std::max(1, tries)) +
+                                         (tries > 1 ? " tries)" : " try)"));
 }
 
 inline status write_file_atomic(const std::filesystem::path& target, std::string_view content) {

@@ -22,6 +22,9 @@
 // rounds, so the worker pulls a consistent path and no partner waits for it more than a round.
 // Every refused push is reported (on_refuse) with whether it was on time (it reached the store
 // within round_timeout of its round opening) or late; ontime_refused() counts the former.
+// With server_options::rounds = R > 0 the run has an end: no module closes a round past R (a
+// push for round R or later is refused, no empty round closes by deadline), and once every
+// module reached R serve() returns when every worker said bye or died, or io_timeout later.
 
 #include <algorithm>
 #include <atomic>
@@ -31,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -55,6 +59,7 @@ struct server_options {
   std::shared_ptr<const std::vector<compress::module_codec>> codecs = {};
   // Called with the reason whenever a push is refused (bad payload), on the serving thread.
   std::function<void(const std::string&)> on_refuse = {};
+  long rounds = 0;  // the run's number of rounds: no module goes past it (0: no end)
 };
 
 // Serves the modules this store owns to the given workers until every worker said bye or died
@@ -147,8 +152,20 @@ class server {
       }
       close_due();
       answer_waits();
+      if (complete()) {  // the run is over: let the workers say bye, then return
+        if (!complete_at_) complete_at_ = clock::now();
+        if (alive_.empty() || clock::now() - *complete_at_ > o_.io_timeout) break;
+      }
       if (!any) std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
+  }
+
+  // Whether every module reached server_options::rounds (false when the run has no end).
+  bool complete() const {
+    if (o_.rounds <= 0) return false;
+    for (int m = 0; m < store_.module_count(); ++m)
+      if (store_.round(m) < o_.rounds) return false;
+    return true;
   }
 
  private:
@@ -194,7 +211,7 @@ class server {
       if (r.wait()) return false;
       bytes_in_ += n * sizeof(float);
       alive_.insert(w);
-      auto s = store_.push(m, w, rq.round, buf_, rq.weight);
+      auto s = push_within_run(m, w, rq.round, rq.weight);
       if (s.ok())
         check_complete(m);
       else
@@ -237,13 +254,20 @@ class server {
     if (!s) {
       refuse(w, m, s.error().what());
     } else {
-      s = store_.push(m, w, rq.round, buf_, rq.weight);
+      s = push_within_run(m, w, rq.round, rq.weight);
       if (s.ok())
         check_complete(m);
       else
         refuse_push(w, m, rq.round, s);
     }
     return send_reply(w, {s.ok() ? 0 : s.error().code.value(), m, store_.round(m), 0, 0});
+  }
+  // buf_ pushed to module m's round, unless the run's last round has closed.
+  status push_within_run(int m, int w, long round, double weight) {
+    if (o_.rounds > 0 && store_.round(m) >= o_.rounds)
+      return {errc::mismatch, "module " + std::to_string(m) + " finished the run's " +
+                                  std::to_string(o_.rounds) + " rounds"};
+    return store_.push(m, w, round, buf_, weight);
   }
   // A push the module store refused: on time if its round opened less than round_timeout ago
   // (it closed early without this worker), late otherwise (or a duplicate, or early).
@@ -300,7 +324,9 @@ class server {
         bool trained = false;
         for (auto& [v, mods] : workers_)
           trained |= v != w && alive_.count(v) && std::count(mods.begin(), mods.end(), m);
-        while (!trained && store_.pushed(m) == 0 && store_.round(m) < R) close(m, false);
+        while (!trained && store_.pushed(m) == 0 && store_.round(m) < R &&
+               (o_.rounds <= 0 || store_.round(m) < o_.rounds))
+          close(m, false);
         active_from_[{w, m}] = R;
       }
     }
@@ -318,6 +344,7 @@ class server {
     for (int m = 0; m < store_.module_count(); ++m) check_complete(m);
   }
   void close(int m, bool by_deadline) {
+    if (o_.rounds > 0 && store_.round(m) >= o_.rounds) return;  // the run's end
     const auto now = clock::now();
     history_.push_back(store_.close(m));
     history_.back().open_s = std::chrono::duration<double>(now - opened_[m]).count();
@@ -330,7 +357,8 @@ class server {
     const auto now = clock::now();
     std::vector<int> due;
     for (auto& [m, t0] : opened_)
-      if (now - t0 > o_.round_timeout) due.push_back(m);
+      if (now - t0 > o_.round_timeout && (o_.rounds <= 0 || store_.round(m) < o_.rounds))
+        due.push_back(m);
     for (int m : due) close(m, true);
   }
   void answer_waits() {
@@ -376,6 +404,7 @@ class server {
   std::vector<store::round_summary> history_;
   std::size_t bytes_in_ = 0;
   std::atomic<bool> stop_{false};
+  std::optional<clock::time_point> complete_at_;  // when every module reached o_.rounds
 };
 
 }  // namespace paco::store

@@ -134,3 +134,36 @@ inline std::vector<std::string> small_dipaco_job(const std::filesystem::path& so
 }
 
 }  // namespace paco::testing
+
+namespace paco::testing {
+
+// The exit code of a wait status: the exit status, 128 + the signal, or -1 (not exited).
+inline int exit_code(int st) {
+  return st < 0 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
+}
+
+// A small DiPaCo run of paco_train in `dir` (small_dipaco_job's settings), for process tests.
+struct small_dipaco_run {
+  std::filesystem::path source_dir, binary_dir, dir;
+  int rounds = 3;
+  double round_timeout_s = 10;
+  std::vector<std::string> args(const std::vector<std::string>& extra = {}) const {
+    return small_dipaco_job(source_dir, binary_dir, dir, rounds, round_timeout_s, extra);
+  }
+  // The launcher's output file for runs started here.
+  std::filesystem::path out() const { return dir.string() + ".out"; }
+  // Starts paco_train with extra arguments, its output in out(). Returns the pid, or -1.
+  pid_t start(const std::vector<std::string>& extra = {},
+              const std::vector<std::string>& env_unset = {}) const {
+    return spawn_logged(args(extra), out(), env_unset);
+  }
+  // Runs paco_train to its end (killed after timeout); returns (exit code, output).
+  std::pair<int, std::string> run(
+      const std::vector<std::string>& extra = {}, const std::vector<std::string>& env_unset = {},
+      std::chrono::milliseconds timeout = std::chrono::milliseconds(180000)) const {
+    const pid_t pid = start(extra, env_unset);
+    return {exit_code(wait_exit(pid, timeout)), slurp(out())};
+  }
+};
+
+}  // namespace paco::testing

@@ -5,6 +5,11 @@
 // its inner step, the last round it completed and the caller's configuration fingerprint. A
 // worker that restarts is built with start_step = the file's step and gets its optimizer state
 // and residual back (restore_worker_state): its next round pulls from the store as usual.
+//
+// A checkpoint is bound to its place: it records whose it is (worker_identity: the run's id,
+// the worker, its path), and loading it for another run, worker or path is an error naming the
+// file — a checkpoint copied from another run directory, or two workers' files swapped, is
+// never trained on as if it were this worker's.
 
 #include <filesystem>
 #include <map>
@@ -17,6 +22,44 @@
 
 namespace paco::train {
 
+// Whose a worker checkpoint is: the run (an id its run directory was prepared with), the worker
+// and the path it trains.
+struct worker_identity {
+  std::string run;
+  int worker = 0;
+  int path = 0;
+  std::map<std::string, std::string> metadata() const {
+    return {{"run", run}, {"worker", std::to_string(worker)}, {"path", std::to_string(path)}};
+  }
+};
+
+// Ensures: ok when metadata (a checkpoint's, of `file`) records exactly `who`.
+// Errors: corrupt when it records no identity; mismatch naming the file, what it records and
+// what was expected (another run; another worker or path).
+inline status check_identity(const std::filesystem::path& file,
+                             const std::map<std::string, std::string>& metadata,
+                             const worker_identity& who) {
+  const auto get = [&](const char* k) {
+    auto it = metadata.find(k);
+    return it == metadata.end() ? std::string() : it->second;
+  };
+  const std::string run = get("run"), worker = get("worker"), path = get("path");
+  if (run.empty() || worker.empty() || path.empty())
+    return {errc::corrupt, "worker checkpoint '" + file.string() +
+                               "' records no run, worker or path (written by an older paco or "
+                               "another tool): start the run over with --fresh"};
+  if (run != who.run)
+    return {errc::mismatch, "worker checkpoint '" + file.string() + "' belongs to run " + run +
+                                ", not to this run (" + who.run +
+                                "): it was copied from another run directory"};
+  if (worker != std::to_string(who.worker) || path != std::to_string(who.path))
+    return {errc::mismatch, "worker checkpoint '" + file.string() + "' is worker " + worker +
+                                "'s (path " + path + "), not worker " + std::to_string(who.worker) +
+                                "'s (path " + std::to_string(who.path) +
+                                "): checkpoint files were swapped"};
+  return {};
+}
+
 struct worker_checkpoint {
   long step = 0;    // inner steps taken
   long round = -1;  // the last round completed (−1: none recorded)
@@ -25,34 +68,41 @@ struct worker_checkpoint {
 };
 
 // Writes a worker's planes `state`, its inner `step` and `round` (the round it just completed)
-// with config and extra (a device worker's planes, downloaded). Errors: save_checkpoint's.
+// with config, its identity and extra (a device worker's planes, downloaded). Errors:
+// save_checkpoint's.
 template <class Model>
 status save_worker_state(const std::filesystem::path& file, const Model& model,
                          const arena<host>& state, long step, long round, const std::string& config,
+                         const worker_identity& who,
                          std::map<std::string, std::string> extra = {}) {
   extra["round"] = std::to_string(round);
   extra["config"] = config;
+  for (auto& [k, v] : who.metadata()) extra[k] = v;
   return io::save_checkpoint(file, model.tensors(), state, step, std::move(extra));
 }
 
-// Writes w's arena, inner step and `round` with config and extra. Errors: save_checkpoint's.
+// Writes w's arena, inner step and `round` with config, identity and extra. Errors:
+// save_checkpoint's.
 template <class Model, class InnerOpt>
 status save_worker_file(const std::filesystem::path& file, const Model& model,
                         train::path_worker<Model, InnerOpt>& w, long round,
-                        const std::string& config, std::map<std::string, std::string> extra = {}) {
-  return save_worker_state(file, model, w.state(), w.inner_step(), round, config, std::move(extra));
+                        const std::string& config, const worker_identity& who,
+                        std::map<std::string, std::string> extra = {}) {
+  return save_worker_state(file, model, w.state(), w.inner_step(), round, config, who,
+                           std::move(extra));
 }
 
-// Reads a worker checkpoint. Errors name the file: load_checkpoint's (missing, truncated,
-// corrupt, another format), check_config's (written for another configuration), corrupt (a
-// round that is not a number).
+// Reads worker `who`'s checkpoint. Errors name the file: load_checkpoint's (missing,
+// truncated, corrupt, another format), check_config's (written for another configuration),
+// check_identity's (another run, worker or path), corrupt (a round that is not a number).
 template <class Model>
 result<worker_checkpoint> load_worker_file(const std::filesystem::path& file, const Model& model,
-                                           const std::string& config) {
+                                           const std::string& config, const worker_identity& who) {
   worker_checkpoint ck{0, -1, {}, arena<host>(model.layout())};
   auto info = io::load_checkpoint(file, model.tensors(), ck.state);
   if (!info) return info.error();
   if (auto s = io::check_config(file, info->metadata, config); !s) return s.error();
+  if (auto s = check_identity(file, info->metadata, who); !s) return s.error();
   ck.step = info->step;
   ck.metadata = info->metadata;
   if (auto r = ck.metadata.find("round"); r != ck.metadata.end()) {

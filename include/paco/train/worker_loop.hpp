@@ -12,10 +12,15 @@
 //               worker was late: errc::mismatch) is not an error — on_refused is told and the
 //               worker goes on with the next round, as DiLoCo's dropout robustness intends
 //     wait      until every module's round closed (or round_deadline passed)
-//     on_round  (a completed round: the caller checkpoints the worker and logs)
+//     on_round  (a completed round: the caller checkpoints the worker and logs); an error it
+//               returns (a checkpoint that could not be written) ends the loop with that error:
+//               a worker that cannot save its state must not train on as if it had
 //
 // Resume is the caller's part: restore the worker's arena planes and its inner step
-// (inner_config::start_step) from its checkpoint before calling; the store says the round.
+// (inner_config::start_step) from its checkpoint before calling; the store says the round. A
+// store whose modules are behind the round the checkpoint completed (its own checkpoint is older
+// than the worker's: restored from a backup, or reset by a store started anew) is an error at
+// the first pull (worker_loop_options::completed), never a silent replay of trained rounds.
 
 #include <chrono>
 #include <functional>
@@ -33,6 +38,7 @@ struct worker_loop_options {
   std::chrono::steady_clock::duration round_deadline = std::chrono::seconds(60);
   std::chrono::steady_clock::duration pull_retry = std::chrono::milliseconds(100);
   int pull_tries = 50;  // pulls of a path whose modules sit at different rounds, then an error
+  long completed = -1;  // the last round this worker completed (its checkpoint's; −1: none)
 };
 
 // A completed round of the worker.
@@ -45,15 +51,16 @@ struct worker_round {
 // Runs w against store until the path's modules reach o.rounds. on_round after every round whose
 // push was accepted and closed; on_refused with the store's refusal of a late push (optional).
 // Returns: ok when the run is over for this path; the store's or the pull's error otherwise
-// (mismatch when the modules stayed at different rounds for every try).
+// (mismatch when the modules stayed at different rounds for every try, or when the store is
+// behind o.completed); on_round's error.
 // W is any PathWorker: train::path_worker, or kernels::path_worker_cuda on a GPU.
 template <class W, store::ModuleStore Store>
 requires PathWorker<W, Store> status
 run_worker(W& w, Store& store, const worker_loop_options& o,
-           const std::function<void(const worker_round&)>& on_round = {},
+           const std::function<status(const worker_round&)>& on_round = {},
            const std::function<void(const error&)>& on_refused = {}) {
   using clock = std::chrono::steady_clock;
-  for (;;) {
+  for (bool first = true;; first = false) {
     status pulled;
     for (int tries = 0; tries < std::max(1, o.pull_tries); ++tries) {
       pulled = w.pull(store);
@@ -61,6 +68,13 @@ run_worker(W& w, Store& store, const worker_loop_options& o,
       std::this_thread::sleep_for(o.pull_retry);
     }
     if (!pulled) return pulled;
+    if (first && w.round() <= o.completed)
+      return {errc::mismatch,
+              "the store holds this path at round " + std::to_string(w.round()) +
+                  " but this worker's checkpoint completed round " + std::to_string(o.completed) +
+                  ": the store's state is older than the worker's (restored from an older "
+                  "checkpoint, or started anew without --resume); resume the store from its "
+                  "latest checkpoint"};
     if (w.round() >= o.rounds) return {};
     const auto t0 = clock::now();
     const double loss = w.train();
@@ -73,7 +87,10 @@ run_worker(W& w, Store& store, const worker_loop_options& o,
     for (int m : w.modules())
       if (auto s = store.wait_closed(m, w.round(), until); !s) return s;
     if (on_round)
-      on_round({w.round(), loss, std::chrono::duration<double>(clock::now() - t0).count()});
+      if (auto s =
+              on_round({w.round(), loss, std::chrono::duration<double>(clock::now() - t0).count()});
+          !s)
+        return s;
   }
 }
 

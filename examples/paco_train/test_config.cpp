@@ -1,0 +1,110 @@
+// paco_train's config reader (config.hpp): a value is refused, naming its key, when it does not
+// fit its field's type (an integer too large is never narrowed; nan, ±inf and floats beyond
+// float's range never pass), and then when it is outside the field's own range.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "config.hpp"
+
+using namespace paco_train;
+
+namespace {
+
+// The error of loading the defaults with `overrides`; "(loaded)" when it loads, which no
+// expected message contains (a REQUIRE here, inside the caller's REQUIRE, would crash Catch).
+std::string refusal(const std::vector<std::string>& overrides) {
+  auto c = load_config({}, overrides);
+  if (c) return "(loaded)";
+  return c.error().code == paco::errc::invalid_argument ? c.error().message
+                                                        : "(not invalid_argument)";
+}
+
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("load_config: a good config still loads", "[paco_train][config]") {
+  auto defaults = load_config({}, {});
+  REQUIRE(defaults);
+  auto dipaco = load_config(
+      {}, {"job.mode=dipaco", "dipaco.rounds=4", "train.lr=3e-3", "launch.round_timeout_s=1e6",
+           "launch.peer_timeout_s=0.5", "dipaco.outer_lr=1", "train.batch=4096"});
+  REQUIRE(dipaco);
+  REQUIRE(dipaco->dipaco.rounds == 4);
+  REQUIRE(dipaco->train.lr == 3e-3f);
+  REQUIRE(dipaco->launch.round_timeout_s == 1e6);
+  REQUIRE(dipaco->train.batch == 4096);
+  const std::string configs = std::string(PACO_SOURCE_DIR) + "/examples/configs/";
+  for (const char* f : {"lm_brown.toml", "dipaco_brown.toml", "dipaco_brown_int8.toml"}) {
+    INFO(f);
+    REQUIRE(load_config(configs + f, {}));
+  }
+}
+
+TEST_CASE("load_config: integers are range-checked, never narrowed", "[paco_train][config]") {
+  // 4294967299 = 2^32 + 3 used to run 3 rounds.
+  const auto rounds = refusal({"job.mode=dipaco", "dipaco.rounds=4294967299"});
+  REQUIRE(has(rounds, "dipaco.rounds must be an integer in [-2147483648, 2147483647]"));
+  REQUIRE(has(rounds, "got 4294967299"));
+  REQUIRE(has(refusal({"dipaco.rounds=-4294967295"}), "dipaco.rounds must be an integer in"));
+  // In the type's range but not the field's: validate() names the field's own range.
+  REQUIRE(has(refusal({"job.mode=dipaco", "dipaco.rounds=-1"}), "dipaco.rounds must be ≥ 1"));
+  REQUIRE(has(refusal({"train.batch=4294967297"}), "train.batch must be an integer in"));
+  // Beyond 64 bits TOML cannot read the number; the field is still named, with its range.
+  const auto batch = refusal({"train.batch=99999999999999999999"});
+  REQUIRE(has(batch, "train.batch must be an integer in [-2147483648, 2147483647]"));
+  REQUIRE(has(batch, "got '99999999999999999999'"));
+  REQUIRE(has(refusal({"train.steps=99999999999999999999"}),
+              "train.steps must be an integer in [-9223372036854775808, 9223372036854775807]"));
+  REQUIRE(has(refusal({"train.batch=2.5"}), "train.batch must be an integer in"));
+  REQUIRE(has(refusal({"dipaco.grid=[4294967298, 2]"}), "dipaco.grid must be an array of"));
+}
+
+TEST_CASE("load_config: nan, inf and huge floating values are refused", "[paco_train][config]") {
+  // round_timeout_s = inf used to pass "> 0" (then 173 empty rounds).
+  REQUIRE(has(refusal({"job.mode=dipaco", "launch.round_timeout_s=inf"}),
+              "launch.round_timeout_s must be a finite number, got inf"));
+  REQUIRE(has(refusal({"job.mode=dipaco", "launch.round_timeout_s=nan"}),
+              "launch.round_timeout_s must be a finite number"));
+  // 1e400 is not a TOML float: it arrives as the string '1e400'.
+  REQUIRE(has(refusal({"job.mode=dipaco", "launch.round_timeout_s=1e400"}),
+              "launch.round_timeout_s must be a finite number, got '1e400'"));
+  REQUIRE(has(refusal({"train.lr=nan"}), "train.lr must be a finite number"));
+  REQUIRE(has(refusal({"job.mode=dipaco", "dipaco.outer_lr=inf"}),
+              "dipaco.outer_lr must be a finite number"));
+  REQUIRE(has(refusal({"train.grad_clip=-inf"}), "train.grad_clip must be a finite number"));
+  // A float field: beyond float's range is refused rather than made inf.
+  REQUIRE(has(refusal({"train.weight_decay=1e39"}),
+              "train.weight_decay must be a finite number in [-3.40282e+38, 3.40282e+38]"));
+  // Every time, rate and learning-rate field refuses nan and ±inf by name.
+  for (const char* key :
+       {"model.init_std", "train.budget_s", "train.lr", "train.min_lr", "train.weight_decay",
+        "train.beta1", "train.beta2", "train.grad_clip", "dipaco.outer_lr", "dipaco.outer_momentum",
+        "launch.round_timeout_s", "launch.peer_timeout_s"})
+    for (const char* v : {"nan", "inf", "-inf", "+nan"}) {
+      INFO(key << "=" << v);
+      REQUIRE(has(refusal({"job.mode=dipaco", std::string(key) + "=" + v}),
+                  "--set: " + std::string(key) + " must be a finite number"));
+    }
+}
+
+TEST_CASE("validate: each field's own range, upper bounds included", "[paco_train][config]") {
+  // Timeouts become milliseconds in a long: a huge one is refused, not overflowed.
+  REQUIRE(has(refusal({"job.mode=dipaco", "launch.round_timeout_s=1e7"}),
+              "launch.round_timeout_s must be in (0, 1e6] (seconds)"));
+  REQUIRE(has(refusal({"job.mode=dipaco", "launch.peer_timeout_s=1e7"}),
+              "launch.peer_timeout_s must be in (0.2, 1e6] (seconds)"));
+  REQUIRE(has(refusal({"job.mode=dipaco", "launch.peer_timeout_s=0.1"}),
+              "launch.peer_timeout_s must be in (0.2, 1e6]"));
+  REQUIRE(has(refusal({"train.budget_s=1e10"}), "train.budget_s must be in (0, 1e9]"));
+  REQUIRE(has(refusal({"train.beta2=1"}), "train.beta2 must be in [0, 1)"));
+  REQUIRE(has(refusal({"train.weight_decay=-0.1"}), "train.weight_decay must be"));
+  REQUIRE(has(refusal({"job.mode=dipaco", "dipaco.outer_lr=0"}), "dipaco.outer_lr must be"));
+  // The model's fields are named as the config names them.
+  REQUIRE(has(refusal({"model.init_std=2"}), "model.init_std must be in (0, 1)"));
+  REQUIRE(has(refusal({"model.heads=3"}), "model.heads must be"));
+}
