@@ -16,13 +16,29 @@
 // initialisation. Rank 0 prints a line per round and, at the end, validation bits per byte;
 // every rank prints the hash of its final θ (identical on every rank except with eager updates,
 // whose ranks differ by design).
+//
+// Before anything else the ranks agree on the flags that shape the run (collectives::agree):
+// a rank started with another --compress, --inner, model size … stops every rank at once,
+// the flag and both values named. With --checkpoint-dir DIR (--overlap none) every rank writes
+// its state after every round (train::diloco_replica's checkpoints: atomically, the newest two
+// rounds kept), and --resume continues from the newest round every rank holds, bit-identical to a
+// run that was never stopped. Under MPI a rank whose sync fails ends the whole job (MPI_Abort), so
+// that a hung or stopped rank cannot keep mpirun waiting.
+#include <charconv>
 #include <chrono>
 #include <cinttypes>
+#include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "paco/collectives/agree.hpp"
 #include "paco/core/hash.hpp"
 #include "paco/io/io.hpp"
 #include "paco/net/asio_tcp.hpp"
@@ -56,6 +72,10 @@ struct options {
   float lr = 2e-3f;
   std::uint64_t seed = 1;
   int deadline_s = 600;
+  std::string checkpoint_dir;
+  bool resume = false;
+  int test_stop_rank = -1;    // test only: this rank stops itself (SIGSTOP) before its rounds
+  int test_crash_after = -1;  // test only: every rank kills itself after saving round N (1, 2 …)
 };
 
 int fail(const std::string& what) {
@@ -63,14 +83,54 @@ int fail(const std::string& what) {
   return 2;
 }
 
-// The run of one rank once the group is formed: its shard, the worker, the trainer of
-// --overlap, and the report. Returns the process's exit code.
+// The shortest text that reads back as v.
+std::string shortest(float v) {
+  char b[32];
+  const auto r = std::to_chars(b, b + sizeof b, v);
+  return std::string(b, r.ptr);
+}
+
+// The flags that shape the run, which every rank must share: the model, the data, the
+// schedule, the codec, the trainer. Its "key=value …" form is the checkpoints' configuration.
+std::vector<collectives::agree_field> run_fields(const options& o) {
+  return {{"--d", std::to_string(o.d)},
+          {"--ctx", std::to_string(o.ctx)},
+          {"--layers", std::to_string(o.layers)},
+          {"--heads", std::to_string(o.heads)},
+          {"--batch", std::to_string(o.batch)},
+          {"--lr", shortest(o.lr)},
+          {"--seed", std::to_string(o.seed)},
+          {"--rounds", std::to_string(o.rounds)},
+          {"--inner", std::to_string(o.inner)},
+          {"--overlap", o.overlap},
+          {"--outer", o.outer},
+          {"--compress", o.compress.empty() ? "fp32" : o.compress},
+          {"--tau", std::to_string(o.tau)},
+          {"--alpha", shortest(o.alpha)},
+          {"--block-fragments", std::to_string(o.block_fragments)}};
+}
+
+// The run of one rank once the group is formed: the agreement on the run's flags, its shard,
+// the trainer of --overlap (and its checkpoints), and the report. Returns the exit code.
 template <net::Transport T>
 int train_ranks(const options& o, T& t, const nn::gpt& model,
                 const std::optional<store::compression>& compression,
                 const std::vector<train::fragment>& frags, const train::streaming_config& sc) {
   const int rank = t.rank(), size = t.size();
   const bool lead = rank == 0;
+  const auto deadline = std::chrono::seconds(o.deadline_s);
+  const std::string here = "rank " + std::to_string(rank) + ": ";
+
+  // ---- every rank runs the same configuration, or none runs ----
+  auto fields = run_fields(o);
+  const std::string config = collectives::join_fields(fields);
+  fields.push_back({"--checkpoint-dir", o.checkpoint_dir.empty() ? "none" : "given"});
+  fields.push_back({"--resume", o.resume ? "yes" : "no"});
+  collectives::collective_options agreed;
+  agreed.until = net::after(deadline);
+  if (auto s = collectives::agree(t, fields, agreed); !s)
+    return fail(here + "the ranks were started differently: " + s.error().what());
+  if (rank == o.test_stop_rank) std::raise(SIGSTOP);  // as a hung process would
 
   // ---- data: this rank's shard of the training documents; validation on rank 0 ----
   auto corpus = io::load_brown(io::default_brown_dir());
@@ -92,9 +152,7 @@ int train_ranks(const options& o, T& t, const nn::gpt& model,
                    .warmup = std::min(50L, long(o.rounds) * o.inner / 10),
                    .total = long(o.rounds) * o.inner},
       .threads = 1};
-  worker_t w(rank, model, levels, {0}, optim::adamw{.lr = o.lr}, icfg, shard,
-             o.seed + 100 + std::uint64_t(rank));
-  model.init(w.state(), o.seed);  // the same θ on every rank
+  const std::uint64_t data_seed = o.seed + 100 + std::uint64_t(rank);
   const outer_t outer =
       o.outer == "co2"
           ? outer_t(outer::co2{.momentum = 0.2f, .clip = outer::co2::clip_mode::element})
@@ -108,17 +166,41 @@ int train_ranks(const options& o, T& t, const nn::gpt& model,
         double(model.param_count()) / 1e6, o.rounds, o.inner, shard.ids.size());
 
   // ---- the rounds ----
-  const auto deadline = std::chrono::seconds(o.deadline_s);
   const auto start = clk::now();
-  auto on_round = [&](long round, std::size_t bytes) {
+  auto on_round = [&](long round, double loss, std::size_t bytes) {
     if (lead)
-      std::printf("round %3ld  inner loss %.4f  %.1f s  %.2f MB sent\n", round + 1, w.last_loss(),
+      std::printf("round %3ld  inner loss %.4f  %.1f s  %.2f MB sent\n", round + 1, loss,
                   std::chrono::duration<double>(clk::now() - start).count(), double(bytes) / 1e6);
+  };
+  auto codec_of = [&]() -> result<std::optional<compress::module_codec>> {
+    if (!compression) return std::optional<compress::module_codec>{};  // one over the plane
+    auto c = train::diloco_codec(*compression, model);
+    if (!c) return paco::error{c.error().code, "--compress: " + c.error().message};
+    return std::optional<compress::module_codec>(std::move(*c));
   };
   status s;
   std::size_t sent = 0;
   double hidden = -1;
-  if (o.overlap == "streaming") {
+  worker_t w(rank, model, levels, {0}, optim::adamw{.lr = o.lr}, icfg, shard, data_seed);
+  model.init(w.state(), o.seed);  // the same θ on every rank
+  if (o.overlap == "none") {
+    auto codec = codec_of();
+    if (!codec) return fail(codec.error().message);
+    train::diloco_replica<T, nn::gpt, optim::adamw, outer_t> rep(t, w, outer, std::move(*codec));
+    const std::filesystem::path dir = o.checkpoint_dir;
+    if (!dir.empty()) {
+      s = rep.open_checkpoints(dir, config, o.resume, deadline);
+      if (s && o.resume && lead)
+        std::printf("resumed from %s after round %ld\n", dir.c_str(), rep.rounds_done());
+    }
+    while (s && rep.rounds_done() < o.rounds) {
+      s = rep.run(1, deadline,
+                  [&](long r, std::size_t bytes) { on_round(r, w.last_loss(), bytes); });
+      if (s && !dir.empty()) s = rep.save_round(dir, config);
+      if (s && rep.rounds_done() == o.test_crash_after) std::raise(SIGKILL);
+    }
+    sent = rep.traffic().bytes_sent;
+  } else if (o.overlap == "streaming") {
     std::vector<compress::module_codec> codecs;
     if (compression) {
       auto c = train::fragment_codecs(*compression, model, frags);
@@ -130,32 +212,23 @@ int train_ranks(const options& o, T& t, const nn::gpt& model,
     for (int r = 0; r < o.rounds && s; ++r) {
       s = rep.run(o.inner, deadline);
       if (s && r + 1 == o.rounds) s = rep.finish(deadline);
-      if (s) on_round(r, rep.traffic().bytes_sent - sent);
+      if (s) on_round(r, w.last_loss(), rep.traffic().bytes_sent - sent);
       sent = rep.traffic().bytes_sent;
     }
     hidden = rep.overlap().hidden();
   } else {
-    std::optional<compress::module_codec> codec;  // one over the whole plane
-    if (compression) {
-      auto c = train::diloco_codec(*compression, model);
-      if (!c) return fail("--compress: " + c.error().message);
-      codec = std::move(*c);
-    }
-    if (o.overlap == "none") {
-      train::diloco_replica<T, nn::gpt, optim::adamw, outer_t> rep(t, w, outer, std::move(codec));
-      s = rep.run(o.rounds, deadline, on_round);
-      sent = rep.traffic().bytes_sent;
-    } else {
-      train::co2_replica<T, nn::gpt, optim::adamw, outer_t> rep(
-          t, w, outer, std::move(codec),
-          o.overlap == "eager" ? train::overlap_rule::eager : train::overlap_rule::delayed);
-      s = rep.run(o.rounds, deadline, on_round);
-      if (s) s = rep.finish(deadline);
-      sent = rep.traffic().bytes_sent;
-      hidden = rep.overlap().hidden();
-    }
+    auto codec = codec_of();
+    if (!codec) return fail(codec.error().message);
+    train::co2_replica<T, nn::gpt, optim::adamw, outer_t> rep(
+        t, w, outer, std::move(*codec),
+        o.overlap == "eager" ? train::overlap_rule::eager : train::overlap_rule::delayed);
+    s = rep.run(o.rounds, deadline,
+                [&](long r, std::size_t bytes) { on_round(r, w.last_loss(), bytes); });
+    if (s) s = rep.finish(deadline);
+    sent = rep.traffic().bytes_sent;
+    hidden = rep.overlap().hidden();
   }
-  if (!s) return fail("rank " + std::to_string(rank) + ": " + s.error().what());
+  if (!s) return fail(here + s.error().what());
 
   const auto theta = w.state().get(plane::param);
   if (lead) {
@@ -213,8 +286,27 @@ int main(int argc, char** argv) try {
   app.add_option("--seed", o.seed);
   app.add_option("--deadline", o.deadline_s, "seconds a sync may take")
       ->check(CLI::Range(1, 86400));
+  app.add_option("--checkpoint-dir", o.checkpoint_dir,
+                 "after every round, each rank writes its state to DIR/rank-R.round-K.safetensors "
+                 "(the newest two kept; --overlap none)");
+  app.add_flag("--resume", o.resume,
+               "continue from the newest round every rank holds in --checkpoint-dir");
+  app.add_option("--test-stop-rank", o.test_stop_rank)->group("");      // tests: a stopped rank
+  app.add_option("--test-crash-after", o.test_crash_after)->group("");  // tests: a killed job
   CLI11_PARSE(app, argc, argv);
   if (o.d % o.heads != 0) return fail("--d must be a multiple of --heads");
+  if (!std::isfinite(o.lr) || o.lr <= 0)
+    return fail("--lr must be a finite number > 0, got " + shortest(o.lr));
+  if (!std::isfinite(o.alpha))
+    return fail("--alpha must be a finite number in [0, 1], got " + shortest(o.alpha));
+  if (o.resume && o.checkpoint_dir.empty())
+    return fail("--resume needs --checkpoint-dir (where the checkpoints are)");
+  if (!o.checkpoint_dir.empty() && o.overlap != "none")
+    return fail(
+        "--checkpoint-dir works with --overlap none only: with --overlap " + o.overlap +
+        " an all-reduce is in flight at every round boundary (delayed and eager apply each "
+        "round's mean one round late; streaming staggers its fragments' syncs across it), and "
+        "the state it carries lives inside the trainer, which does not save it");
   if (o.outer == "auto") o.outer = o.overlap == "delayed" ? "co2" : "nesterov";
   const nn::gpt model({.vocab = 256, .ctx = o.ctx, .d = o.d, .layers = o.layers, .heads = o.heads});
   std::optional<store::compression> compression;
@@ -222,6 +314,9 @@ int main(int argc, char** argv) try {
     auto c = store::parse_compression(o.compress);
     if (!c) return fail("--compress: " + c.error().message);
     compression = *c;
+    if (!o.checkpoint_dir.empty())
+      if (auto k = train::checkpointable(c->spec); !k)
+        return fail("--checkpoint-dir: --compress " + o.compress + ": " + k.error().message);
   }
   // Streaming DiLoCo's fragments and schedule, checked before anything connects.
   const train::streaming_config sc{.sync_every = o.inner, .overlap = o.tau, .alpha = o.alpha};
@@ -237,7 +332,16 @@ int main(int argc, char** argv) try {
 #if PACO_EXAMPLE_WITH_MPI
     net::mpi_environment env(&argc, &argv);
     net::mpi t;
-    return train_ranks(o, t, model, compression, fragments, sc);
+    int rc = 0;
+    try {
+      rc = train_ranks(o, t, model, compression, fragments, sc);
+    } catch (const std::exception& e) {
+      rc = fail(e.what());
+    }
+    // The error is printed; a peer may be waiting in a sync (hung, stopped) that MPI cannot
+    // interrupt, so the whole job ends here rather than in a MPI_Finalize that waits for it.
+    if (rc != 0) env.abort(rc);
+    return rc;
 #else
     return fail("--transport mpi: this build has no MPI (install Open MPI and rebuild)");
 #endif
@@ -253,6 +357,7 @@ int main(int argc, char** argv) try {
           "PACO_WORLD_SIZE, mpirun, srun, RANK/WORLD_SIZE)");
     if (o.rank < 0) o.rank = (*who)->rank;
     if (o.size < 0) o.size = (*who)->size;
+    std::printf("rank %d of %d from %s\n", o.rank, o.size, (*who)->source.c_str());
   }
   if (o.coordinator.empty()) {
     auto c = net::coordinator_from_env();

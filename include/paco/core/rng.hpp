@@ -2,6 +2,7 @@
 // rng: a small, seeded, splittable generator (SplitMix64 seeding + xoshiro256**), identical on
 // every platform, so the same seed gives the same model and the same batches everywhere.
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -45,6 +46,13 @@ class rng {
     double u2 = uniform();
     if (u1 < 1e-300) u1 = 1e-300;
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+  // The generator's whole state: a generator given it (set_state) draws the same numbers from
+  // then on (a checkpoint's resume point).
+  using state_type = std::array<std::uint64_t, 4>;
+  state_type state() const noexcept { return {s_[0], s_[1], s_[2], s_[3]}; }
+  void set_state(const state_type& s) noexcept {
+    for (int i = 0; i < 4; ++i) s_[i] = s[std::size_t(i)];
   }
   // An independent generator derived from this one and a stream id.
   rng split(std::uint64_t stream) const noexcept {

@@ -73,6 +73,11 @@ class batch_sampler {
     s_ = &s;
   }
 
+  // Where the random stream stands: a sampler given it (seek) draws the same batches from then
+  // on as this one (a checkpoint's resume point).
+  rng::state_type position() const noexcept { return rng_.state(); }
+  void seek(const rng::state_type& p) noexcept { rng_.set_state(p); }
+
   // Fills x, y (B,T) with the next batch.
   void next(std::int32_t* x, std::int32_t* y) {
     const std::size_t span = s_->ids.size() - std::size_t(T_);

@@ -41,6 +41,14 @@ class mpi_environment {
   mpi_environment(const mpi_environment&) = delete;
   mpi_environment& operator=(const mpi_environment&) = delete;
 
+  // Ends every process of the job: MPI_Abort(MPI_COMM_WORLD, code), so that mpirun stops the
+  // ranks still waiting in a collective (or stopped, or hung) instead of waiting for them, and
+  // exits with `code`. For a program's error path, after it printed its error: paco's library
+  // code never calls it (nothing in the library ends the process on its own).
+  // Requires: MPI initialised and not finalised. Ensures: does not return (unless MPI_Abort
+  // fails, which the MPI standard leaves to the implementation).
+  void abort(int code) const { MPI_Abort(MPI_COMM_WORLD, code); }
+
  private:
   bool owner_ = false;
 };

@@ -94,6 +94,20 @@ class inner_loop {
   // Requires: as the constructor's.
   void rebind(const io::token_stream& shard) { sampler_.rebind(shard); }
 
+  // What a loop resumed from a checkpoint needs beyond the arena: the step count (the
+  // schedule, the optimizer's bias correction) and where the sampler's stream stands.
+  struct position {
+    long step = 0;
+    rng::state_type sampler{};
+  };
+  position where() const noexcept { return {step_, sampler_.position()}; }
+  // Ensures: the loop continues exactly as the one where() was taken from (same batches, same
+  // step count), given the same arena.
+  void seek(const position& p) noexcept {
+    step_ = p.step;
+    sampler_.seek(p.sampler);
+  }
+
   long step_count() const noexcept { return step_; }
   const inner_config& config() const noexcept { return cfg_; }
   nn::replica<M>& replica() noexcept { return replica_; }

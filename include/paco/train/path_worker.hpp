@@ -54,10 +54,19 @@ class path_worker {
   }
 
   int id() const noexcept { return id_; }
+  const Model& model() const noexcept { return model_; }
   arena<host>& state() noexcept { return arena_; }
   const std::vector<int>& modules() const noexcept { return modules_; }
   double shard_tokens() const noexcept { return shard_tokens_; }
   long inner_step() const noexcept { return loop_.step_count(); }
+  // The inner loop's step count and sampler position (inner_loop::where / seek): with the arena,
+  // all a resumed worker needs to go on bit for bit as if it had never stopped.
+  typename train::inner_loop<Model, InnerOpt>::position position() const noexcept {
+    return loop_.where();
+  }
+  void seek(const typename train::inner_loop<Model, InnerOpt>::position& p) noexcept {
+    loop_.seek(p);
+  }
   long round() const noexcept { return round_; }
   double last_loss() const noexcept { return last_loss_; }
 

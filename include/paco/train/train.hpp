@@ -1,8 +1,9 @@
 #pragma once
 // paco/train: the one inner loop, the path worker and its round loop against a shared store,
-// the in-process trainer and runner, DiLoCo over an all-reduce (synchronous; overlapped: CO2,
-// eager updates, Streaming DiLoCo), dense runs and the shared base model, DiPaCo's held-out
-// documents, routed training and a routed comparison's shared setup.
+// the in-process trainer and runner, DiLoCo over an all-reduce (synchronous, and resumable
+// from per-rank checkpoints; overlapped: CO2, eager updates, Streaming DiLoCo), dense runs and
+// the shared base model, DiPaCo's held-out documents, routed training and a routed
+// comparison's shared setup.
 #include "paco/train/base_model.hpp"
 #include "paco/train/co2_replica.hpp"
 #include "paco/train/concepts.hpp"
@@ -18,6 +19,7 @@
 #include "paco/train/local_trainer.hpp"
 #include "paco/train/mean_in_flight.hpp"
 #include "paco/train/path_worker.hpp"
+#include "paco/train/replica_file.hpp"
 #include "paco/train/routed_setup.hpp"
 #include "paco/train/routed_training.hpp"
 #include "paco/train/routing.hpp"
