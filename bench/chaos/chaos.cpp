@@ -12,6 +12,14 @@
 //   full_disk    the run directory (a 16 MB tmpfs) filled up: the run must fail loudly (non-zero
 //                exit naming a failed write, no results table), then resume whole once freed
 //   read_only    the run directory made immutable (chattr +i): the same
+// and against DiLoCo over an all-reduce (examples/diloco_ranks: 3 ranks by run_local.sh over
+// TCP, int8, checkpoints after every round, --deadline 6 s):
+//   allreduce_kill  kill -9 of one random rank: every rank must end non-zero within the deadline
+//                   plus run_local.sh's grace, none left behind; then --resume must end
+//                   bit-identical (θ hash) to an uninterrupted run of the same flags
+//   straggler       SIGSTOP of one random rank, never resumed: the same (no hang past the
+//                   deadline; the stopped rank is killed by run_local.sh, also when it was
+//                   stopped after the last sync: RUN_LOCAL_FINISH = 15 s here)
 // A kind this machine cannot stage (no tmpfs mount, no chattr) is skipped with the reason.
 // After each trial: the run finished (exit 0, results table; for full_disk and read_only after
 // the loud failure and a --resume), every module's checkpointed θ
@@ -64,13 +72,18 @@ struct options {
   double round_timeout_s = 3;
   std::uint64_t seed = 0;
   bool keep = false;
-  std::vector<std::string> kinds = {"worker",      "store",       "launcher",  "two_workers",
-                                    "store_stall", "stray_store", "full_disk", "read_only"};
+  std::vector<std::string> kinds = {"worker",         "store",       "launcher",  "two_workers",
+                                    "store_stall",    "stray_store", "full_disk", "read_only",
+                                    "allreduce_kill", "straggler"};
 };
 
-const std::vector<std::string> all_kinds = {"worker",      "store",       "launcher",
-                                            "two_workers", "store_stall", "stray_store",
-                                            "full_disk",   "read_only"};
+const std::vector<std::string> all_kinds = {
+    "worker",      "store",     "launcher",  "two_workers",    "store_stall",
+    "stray_store", "full_disk", "read_only", "allreduce_kill", "straggler"};
+
+bool allreduce_kind(const std::string& k) {
+  return k == "allreduce_kill" || k == "straggler";
+}
 
 struct row {
   std::string kill;
@@ -139,9 +152,126 @@ bool loud_write_failure(int code, const std::string& text) {
          text.find("all (routed)") == std::string::npos;
 }
 
+// ---- DiLoCo over an all-reduce (examples/diloco_ranks) ----
+constexpr int ar_ranks = 3, ar_deadline_s = 6, ar_grace_s = 5, ar_finish_s = 15;
+
+// run_local.sh with the chaos flags (checkpoints in dir when given), its output in out.
+pid_t start_ranks(const fs::path& dir, const fs::path& out, bool resume) {
+  std::vector<std::string> a = {
+      "/bin/bash",
+      (fs::path(PACO_SOURCE_DIR) / "examples" / "diloco_ranks" / "run_local.sh").string(),
+      (fs::path(PACO_BINARY_DIR) / "examples" / "diloco_ranks" / "example_diloco_ranks").string(),
+      std::to_string(ar_ranks),
+      "--rounds",
+      "12",
+      "--inner",
+      "20",
+      "--d",
+      "32",
+      "--ctx",
+      "32",
+      "--layers",
+      "2",
+      "--heads",
+      "2",
+      "--batch",
+      "4",
+      "--compress",
+      "int8",
+      "--deadline",
+      std::to_string(ar_deadline_s)};
+  if (!dir.empty()) a.insert(a.end(), {"--checkpoint-dir", dir.string()});
+  if (resume) a.push_back("--resume");
+  return spawn_logged(a, out);
+}
+
+// The final θ hash run_local.sh printed ("" if none).
+std::string ranks_hash(const std::string& text) {
+  static const std::regex re(R"(final theta hashes: ([0-9a-f]{16}) ?\n)");
+  std::smatch m;
+  return std::regex_search(text, m, re) ? m[1].str() : "";
+}
+
+// The hash of an uninterrupted run of the chaos flags (computed once).
+const std::string& reference_hash() {
+  static const std::string h = [] {
+    const fs::path out =
+        fs::temp_directory_path() / ("paco_chaos_ref_" + std::to_string(::getpid()));
+    const pid_t p = start_ranks({}, out, false);
+    paco::testing::wait_exit(p, 300s);
+    const std::string hash = ranks_hash(slurp(out));
+    fs::remove(out);
+    return hash;
+  }();
+  return h;
+}
+
+trial_result run_allreduce_trial(const std::string& kind, int trial, paco::rng& r) {
+  trial_result t;
+  const fs::path dir = fs::temp_directory_path() / ("paco_chaos_" + std::to_string(::getpid()) +
+                                                    "_" + kind + "_" + std::to_string(trial));
+  fs::remove_all(dir);
+  const fs::path out = dir.string() + ".out", again = dir.string() + ".resume.out";
+  const std::string want = reference_hash();
+  if (want.empty()) return t.why = "the uninterrupted reference run failed", t;
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t script = start_ranks(dir, out, false);
+  // A random moment after the first checkpoint.
+  paco::testing::wait_until([&] { return fs::exists(dir / "rank-0.round-0.safetensors"); }, 120s);
+  std::this_thread::sleep_for(std::chrono::milliseconds(r.below(1500)));
+  // The ranks, not run_local.sh (whose command line names the binary too).
+  const std::string rank_cmd = "example_diloco_ranks --rounds";
+  auto ranks = find_processes({rank_cmd, "--checkpoint-dir " + dir.string()});
+  std::string what = "nothing (the run had ended)";
+  const auto hit = std::chrono::steady_clock::now();
+  if (!ranks.empty()) {
+    const pid_t victim = ranks[r.below(ranks.size())];
+    ::kill(victim, kind == "allreduce_kill" ? SIGKILL : SIGSTOP);
+    what = kind == "allreduce_kill" ? "a rank killed" : "a rank stopped for good";
+  }
+  t.missed = ranks.empty();
+  const int code = paco::testing::exit_code(paco::testing::wait_exit(script, 120s));
+  const double ended_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - hit).count();
+  // Loud: the script failed, within the deadline plus its grace (and some slack for a 2-core
+  // machine), and no rank of the run is left.
+  paco::testing::wait_until([&] { return find_processes({rank_cmd, dir.string()}).empty(); }, 5s);
+  for (pid_t p : find_processes({rank_cmd, dir.string()})) {
+    ++t.orphans;
+    ::kill(p, SIGKILL);
+  }
+  t.failed_loudly =
+      t.missed || (code > 0 && ended_s < ar_deadline_s + std::max(ar_grace_s, ar_finish_s) + 10);
+  if (!t.failed_loudly)
+    t.why = "run_local.sh exited " + std::to_string(code) + " " + std::to_string(ended_s) +
+            " s after the fault";
+  const int resumed =
+      paco::testing::exit_code(paco::testing::wait_exit(start_ranks(dir, again, !t.missed), 300s));
+  const std::string got = ranks_hash(slurp(t.missed ? out : again));
+  t.finished = (t.missed ? code : resumed) == 0;
+  t.hashes_ok = got == want;
+  if (t.why.empty() && !t.finished) t.why = "the resumed run exited " + std::to_string(resumed);
+  if (t.why.empty() && !t.hashes_ok) t.why = "θ " + got + " differs from the uninterrupted " + want;
+  const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf(
+      "[chaos] %-14s trial %2d: %s; %s after %.1f s, finished %d, hash %s, orphans %d, run "
+      "%.1f s%s%s\n",
+      kind.c_str(), trial, what.c_str(), t.failed_loudly ? "failed loudly" : "NO LOUD FAILURE",
+      ended_s, int(t.finished), t.hashes_ok ? "identical" : "BAD", t.orphans, run_s,
+      t.why.empty() ? "" : ": ", t.why.c_str());
+  std::fflush(stdout);
+  if (t.finished && t.hashes_ok && t.failed_loudly && !t.orphans) {
+    fs::remove_all(dir);
+    fs::remove(out);
+    fs::remove(again);
+  }
+  return t;
+}
+
 // Whether a trial of `kind` went as designed.
 bool good(const std::string& kind, const trial_result& t) {
-  const bool loud_expected = kind == "full_disk" || kind == "read_only" || kind == "stray_store";
+  const bool loud_expected =
+      kind == "full_disk" || kind == "read_only" || kind == "stray_store" || allreduce_kind(kind);
   return t.finished && t.hashes_ok && !t.ontime_refused && !t.orphans && !t.budget_used &&
          (!loud_expected || t.failed_loudly);
 }
@@ -345,6 +475,9 @@ int main(int argc, char** argv) {
   // The launcher makes up a secret for the processes it starts; the stray store role started
   // here beside it needs one of its own to get as far as the run directory.
   ::setenv("PACO_TOKEN", "chaos-stray-role", 0);
+  // A rank stopped after the last sync has no peer waiting for it: run_local.sh's bound on how
+  // long ranks may lag one that finished is what ends that run.
+  ::setenv("RUN_LOCAL_FINISH", std::to_string(ar_finish_s).c_str(), 1);
   paco::rng r(o.seed ? o.seed : std::uint64_t(::getpid()));
   std::printf(
       "[chaos] %d trials per kind; DiPaCo grid 1x4 (level 1 path-specific), %d rounds, "
@@ -356,7 +489,7 @@ int main(int argc, char** argv) {
   for (auto& k : o.kinds) {
     row w{k};
     for (int i = 0; i < o.trials; ++i) {
-      auto t = run_trial(o, k, i, r);
+      auto t = allreduce_kind(k) ? run_allreduce_trial(k, i, r) : run_trial(o, k, i, r);
       if (!t.skipped.empty()) {
         std::printf("[chaos] %-11s skipped: %s\n", k.c_str(), t.skipped.c_str());
         w.skipped = o.trials;
