@@ -1,17 +1,21 @@
-// bench/run overlap: DiLoCo against its overlapped forms (CO2's one-round-delayed update, eager
-// updates, Streaming DiLoCo) on the Brown corpus, two ranks joined by real TCP sockets (asio_tcp on
-// loopback) whose links are shaped slow enough that communication matters.
+// bench/run overlap: DiLoCo against its overlapped forms (CO2 as its authors' code runs it,
+// eager updates, Streaming DiLoCo, and the naive one-round-delayed update) on the Brown corpus, two
+// ranks joined by real TCP sockets (asio_tcp on loopback) whose links are shaped slow enough that
+// communication matters.
 //
 // Every row starts from the same base model (pretrained on all training text), trains the same
 // two random shards with the same seeds, inner steps and rounds, and is scored by the one
 // scorer (whole documents, bits per byte):
 //   diloco  train::diloco_replica: H inner steps, then the fp32 ring all-reduce of Δ, then the
 //           outer Nesterov step (0.7, 0.9) — the inner steps wait for the link.
-//   co2     train::co2_replica, overlap_rule::delayed: the all-reduce of round t runs while
-//           round t+1's inner steps do, and its mean Δ is applied one round late, by outer::co2
-//           with the GPT-2 script's β = 0.2 and element clipping at 1, with fairscale's β = 0.5,
-//           with fairseq's β = 0 (its rule for at most 16 ranks) at α = 1 and at α = 0.5 (Kale et
-//           al. found a lower rate helps the delayed update), or by DiLoCo's Nesterov step.
+//   co2     train::co2_replica, overlap_rule::co2: the all-reduce of round t runs while round
+//           t+1's inner steps do; each rank goes on from its own θ and the mean lands one round
+//           late as a correction (its own stale Δ swapped for the mean), by outer::co2 with the
+//           GPT-2 script's β = 0.2 and element clipping at 1, or by DiLoCo's Nesterov step.
+//   naive_delayed  overlap_rule::naive_delayed (Kale et al.'s baseline; paco's "co2" rows
+//           before 2026-11-26): every rank restarts from the global model and the mean Δ is
+//           applied one round late, by outer::co2 with β = 0.2 and clipping at 1, fairscale's
+//           β = 0.5, fairseq's β = 0 at α = 1 and at α = 0.5, or DiLoCo's Nesterov step.
 //   eager   train::co2_replica, overlap_rule::eager: the same overlap, each rank's own fresh Δ
 //           standing in for its share of the mean (Kale et al. 2025), with DiLoCo's Nesterov
 //           step or CO2's β = 0.2 clip 1.
@@ -59,7 +63,8 @@ struct options {
   double comm_ratio = 1.0;
   float lr = 2e-3f, min_lr = 2e-4f;
   std::uint64_t seed = 1;
-  std::vector<std::string> methods{"diloco", "co2", "eager", "streaming"};  // rows to run
+  std::vector<std::string> methods{"diloco", "co2", "eager", "streaming",
+                                   "naive_delayed"};  // rows to run
 };
 
 using outer_t = outer::one_of<outer::nesterov, outer::co2>;
@@ -67,7 +72,7 @@ using outer_t = outer::one_of<outer::nesterov, outer::co2>;
 struct variant {
   std::string method, outer_name;
   outer_t outer;
-  train::overlap_rule rule = train::overlap_rule::delayed;
+  train::overlap_rule rule = train::overlap_rule::co2;
   int tau = 0;         // streaming: τ
   float alpha = 0.5f;  // streaming: α
 };
@@ -106,9 +111,10 @@ int main(int argc, char** argv) {
   app.add_option("--layers", o.layers);
   app.add_option("--batch", o.batch);
   app.add_option("--seed", o.seed, "shards, initialisation and sampling");
-  app.add_option("--methods", o.methods, "rows to run: diloco (always), co2, eager, streaming")
+  app.add_option("--methods", o.methods,
+                 "rows to run: diloco (always), co2, eager, streaming, naive_delayed")
       ->delimiter(',')
-      ->check(CLI::IsMember({"diloco", "co2", "eager", "streaming"}));
+      ->check(CLI::IsMember({"diloco", "co2", "eager", "streaming", "naive_delayed"}));
   CLI11_PARSE(app, argc, argv);
   const int K = 2;
   const auto t_all = clk::now();
@@ -211,11 +217,19 @@ int main(int argc, char** argv) {
   const std::vector<variant> variants{
       {"diloco", "nesterov 0.7/0.9", outer::nesterov{}},
       {"co2", "co2 b=0.2 clip=1",
-       outer::co2{.momentum = 0.2f, .clip = outer::co2::clip_mode::element}},
-      {"co2", "co2 b=0.5", outer::co2{.momentum = 0.5f}},
-      {"co2", "co2 b=0", outer::co2{.momentum = 0.0f}},
-      {"co2", "co2 a=0.5 b=0", outer::co2{.lr = 0.5f, .momentum = 0.0f}},
-      {"co2", "nesterov 0.7/0.9", outer::nesterov{}},
+       outer::co2{.momentum = 0.2f, .clip = outer::co2::clip_mode::element},
+       train::overlap_rule::co2},
+      {"co2", "nesterov 0.7/0.9", outer::nesterov{}, train::overlap_rule::co2},
+      {"naive_delayed", "co2 b=0.2 clip=1",
+       outer::co2{.momentum = 0.2f, .clip = outer::co2::clip_mode::element},
+       train::overlap_rule::naive_delayed},
+      {"naive_delayed", "co2 b=0.5", outer::co2{.momentum = 0.5f},
+       train::overlap_rule::naive_delayed},
+      {"naive_delayed", "co2 b=0", outer::co2{.momentum = 0.0f},
+       train::overlap_rule::naive_delayed},
+      {"naive_delayed", "co2 a=0.5 b=0", outer::co2{.lr = 0.5f, .momentum = 0.0f},
+       train::overlap_rule::naive_delayed},
+      {"naive_delayed", "nesterov 0.7/0.9", outer::nesterov{}, train::overlap_rule::naive_delayed},
       {"eager", "nesterov 0.7/0.9", outer::nesterov{}, train::overlap_rule::eager},
       {"eager", "co2 b=0.2 clip=1",
        outer::co2{.momentum = 0.2f, .clip = outer::co2::clip_mode::element},

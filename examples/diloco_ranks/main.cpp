@@ -1,6 +1,7 @@
 // example_diloco_ranks: DiLoCo over an all-reduce on the Brown corpus, one process per rank,
-// joined by TCP — synchronous, or with the sync overlapped with inner steps (CO2's delayed
-// update, eager updates, Streaming DiLoCo; docs/02_dipaco.md). Rank and size come from --rank
+// joined by TCP — synchronous, or with the sync overlapped with inner steps (CO2 as its
+// authors' code runs it, eager updates, Streaming DiLoCo, and the naive one-step-delayed
+// update for ablations; docs/02_dipaco.md). Rank and size come from --rank
 // and --size or from the launcher (PACO_RANK/PACO_WORLD_SIZE, mpirun, srun, RANK/WORLD_SIZE);
 // the rendezvous from --coordinator or PACO_COORDINATOR (or MASTER_ADDR:MASTER_PORT); the
 // group's secret from --token or PACO_TOKEN. With --transport mpi (a build with MPI), the ranks
@@ -14,7 +15,7 @@
 //
 // Rank r trains on every k-th training document from the r-th; all ranks start from the same
 // initialisation. Rank 0 prints a line per round and, at the end, validation bits per byte;
-// every rank prints the hash of its final θ (identical on every rank except with eager updates,
+// every rank prints the hash of its final θ (identical on every rank except with co2 and eager,
 // whose ranks differ by design).
 //
 // Before anything else the ranks agree on the flags that shape the run (collectives::agree):
@@ -220,8 +221,7 @@ int train_ranks(const options& o, T& t, const nn::gpt& model,
     auto codec = codec_of();
     if (!codec) return fail(codec.error().message);
     train::co2_replica<T, nn::gpt, optim::adamw, outer_t> rep(
-        t, w, outer, std::move(*codec),
-        o.overlap == "eager" ? train::overlap_rule::eager : train::overlap_rule::delayed);
+        t, w, outer, std::move(*codec), *train::parse_overlap_rule(o.overlap));
     s = rep.run(o.rounds, deadline,
                 [&](long r, std::size_t bytes) { on_round(r, w.last_loss(), bytes); });
     if (s) s = rep.finish(deadline);
@@ -264,11 +264,13 @@ int main(int argc, char** argv) try {
                  "rank 0's host:port (default: PACO_COORDINATOR or MASTER_ADDR:MASTER_PORT)");
   app.add_option("--listen-host", o.listen_host, "interface ranks > 0 listen on");
   app.add_option("--token", o.token, "the group's shared secret (default: PACO_TOKEN)");
-  app.add_option("--overlap", o.overlap, "none | delayed (CO2) | eager | streaming")
-      ->check(CLI::IsMember({"none", "delayed", "eager", "streaming"}));
+  app.add_option("--overlap", o.overlap,
+                 "none | co2 (CO2 as its authors' code runs it) | eager | streaming | "
+                 "naive_delayed (the naive one-step-delayed update, an ablation)")
+      ->check(CLI::IsMember({"none", "co2", "eager", "streaming", "naive_delayed", "delayed"}));
   app.add_option("--outer", o.outer,
                  "outer step: nesterov (0.7, 0.9) | co2 (β 0.2, clip 1) | auto (co2 for the "
-                 "delayed update, else nesterov)")
+                 "co2 and naive_delayed rules, else nesterov)")
       ->check(CLI::IsMember({"auto", "nesterov", "co2"}));
   app.add_option("--compress", o.compress, "Δ compression (int8, bf16, topk:0.1 …; default fp32)");
   app.add_option("--rounds", o.rounds, "outer rounds")->check(CLI::Range(1, 100000));
@@ -304,10 +306,14 @@ int main(int argc, char** argv) try {
   if (!o.checkpoint_dir.empty() && o.overlap != "none")
     return fail(
         "--checkpoint-dir works with --overlap none only: with --overlap " + o.overlap +
-        " an all-reduce is in flight at every round boundary (delayed and eager apply each "
+        " an all-reduce is in flight at every round boundary (co2, eager and naive_delayed "
+        "apply each "
         "round's mean one round late; streaming staggers its fragments' syncs across it), and "
         "the state it carries lives inside the trainer, which does not save it");
-  if (o.outer == "auto") o.outer = o.overlap == "delayed" ? "co2" : "nesterov";
+  if (o.overlap == "delayed")  // the old name: say what became of it
+    return fail("--overlap: " + train::parse_overlap_rule(o.overlap).error().message);
+  if (o.outer == "auto")
+    o.outer = o.overlap == "co2" || o.overlap == "naive_delayed" ? "co2" : "nesterov";
   const nn::gpt model({.vocab = 256, .ctx = o.ctx, .d = o.d, .layers = o.layers, .heads = o.heads});
   std::optional<store::compression> compression;
   if (!o.compress.empty()) {

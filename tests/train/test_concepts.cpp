@@ -129,7 +129,8 @@ TEST_CASE("archetypes are enough for the all-reduce trainers: DiLoCo, CO2, eager
                           outer_t>
         dil(t, w, {});
     status s = dil.run(1, std::chrono::seconds(10));
-    for (auto rule : {train::overlap_rule::delayed, train::overlap_rule::eager}) {
+    for (auto rule : {train::overlap_rule::co2, train::overlap_rule::eager,
+                      train::overlap_rule::naive_delayed}) {
       train::co2_replica<net::inproc, testing::model_archetype, testing::inner_optimizer_archetype,
                          outer_t>
           co2(t, w, {}, std::nullopt, rule);

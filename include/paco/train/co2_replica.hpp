@@ -1,24 +1,39 @@
 #pragma once
 // co2_replica: one rank of DiLoCo over an all-reduce whose communication is fully overlapped
 // with computation. Round t's mean Δ is all-reduced in the background while round t+1's inner
-// steps run, and is applied one round late — by one of two rules:
+// steps run, and is applied one round late — by one of three rules (x_t: the rank's anchor,
+// the θ its round t started from; Δ_t = x_t − θ after the H inner steps; k ranks):
 //
-// overlap_rule::delayed — CO2 (Sun et al., ICLR 2024; ALGORITHMS.md §2), the "one-outer-step
-// delayed" update of Kale et al. 2025:
-//   round t:  θ = x_t (the anchor plane);  H inner steps → Δ_t = x_t − θ
-//             wait for the all-reduce of Δ_{t−1} (launched at the end of round t−1)
-//             x_{t+1} = OuterOpt(x_t, mean Δ_{t−1})     (round 0: x_1 = x_0)
-//             launch the all-reduce of Δ_t and of hash(x_{t+1}), return to the inner steps
-//   finish(): wait for the last all-reduce, x_{T+1} = OuterOpt(x_T, mean Δ_{T−1}), hash check
-// The replicas stay bit-identical (every x_{t+1} is hash-checked by the next all-reduce).
+// overlap_rule::co2 — CO2 (Sun et al., ICLR 2024) as its authors' code runs it, made
+// deterministic. fairscale-CO2 (commit 55aaca5, gossip/co2.py) never defers a worker's own
+// progress: each worker goes on from its live parameters while a background thread averages
+// them, and the averaged result reaches the worker late. Its deterministic form here: the
+// rank's own fresh Δ is applied in full, and the late mean replaces the rank's own stale Δ,
+//   x_{t+1} = OuterOpt(x_t, Δ_t + mean Δ_{t−1} − Δ_{t−1})           (Δ_{−1} = mean Δ_{−1} = 0)
+//   finish(): x_{T+1} = OuterOpt(x_T, mean Δ_{T−1} − Δ_{T−1})
+// so with outer SGD at rate η, θ = x_0 − η(Σ_{s<t} mean Δ_s + Δ_t): the rank carries on from
+// its own parameters (with one rank, outer SGD at lr 1 and no momentum it is plain continuous
+// training) and the average lands one round late as a correction. This is a reconstruction of
+// the code's behaviour, not the paper's Algorithm 1 (ALGORITHMS.md §2.1): the paper's
+// staleness-gap penalty and outer-momentum clipping come with outer::co2 (the released code
+// applies no penalty: gap_penalty = 1). The replicas differ by their own last Δ by design.
 //
 // overlap_rule::eager — eager updates (Kale, Douillard, Donchev 2025; ALGORITHMS.md §6.3): the
-// rank's own fresh Δ stands in for its share of the mean until the true mean arrives,
-//   x_{t+1} = OuterOpt(x_t, mean Δ_{t−1} + (Δ_t − Δ_{t−1}) / k)       (Δ_{−1} = mean Δ_{−1} = 0)
+// rank's own fresh Δ stands in for its share (1/k) of the mean until the true mean arrives,
+//   x_{t+1} = OuterOpt(x_t, mean Δ_{t−1} + (Δ_t − Δ_{t−1}) / k)
 //   finish(): x_{T+1} = OuterOpt(x_T, mean Δ_{T−1} − Δ_{T−1} / k)
-// so with outer SGD θ = x_0 − η(Σ_{s<t} mean Δ_s + Δ_t / k): nothing is left out, nothing is
-// stale by more than the own share. The replicas differ slightly by design (each holds its own
-// Δ), so there is no hash check; with k = 1 it is DiLoCo. One more n-float buffer.
+// so with outer SGD θ = x_0 − η(Σ_{s<t} mean Δ_s + Δ_t / k). The replicas differ slightly by
+// design; with k = 1 it is DiLoCo (and the co2 rule).
+//
+// overlap_rule::naive_delayed — the naïve one-step-delayed update, Kale et al.'s baseline
+// (arXiv 2502.12996, Algorithm 2), kept for the ablation. paco called it CO2 until 2026-11-26;
+// it is not what CO2's code does. Every rank restarts from a global model that lacks its own
+// last round, and the mean measured from x_{t−1} is applied on x_t:
+//   x_{t+1} = OuterOpt(x_t, mean Δ_{t−1})     (round 0: x_1 = x_0)
+//   finish(): x_{T+1} = OuterOpt(x_T, mean Δ_{T−1}), hash check
+// The replicas stay bit-identical (every x_{t+1} is hash-checked by the next all-reduce). With
+// one rank, outer SGD at lr 1 and no momentum it is NOT continuous training: each round's
+// progress is replayed one round late on top of the next round's start.
 //
 // A round costs max(inner steps, all-reduce) instead of their sum. Any OuterOptimizer works;
 // outer::co2 is CO2's (momentum with the staleness-gap penalty and momentum clipping). The mean
@@ -26,14 +41,15 @@
 // codec with error feedback). overlap() says how much of the communication the inner steps hid.
 //
 //   train::co2_replica<net::asio_tcp, nn::gpt, optim::adamw, outer::co2> r(
-//       tcp, worker, outer::co2{.momentum = 0.2f, .clip = outer::co2::clip_mode::element});
+//       tcp, worker, outer::co2{.momentum = 0.2f, .clip = outer::co2::clip_mode::element},
+//       std::nullopt, train::overlap_rule::co2);
 //   r.run(rounds, std::chrono::minutes(5));
 //   r.finish(std::chrono::minutes(5));   // the worker's param plane now holds x_{T+1}
 //
 // The transport is used by a background thread while an all-reduce is in flight: from the end
 // of run()'s first round until finish() returns, nothing else may use it (MPI: the serialized
 // thread level net::mpi asks for suffices). Memory beyond DiLoCo's: two n-float buffers
-// (eager: three).
+// (co2, eager: three).
 
 #include <chrono>
 #include <cstdint>
@@ -54,14 +70,21 @@
 namespace paco::train {
 
 // How the mean Δ that arrives one round late is applied (see the file comment).
-enum class overlap_rule { delayed, eager };
+enum class overlap_rule { co2, eager, naive_delayed };
 
-// "delayed" | "eager". Errors: invalid_argument naming the accepted values.
+// "co2" | "eager" | "naive_delayed". Errors: invalid_argument naming the accepted values (and,
+// for "delayed", what became of it).
 inline result<overlap_rule> parse_overlap_rule(const std::string& s) {
-  if (s == "delayed") return overlap_rule::delayed;
+  if (s == "co2") return overlap_rule::co2;
   if (s == "eager") return overlap_rule::eager;
+  if (s == "naive_delayed") return overlap_rule::naive_delayed;
+  if (s == "delayed")
+    return paco::error{errc::invalid_argument,
+                       "overlap rule: 'delayed' is now 'naive_delayed' (Kale et al.'s naive "
+                       "one-step-delayed baseline, which is not CO2); CO2 as its authors' code "
+                       "runs it is 'co2'"};
   return paco::error{errc::invalid_argument,
-                     "overlap rule: '" + s + "' is not one of delayed, eager"};
+                     "overlap rule: '" + s + "' is not one of co2, eager, naive_delayed"};
 }
 
 template <net::Transport T, class Model, class InnerOpt, outer::OuterOptimizer O>
@@ -71,7 +94,7 @@ class co2_replica {
   // codec, when given, is train::diloco_codec of the same compression on every rank.
   co2_replica(T& t, train::path_worker<Model, InnerOpt>& w, O outer,
               std::optional<compress::module_codec> codec = std::nullopt,
-              overlap_rule rule = overlap_rule::delayed)
+              overlap_rule rule = overlap_rule::co2)
       : t_(&t),
         w_(&w),
         outer_(outer),
@@ -81,7 +104,7 @@ class co2_replica {
         state_(outer.state_size(n_), 0.0f),
         delta_(n_),
         mean_(n_),
-        own_(rule == overlap_rule::eager ? n_ : 0) {
+        own_(rule == overlap_rule::naive_delayed ? 0 : n_) {
     PACO_ASSERT(!codec_ || codec_->size() == n_, "the codec covers the whole parameter plane");
     if (codec_ && codec_->error_feedback()) residual_ = w.state().get(plane::residual);
     w.state().get(plane::anchor);
@@ -116,10 +139,11 @@ class co2_replica {
       } else {
         std::fill(mean_.begin(), mean_.end(), 0.0f);
       }
-      if (rule_ ==
-          overlap_rule::eager) {  // x_{t+1} = OuterOpt(x_t, mean Δ_{t−1} + (Δ_t − Δ_{t−1})/k)
-        const float inv_k = 1.0f / float(t_->size());
-        for (std::size_t i = 0; i < n_; ++i) mean_[i] += (delta[i] - own_[i]) * inv_k;
+      if (rule_ != overlap_rule::naive_delayed) {
+        // co2: x_{t+1} = OuterOpt(x_t, mean Δ_{t−1} + (Δ_t − Δ_{t−1}))
+        // eager: x_{t+1} = OuterOpt(x_t, mean Δ_{t−1} + (Δ_t − Δ_{t−1}) / k)
+        const float share = own_share();
+        for (std::size_t i = 0; i < n_; ++i) mean_[i] += (delta[i] - own_[i]) * share;
         std::copy(delta.begin(), delta.end(), own_.begin());
         outer_.step(std::span<float>(th.data(), n_), std::span<const float>(mean_), state_);
       } else if (arrived) {  // x_{t+1} = OuterOpt(x_t, mean Δ_{t−1}); round 0: x_1 = x_0
@@ -133,8 +157,8 @@ class co2_replica {
     return {};
   }
 
-  // Waits for the all-reduce in flight and applies its outer step, then (delayed) checks the
-  // replicas hold the same θ. Ensures on ok: the param plane and the anchor hold x_{T+1}, every
+  // Waits for the all-reduce in flight and applies its outer step, then (naive_delayed) checks
+  // the replicas hold the same θ. Ensures on ok: the param plane and the anchor hold x_{T+1}, every
   // round's Δ applied; nothing is in flight (run() may go on, from there, as from x_0). No-op
   // when nothing is in flight. Errors: as run's.
   status finish(std::chrono::steady_clock::duration deadline) {
@@ -142,16 +166,16 @@ class co2_replica {
     if (auto s = flight_.land(traffic_, overlap_); !s) return s;
     auto& a = w_->state();
     const auto th = a.get(plane::param), an = a.get(plane::anchor);
-    if (rule_ == overlap_rule::eager) {  // the own share Δ_{T−1}/k swapped for the true mean
-      const float inv_k = 1.0f / float(t_->size());
-      for (std::size_t i = 0; i < n_; ++i) mean_[i] -= own_[i] * inv_k;
+    if (rule_ != overlap_rule::naive_delayed) {  // the own Δ_{T−1} (share) swapped for the mean
+      const float share = own_share();
+      for (std::size_t i = 0; i < n_; ++i) mean_[i] -= own_[i] * share;
       std::fill(own_.begin(), own_.end(), 0.0f);
     }
     outer_.step(std::span<float>(th.data(), n_), std::span<const float>(mean_), state_);
     std::copy(th.begin(), th.end(), an.begin());
-    if (rule_ == overlap_rule::eager) return {};  // the replicas differ by design
-    return detail::check_identical_within(*t_, hash64(th.data(), th.size_bytes()), deadline, "CO2",
-                                          traffic_);
+    if (rule_ != overlap_rule::naive_delayed) return {};  // the replicas differ by design
+    return detail::check_identical_within(*t_, hash64(th.data(), th.size_bytes()), deadline,
+                                          "naive delayed", traffic_);
   }
 
   bool in_flight() const noexcept { return flight_.in_flight(); }
@@ -165,16 +189,19 @@ class co2_replica {
   static double seconds(std::chrono::steady_clock::duration d) {
     return std::chrono::duration<double>(d).count();
   }
+  // How much of its own Δ a rank applies before the mean holding it arrives: all of it (co2),
+  // its share 1/k (eager).
+  float own_share() const { return rule_ == overlap_rule::co2 ? 1.0f : 1.0f / float(t_->size()); }
 
-  // The all-reduce of delta_ into mean_ and (delayed) the check of x_{t+1}'s hash, in the
+  // The all-reduce of delta_ into mean_ and (naive_delayed) the check of x_{t+1}'s hash, in the
   // background: the transport, the codec, the residual, delta_ and mean_ are the flight's
   // until it lands.
   void launch(std::uint64_t hash_next, std::chrono::steady_clock::duration deadline) {
-    flight_.launch(
-        *t_, codec_ ? &*codec_ : nullptr, slice<const float>(delta_.data(), n_), residual_,
-        slice<float>(mean_.data(), n_),
-        rule_ == overlap_rule::delayed ? std::optional<std::uint64_t>(hash_next) : std::nullopt,
-        "CO2", deadline);
+    flight_.launch(*t_, codec_ ? &*codec_ : nullptr, slice<const float>(delta_.data(), n_),
+                   residual_, slice<float>(mean_.data(), n_),
+                   rule_ == overlap_rule::naive_delayed ? std::optional<std::uint64_t>(hash_next)
+                                                        : std::nullopt,
+                   "overlapped DiLoCo", deadline);
   }
 
   T* t_;
@@ -186,7 +213,7 @@ class co2_replica {
   std::vector<float> state_;
   std::vector<float> delta_;  // Δ_t, read by the flight
   std::vector<float> mean_;   // mean Δ_t, written by the flight
-  std::vector<float> own_;    // eager: this rank's Δ_{t−1}, in the mean in flight
+  std::vector<float> own_;    // co2, eager: this rank's Δ_{t−1}, in the mean in flight
   slice<float> residual_{};   // error feedback (plane::residual), used by the flight only
   train::diloco_traffic traffic_;
   overlap_stats overlap_;
