@@ -170,6 +170,7 @@ TEST_CASE("worker_file: a worker resumes its step, moments and round from its ch
   train::path_worker<nn::gpt, optim::adamw> again(0, model, levels, {0}, {}, c2, s, 1);
   train::restore_worker_state(*ck, again);
   REQUIRE(again.inner_step() == 4);
+  REQUIRE(again.position().sampler == w.position().sampler);  // the same batches from here on
   for (auto pl : {plane::moment1, plane::moment2}) {
     auto a = w.state().get(pl), b = again.state().get(pl);
     REQUIRE(std::equal(a.begin(), a.end(), b.begin()));

@@ -5,7 +5,10 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
+#include <optional>
+#include <string>
 
 namespace paco {
 
@@ -53,6 +56,24 @@ class rng {
   state_type state() const noexcept { return {s_[0], s_[1], s_[2], s_[3]}; }
   void set_state(const state_type& s) noexcept {
     for (int i = 0; i < 4; ++i) s_[i] = s[std::size_t(i)];
+  }
+  // A state as 64 hex digits (a checkpoint's metadata), and back. from_hex: nullopt unless
+  // exactly 64 lower-case hex digits.
+  static std::string to_hex(const state_type& s) {
+    std::string out;
+    char b[17];
+    for (auto w : s) {
+      std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(w));
+      out += b;
+    }
+    return out;
+  }
+  static std::optional<state_type> from_hex(const std::string& h) {
+    if (h.size() != 64 || h.find_first_not_of("0123456789abcdef") != std::string::npos)
+      return std::nullopt;
+    state_type s{};
+    for (std::size_t i = 0; i < 4; ++i) s[i] = std::stoull(h.substr(16 * i, 16), nullptr, 16);
+    return s;
   }
   // An independent generator derived from this one and a stream id.
   rng split(std::uint64_t stream) const noexcept {

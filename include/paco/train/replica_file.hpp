@@ -80,23 +80,6 @@ struct replica_checkpoint {
   arena<host> state;  // the planes as saved
 };
 
-namespace detail {
-inline std::string hex_of(const rng::state_type& s) {
-  std::string out;
-  char b[17];
-  for (auto w : s) {
-    std::snprintf(b, sizeof b, "%016llx", (unsigned long long)w);
-    out += b;
-  }
-  return out;
-}
-inline bool parse_hex(const std::string& h, rng::state_type& s) {
-  if (h.size() != 64 || h.find_first_not_of("0123456789abcdef") != std::string::npos) return false;
-  for (std::size_t i = 0; i < 4; ++i) s[i] = std::stoull(h.substr(16 * i, 16), nullptr, 16);
-  return true;
-}
-}  // namespace detail
-
 // Writes rank's checkpoint of `round` to `file`: state's planes (all but grad), the inner step,
 // and rank, size, round, the sampler's position and config in its metadata. A failed write is
 // tried again, `attempts` times in all (io::with_retries). Requires: attempts ≥ 1. Ensures:
@@ -110,7 +93,7 @@ status save_replica_file(const std::filesystem::path& file, const Model& model,
   const std::map<std::string, std::string> meta{{"rank", std::to_string(rank)},
                                                 {"size", std::to_string(size)},
                                                 {"round", std::to_string(round)},
-                                                {"sampler", detail::hex_of(sampler)},
+                                                {"sampler", rng::to_hex(sampler)},
                                                 {"config", config}};
   auto s = io::with_retries(
       [&] { return io::save_checkpoint(file, model.tensors(), state, step, meta); }, attempts,
@@ -141,9 +124,11 @@ result<replica_checkpoint> load_replica_file(const std::filesystem::path& file, 
                                        " " + got + ", expected " + std::to_string(want));
   }
   auto sp = info->metadata.find("sampler");
-  if (sp == info->metadata.end() || !detail::parse_hex(sp->second, ck.sampler))
+  const auto at = sp == info->metadata.end() ? std::nullopt : rng::from_hex(sp->second);
+  if (!at)
     return error(errc::corrupt,
                  "checkpoint '" + file.string() + "' records no valid sampler position");
+  ck.sampler = *at;
   ck.step = info->step;
   ck.metadata = std::move(info->metadata);
   return ck;

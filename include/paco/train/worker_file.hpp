@@ -4,7 +4,9 @@
 // optimizer's moments and the error-feedback residual — under the model's tensor names, with
 // its inner step, the last round it completed and the caller's configuration fingerprint. A
 // worker that restarts is built with start_step = the file's step and gets its optimizer state
-// and residual back (restore_worker_state): its next round pulls from the store as usual.
+// and residual back (restore_worker_state): its next round pulls from the store as usual. A
+// host worker's file also records where its data sampler stood ("sampler"), and restoring
+// seeks it there, so a resumed worker draws the batches it would have drawn.
 //
 // A checkpoint is bound to its place: it records whose it is (worker_identity: the run's id,
 // the worker, its path), and loading it for another run, worker or path is an error naming the
@@ -17,6 +19,7 @@
 
 #include "paco/core/arena.hpp"
 #include "paco/core/error.hpp"
+#include "paco/core/rng.hpp"
 #include "paco/io/checkpoint.hpp"
 #include "paco/train/path_worker.hpp"
 
@@ -88,6 +91,7 @@ status save_worker_file(const std::filesystem::path& file, const Model& model,
                         train::path_worker<Model, InnerOpt>& w, long round,
                         const std::string& config, const worker_identity& who,
                         std::map<std::string, std::string> extra = {}) {
+  extra["sampler"] = rng::to_hex(w.position().sampler);
   return save_worker_state(file, model, w.state(), w.inner_step(), round, config, who,
                            std::move(extra));
 }
@@ -118,10 +122,13 @@ result<worker_checkpoint> load_worker_file(const std::filesystem::path& file, co
   return ck;
 }
 
-// Gives w back the inner optimizer's moments and, when both w and the checkpoint keep one, the
-// error-feedback residual. Requires: w was built with start_step = ck.step for the same model.
+// Gives w back the inner optimizer's moments, when both w and the checkpoint keep one the
+// error-feedback residual, and when the file records it the sampler's position. Requires: w
+// was built with start_step = ck.step for the same model.
 template <class Model, class InnerOpt>
 void restore_worker_state(const worker_checkpoint& ck, train::path_worker<Model, InnerOpt>& w) {
+  if (auto it = ck.metadata.find("sampler"); it != ck.metadata.end())
+    if (auto at = rng::from_hex(it->second)) w.seek({ck.step, *at});
   for (auto pl : {plane::moment1, plane::moment2, plane::residual}) {
     if (!ck.state.has(pl)) continue;
     if (pl == plane::residual && !w.state().has(pl)) continue;
