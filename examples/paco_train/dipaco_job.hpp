@@ -452,25 +452,38 @@ inline status export_paths(const train_config& cfg, const run_dir& rd, const fs:
 }
 
 // ---- role: store ----
-// Whether the store is behind the workers' checkpoints in the run directory: a module whose
-// round is at or below the last round a worker through it completed. Errors: mismatch naming
-// the store checkpoint, the module and the worker (a store checkpoint older than the workers':
-// restored from a backup, or reset by a store started anew).
-template <class OuterOpt>
-status check_store_not_behind(const train_config& cfg, const run_dir& rd, const json& routing,
-                              const path::path_plan& g, const store::module_store<OuterOpt>& st) {
+// The last round each worker completed by its verified checkpoint (verified_worker_checkpoint,
+// each read once): completed[w − 1], −1 for a worker that has not completed one. Errors: the
+// first failing worker's, naming its file.
+inline result<std::vector<long>> completed_rounds(const train_config& cfg, const run_dir& rd,
+                                                  const json& routing, const path::path_plan& g) {
   nn::gpt model(cfg.model);
+  std::vector<long> completed(std::size_t(g.workers()), -1);
   for (int w = 1; w <= g.workers(); ++w) {
     auto ck = verified_worker_checkpoint(cfg, rd, routing, g, model, w);
     if (!ck) return ck.error();
-    if (!*ck) continue;
+    if (*ck) completed[std::size_t(w - 1)] = (*ck)->round;
+  }
+  return completed;
+}
+
+// Whether the store is behind the workers' checkpoints: a module whose round is at or below the
+// last round a worker through it completed (completed_rounds). Errors: mismatch naming the
+// store checkpoint, the module and the worker (a store checkpoint older than the workers':
+// restored from a backup, or reset by a store started anew).
+template <class OuterOpt>
+status check_store_not_behind(const run_dir& rd, const path::path_plan& g,
+                              const store::module_store<OuterOpt>& st,
+                              const std::vector<long>& completed) {
+  for (int w = 1; w <= g.workers(); ++w) {
+    const long done = completed[std::size_t(w - 1)];
     for (int m : g.worker_modules(w - 1))
-      if (st.round(m) <= (*ck)->round)
+      if (st.round(m) <= done)
         return {errc::mismatch,
                 "the store checkpoint '" + rd.store().string() + "' holds module " +
                     std::to_string(m) + " at round " + std::to_string(st.round(m)) +
                     " but worker " + std::to_string(w) + " completed round " +
-                    std::to_string((*ck)->round) +
+                    std::to_string(done) +
                     ": the store's state is older than the workers' (restored from an older "
                     "copy, or reset by a store started without --resume); the rounds since are "
                     "lost: start over with --fresh"};
@@ -502,11 +515,14 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume, bo
                         "from the base model\n",
                         rd.dir.c_str(), rd.store().c_str()),
            exit_bad_input;
+  const auto completed = completed_rounds(cfg, rd, *routing, g);
+  if (!completed)
+    return std::fprintf(stderr, "store: %s\n", completed.error().what().c_str()), exit_bad_input;
   if (resume && have) {
     if (auto s = load_store(cfg, rd, g, store); !s)
       return std::fprintf(stderr, "store: cannot resume: %s\n", s.error().what().c_str()),
              exit_bad_input;
-    if (auto s = check_store_not_behind(cfg, rd, *routing, g, store); !s)
+    if (auto s = check_store_not_behind(rd, g, store, *completed); !s)
       return std::fprintf(stderr, "store: cannot resume: %s\n", s.error().what().c_str()),
              exit_bad_input;
     std::printf("store: resumed from %s at round %ld\n", rd.store().c_str(), store.round(0));
@@ -520,20 +536,16 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume, bo
   } else {
     // Starting from the base model is right only if no worker completed a round: with --resume
     // nothing was checkpointed yet; --fresh alone would put the store behind its workers.
-    for (int w = 1; w <= g.workers(); ++w) {
-      auto ck = verified_worker_checkpoint(cfg, rd, *routing, g, model, w);
-      if (!ck)
-        return std::fprintf(stderr, "store: %s\n", ck.error().what().c_str()), exit_bad_input;
-      if (*ck)
+    for (int w = 1; w <= g.workers(); ++w)
+      if (const long done = (*completed)[std::size_t(w - 1)]; done >= 0)
         return std::fprintf(stderr,
                             resume ? "store: cannot resume: the store checkpoint '%s' is missing "
                                      "while worker %d completed round %ld\n"
                                    : "store: --fresh would start '%s' over behind worker %d, "
                                      "which completed round %ld: start the whole run over "
                                      "with the launcher's --fresh\n",
-                            rd.store().c_str(), w, (*ck)->round),
+                            rd.store().c_str(), w, done),
                exit_bad_input;
-    }
     arena<host> a(model.layout());
     if (auto s = load_base(cfg, rd, model, a); !s)
       return std::fprintf(stderr, "store: %s\n", s.error().what().c_str()), exit_bad_input;
@@ -762,14 +774,16 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w, bool re
     return std::fprintf(stderr, "worker %d: %s\n", w, log.error().what().c_str()),
            exit_write_failed;
   // Restarted after the store closed the path's last round (killed between its last push and
-  // its checkpoint): the store may be gone, and there is nothing left to train.
+  // its checkpoint): the store may be gone, and there is nothing left to train. Only a worker
+  // that ran before can be in that state, so only it reads the store's checkpoint first; any
+  // worker does when the store cannot be reached.
   auto finished = [&] {
     if (!store_finished_path(cfg, rd, g, p)) return false;
     std::printf("worker %d: the store's checkpoint holds path %d at the last round %d: done\n", w,
                 p, cfg.dipaco.rounds);
     return true;
   };
-  if (finished()) return 0;
+  if (saved && finished()) return 0;
   const int port = port_of(cfg, *routing, w);
   auto link = net::asio_tcp::connect(link_options(cfg, w, port, 1, token_from_env()));
   if (!link && finished()) return 0;

@@ -150,12 +150,10 @@ inline result<bool> verify_resume(const train_config& cfg, const run_dir& rd,
   arena<host> a(model.layout());
   if (auto s = load_base(cfg, rd, model, a); !s)
     return error(s.error().code, "--resume: " + s.error().message);
-  bool any_worker = false;
-  for (int w = 1; w <= g.workers(); ++w) {
-    auto ck = verified_worker_checkpoint(cfg, rd, *routing, g, model, w);
-    if (!ck) return error(ck.error().code, "--resume: " + ck.error().message);
-    any_worker |= ck->has_value();
-  }
+  const auto completed = completed_rounds(cfg, rd, *routing, g);
+  if (!completed) return error(completed.error().code, "--resume: " + completed.error().message);
+  const bool any_worker =
+      std::any_of(completed->begin(), completed->end(), [](long r) { return r >= 0; });
   if (!fs::exists(rd.store())) {
     if (any_worker)
       return error(errc::not_found, "--resume: the store checkpoint '" + rd.store().string() +
@@ -165,7 +163,7 @@ inline result<bool> verify_resume(const train_config& cfg, const run_dir& rd,
   store::module_store<outer::nesterov> store(g.module_table(), outer_of(cfg));
   if (auto s = load_store(cfg, rd, g, store); !s)
     return error(s.error().code, "--resume: " + s.error().message);
-  if (auto s = check_store_not_behind(cfg, rd, *routing, g, store); !s)
+  if (auto s = check_store_not_behind(rd, g, store, *completed); !s)
     return error(s.error().code, "--resume: " + s.error().message);
   return true;
 }

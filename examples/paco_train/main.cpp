@@ -268,11 +268,11 @@ int main(int argc, char** argv) {
               [&] {
                 return io::save_checkpoint(ckpt, model.tensors(), a, step, {{"model", meta.str()}});
               },
-              4);
+              paco_train::write_tries);
           !s)
         return std::fprintf(stderr, "\npaco_train: checkpoint failed: %s\n",
                             s.error().what().c_str()),
-               4;
+               paco_train::exit_write_failed;
     }
     if (auto s = metrics->write(
             {{"step", step},
@@ -281,7 +281,8 @@ int main(int argc, char** argv) {
              {"val_bpb", std::isnan(val_bpb) ? nlohmann::json() : nlohmann::json(val_bpb)},
              {"elapsed_s", el}});
         !s)
-      return std::fprintf(stderr, "\npaco_train: %s\n", s.error().what().c_str()), 4;
+      return std::fprintf(stderr, "\npaco_train: %s\n", s.error().what().c_str()),
+             paco_train::exit_write_failed;
     char text[160];
     std::snprintf(text, sizeof text,
                   "step %ld loss %.3f (%.2f bpb) val %.3f bpb lr %.1e %.0f tok/s", step, loss_ema,
@@ -300,7 +301,8 @@ int main(int argc, char** argv) {
                                {"steps", step},
                                {"train_s", train_s_elapsed}});
       !s)
-    return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 4;
+    return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()),
+           paco_train::exit_write_failed;
 
   std::printf("\n");
   io::table results({"result", "value"});

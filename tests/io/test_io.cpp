@@ -1,6 +1,10 @@
 // io: Brown loader (real corpus), tokenizer, batches, safetensors, checkpoints, atomic writes.
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
+
+#include <csignal>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -286,4 +290,31 @@ TEST_CASE("deal_random_shards: every document once, dealt round-robin in a seede
   REQUIRE(again.all.ids == d.all.ids);
   const auto other = io::deal_random_shards(docs, 3, 43);
   REQUIRE(other.all.ids != d.all.ids);
+}
+
+TEST_CASE("metrics_log: a record that does not fit is an error and leaves whole records only",
+          "[io]") {
+  // A file size limit stands in for a full disk: part of the record is written, then the write
+  // fails. Before, the part stayed and the next (retried) record was glued onto it.
+  const auto d = temp_dir("metrics");
+  const auto f = d / "log.jsonl";
+  auto log = io::metrics_log::open(f);
+  REQUIRE(log);
+  REQUIRE(log->write({{"round", 0}}).ok());
+  const auto size = fs::file_size(f);
+  rlimit old{};
+  REQUIRE(getrlimit(RLIMIT_FSIZE, &old) == 0);
+  const auto prev = std::signal(SIGXFSZ, SIG_IGN);
+  const rlimit tight{size + 8, old.rlim_max};
+  REQUIRE(setrlimit(RLIMIT_FSIZE, &tight) == 0);
+  const auto s = log->write({{"round", 1}, {"note", std::string(100, 'x')}});
+  REQUIRE(setrlimit(RLIMIT_FSIZE, &old) == 0);
+  std::signal(SIGXFSZ, prev);
+  REQUIRE(!s.ok());
+  REQUIRE(s.error().code == errc::io);
+  REQUIRE(s.error().message.find(f.string()) != std::string::npos);
+  REQUIRE(fs::file_size(f) == size);  // the 8 bytes that fitted were cut off again
+  REQUIRE(log->write({{"round", 2}}).ok());
+  REQUIRE(read(f) == "{\"round\":0}\n{\"round\":2}\n");
+  fs::remove_all(d);
 }

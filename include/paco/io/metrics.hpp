@@ -1,10 +1,14 @@
 #pragma once
-// metrics_log: one JSON object per line (JSONL), flushed per record, for plotting and tooling.
-// A record that cannot be written whole (a full disk, a read-only directory) is an error naming
-// the file: a run's log is part of its result, so callers treat it like a failed checkpoint.
+// metrics_log: one JSON object per line (JSONL), written whole per record, for plotting and
+// tooling. A record that cannot be written whole (a full disk, a read-only directory) is an
+// error naming the file, and the part of it that did reach the file is cut off again: the log
+// holds whole records only, so a retried write never glues onto the tail of a failed one. A
+// run's log is part of its result, so callers treat a failed write like a failed checkpoint.
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -19,47 +23,58 @@ namespace paco::io {
 class metrics_log {
  public:
   metrics_log() = default;
-  // Opens path for appending (or truncating). Errors: io.
+  // Opens path for appending (or truncating). Errors: io naming the file.
   static result<metrics_log> open(const std::filesystem::path& path, bool append = false) {
     std::error_code ec;
     if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
     metrics_log m;
-    m.f_ = std::fopen(path.c_str(), append ? "a" : "w");
-    if (!m.f_)
+    m.fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_APPEND | (append ? 0 : O_TRUNC),
+                   0644);
+    if (m.fd_ < 0)
       return error(errc::io,
                    "cannot open metrics file '" + path.string() + "': " + std::strerror(errno));
     m.path_ = path;
     return m;
   }
   metrics_log(metrics_log&& o) noexcept
-      : f_(std::exchange(o.f_, nullptr)), path_(std::move(o.path_)) {}
+      : fd_(std::exchange(o.fd_, -1)), path_(std::move(o.path_)) {}
   metrics_log& operator=(metrics_log&& o) noexcept {
-    std::swap(f_, o.f_);
+    std::swap(fd_, o.fd_);
     std::swap(path_, o.path_);
     return *this;
   }
   ~metrics_log() {
-    if (f_) std::fclose(f_);
+    if (fd_ >= 0) ::close(fd_);
   }
-  // Appends one record and flushes it. No-op on a default-constructed log.
-  // Errors: io naming the file when the record could not be written and flushed whole (the
-  // file may then end in a partial line, which readers of the log skip).
+  // Appends one record as one line. No-op on a default-constructed log.
+  // Ensures: the file ends with the whole record, or (on error) as it was before the call.
+  // Errors: io naming the file.
   status write(const nlohmann::json& record) {
-    if (!f_) return {};
+    if (fd_ < 0) return {};
     std::string s = record.dump();
     s += '\n';
-    errno = 0;
-    if (std::fwrite(s.data(), 1, s.size(), f_) != s.size() || std::fflush(f_) != 0) {
-      const int err = errno;
-      std::clearerr(f_);
-      return {errc::io, "cannot write metrics file '" + path_.string() +
-                            "': " + (err ? std::strerror(err) : "short write")};
+    const off_t before = ::lseek(fd_, 0, SEEK_END);
+    const char* c = s.data();
+    std::size_t n = s.size();
+    while (n > 0) {
+      const ssize_t k = ::write(fd_, c, n);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) {
+        const int err = k < 0 ? errno : ENOSPC;
+        // Cut the part that was written; should that fail too, readers skip the line that
+        // does not parse.
+        if (before >= 0) static_cast<void>(::ftruncate(fd_, before) == 0);
+        return {errc::io,
+                "cannot write metrics file '" + path_.string() + "': " + std::strerror(err)};
+      }
+      c += k;
+      n -= std::size_t(k);
     }
     return {};
   }
 
  private:
-  std::FILE* f_ = nullptr;
+  int fd_ = -1;
   std::filesystem::path path_;
 };
 

@@ -164,9 +164,11 @@ class server {
   bool complete() const {
     if (o_.rounds <= 0) return false;
     for (int m = 0; m < store_.module_count(); ++m)
-      if (store_.round(m) < o_.rounds) return false;
+      if (!ended(m)) return false;
     return true;
   }
+  // Whether module m reached the run's last round (server_options::rounds; never without one).
+  bool ended(int m) const { return o_.rounds > 0 && store_.round(m) >= o_.rounds; }
 
  private:
   using clock = std::chrono::steady_clock;
@@ -264,7 +266,7 @@ class server {
   }
   // buf_ pushed to module m's round, unless the run's last round has closed.
   status push_within_run(int m, int w, long round, double weight) {
-    if (o_.rounds > 0 && store_.round(m) >= o_.rounds)
+    if (ended(m))
       return {errc::mismatch, "module " + std::to_string(m) + " finished the run's " +
                                   std::to_string(o_.rounds) + " rounds"};
     return store_.push(m, w, round, buf_, weight);
@@ -324,8 +326,7 @@ class server {
         bool trained = false;
         for (auto& [v, mods] : workers_)
           trained |= v != w && alive_.count(v) && std::count(mods.begin(), mods.end(), m);
-        while (!trained && store_.pushed(m) == 0 && store_.round(m) < R &&
-               (o_.rounds <= 0 || store_.round(m) < o_.rounds))
+        while (!trained && store_.pushed(m) == 0 && store_.round(m) < R && !ended(m))
           close(m, false);
         active_from_[{w, m}] = R;
       }
@@ -344,7 +345,7 @@ class server {
     for (int m = 0; m < store_.module_count(); ++m) check_complete(m);
   }
   void close(int m, bool by_deadline) {
-    if (o_.rounds > 0 && store_.round(m) >= o_.rounds) return;  // the run's end
+    if (ended(m)) return;  // the run's end
     const auto now = clock::now();
     history_.push_back(store_.close(m));
     history_.back().open_s = std::chrono::duration<double>(now - opened_[m]).count();
@@ -357,8 +358,7 @@ class server {
     const auto now = clock::now();
     std::vector<int> due;
     for (auto& [m, t0] : opened_)
-      if (now - t0 > o_.round_timeout && (o_.rounds <= 0 || store_.round(m) < o_.rounds))
-        due.push_back(m);
+      if (now - t0 > o_.round_timeout && !ended(m)) due.push_back(m);
     for (int m : due) close(m, true);
   }
   void answer_waits() {
