@@ -1,7 +1,8 @@
 #pragma once
 // Element-wise CUDA kernels, each one call of a PACO_HD formula (paco/compress/detail/formulas.hpp
 // for casts and error feedback, paco/outer/formulas.hpp and paco/optim/formulas.hpp for the update
-// steps) whose host twin is in paco/compress/ (cast.hpp, error_feedback.hpp, elementwise.hpp):
+// steps) with a host twin in include/ (paco/compress/cast.hpp, paco/compress/error_feedback.hpp,
+// paco/outer/nesterov_update.hpp, paco/optim/adamw_update.hpp):
 //   cast_to_half / cast_from_half     fp32 ↔ bf16/fp16 (round to nearest even)
 //   nesterov_update                   b ← μ·b + Δ; θ ← θ − η·(Δ + μ·b)
 //   adamw_update                      PyTorch AdamW (decoupled decay, bias correction)
@@ -117,14 +118,14 @@ inline status cast_from_half(const std::uint16_t* h, std::size_t n, compress::ha
       h, n, fmt == compress::half_format::fp16, vec, y);
   return cuda_status(cudaGetLastError(), "cast_from_half launch");
 }
-// Fused outer Nesterov step (host twin compress::nesterov_update). Cost: 20n bytes.
+// Fused outer Nesterov step (host twin outer::nesterov_update). Cost: 20n bytes.
 inline status nesterov_update(float* theta, float* b, const float* delta, std::size_t n, float mu,
                               float eta, cudaStream_t stream) {
   if (n == 0) return {};
   detail::nesterov_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(theta, b, delta, n, mu, eta);
   return cuda_status(cudaGetLastError(), "nesterov_update launch");
 }
-// Fused AdamW step (host twin compress::adamw_update; k from make_adamw_scalars). Cost: 28n bytes.
+// Fused AdamW step (host twin optim::adamw_update; k from make_adamw_scalars). Cost: 28n bytes.
 inline status adamw_update(float* theta, float* m, float* v, const float* g, std::size_t n,
                            const optim::formula::adamw_scalars& k, cudaStream_t stream) {
   if (n == 0) return {};

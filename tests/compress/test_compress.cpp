@@ -13,10 +13,14 @@
 #include "paco/core/arena.hpp"
 #include "paco/core/rng.hpp"
 #include "paco/optim/adamw.hpp"
+#include "paco/optim/adamw_update.hpp"
 #include "paco/outer/nesterov.hpp"
+#include "paco/outer/nesterov_update.hpp"
 #include "vectors.hpp"
 
 namespace pc = paco::compress;
+namespace popt = paco::optim;
+namespace pout = paco::outer;
 namespace fm = paco::compress::formula;
 using paco::slice;
 using namespace compress_test;
@@ -722,7 +726,7 @@ TEST_CASE("lgreco controller adapts quantize bits and topk density per module",
   CHECK(ctl2.observe(1, cv(b), cv(zero_r)));
 }
 
-// ---- element-wise host twins of the kernels ----
+// ---- host twins of the update kernels: optim::adamw_update, outer::nesterov_update ----
 
 TEST_CASE("adamw_update and nesterov_update match PyTorch", "[compress][elementwise]") {
   // torch 1.13: AdamW(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1), three steps
@@ -731,8 +735,8 @@ TEST_CASE("adamw_update and nesterov_update match PyTorch", "[compress][elementw
                                               {0.05f, 0.1f, -0.3f, 0.2f, -1.0f},
                                               {-0.1f, 0.0f, 0.1f, 0.4f, 0.5f}};
   for (long t = 1; t <= 3; ++t) {
-    const auto k = pc::make_adamw_scalars(1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
-    REQUIRE(pc::adamw_update(mv(theta), mv(m), mv(v), cv(grads[t - 1]), k));
+    const auto k = popt::formula::make_adamw_scalars(1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    REQUIRE(popt::adamw_update(mv(theta), mv(m), mv(v), cv(grads[t - 1]), k));
   }
   const std::vector<double> torch{0.9765318632125854, -0.4837391674518585, 0.2387143075466156,
                                   1.9785404205322266, -0.011216438375413418};
@@ -740,12 +744,12 @@ TEST_CASE("adamw_update and nesterov_update match PyTorch", "[compress][elementw
   // torch SGD(lr=0.7, momentum=0.9, nesterov=True) on pseudo-gradients Δ
   std::vector<float> th{1.0f, -0.5f, 0.25f}, b(3, 0.0f);
   std::vector<float> d1{0.1f, -0.2f, 0.3f}, d2{0.05f, 0.1f, -0.3f};
-  REQUIRE(pc::nesterov_update(mv(th), mv(b), cv(d1), 0.9f, 0.7f));
-  REQUIRE(pc::nesterov_update(mv(th), mv(b), cv(d2), 0.9f, 0.7f));
+  REQUIRE(pout::nesterov_update(mv(th), mv(b), cv(d1), 0.9f, 0.7f));
+  REQUIRE(pout::nesterov_update(mv(th), mv(b), cv(d2), 0.9f, 0.7f));
   const std::vector<double> torch2{0.7437999844551086, -0.25360003113746643, 0.07990001887083054};
   for (std::size_t i = 0; i < 3; ++i) CHECK(th[i] == Approx(torch2[i]).epsilon(1e-6));
   std::vector<float> short_b(2);
-  CHECK(!pc::nesterov_update(mv(th), mv(short_b), cv(d1), 0.9f, 0.7f));
+  CHECK(!pout::nesterov_update(mv(th), mv(short_b), cv(d1), 0.9f, 0.7f));
 }
 
 TEST_CASE("the kernels' host twins run the trainer's update code", "[compress][elementwise]") {
@@ -760,10 +764,11 @@ TEST_CASE("the kernels' host twins run the trainer's update code", "[compress][e
   for (long t = 1; t <= 3; ++t) {
     const float lr_t = opt.lr * float(t) / 3;
     opt.step(theta.data(), g.data(), m.data(), v.data(), n, t, lr_t);
-    const auto k = pc::make_adamw_scalars(lr_t, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, t);
-    REQUIRE(pc::adamw_update(mv(theta2), mv(m2), mv(v2), cv(g), k));
+    const auto k =
+        popt::formula::make_adamw_scalars(lr_t, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, t);
+    REQUIRE(popt::adamw_update(mv(theta2), mv(m2), mv(v2), cv(g), k));
     outer.step(theta, delta, b);
-    REQUIRE(pc::nesterov_update(mv(theta2), mv(b2), cv(delta), outer.momentum, outer.lr));
+    REQUIRE(pout::nesterov_update(mv(theta2), mv(b2), cv(delta), outer.momentum, outer.lr));
   }
   for (auto [x, y] : {std::pair{&theta, &theta2}, {&m, &m2}, {&v, &v2}, {&b, &b2}})
     CHECK(std::memcmp(x->data(), y->data(), 4 * n) == 0);

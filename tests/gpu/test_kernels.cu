@@ -11,13 +11,16 @@
 
 #include "gpu_test.cuh"
 #include "paco/compress/cast.hpp"
-#include "paco/compress/elementwise.hpp"
 #include "paco/compress/error_feedback.hpp"
 #include "paco/compress/quantize.hpp"
 #include "paco/compress/topk.hpp"
 #include "paco/kernels.cuh"
+#include "paco/optim/adamw_update.hpp"
+#include "paco/outer/nesterov_update.hpp"
 
 namespace pc = paco::compress;
+namespace popt = paco::optim;
+namespace pout = paco::outer;
 namespace pk = paco::kernels;
 
 namespace {
@@ -177,7 +180,7 @@ void test_elementwise(cudaStream_t st) {
   auto theta = gaussian(n, 1), b = gaussian(n, 2, 0.1f), d = gaussian(n, 3, 0.01f);
   auto dt = to_device(theta), db = to_device(b), dd = to_device(d);
   ok(pk::nesterov_update(dt.data(), db.data(), dd.data(), n, 0.9f, 0.7f, st), "nesterov");
-  ok(pc::nesterov_update({theta.data(), n}, {b.data(), n}, {d.data(), n}, 0.9f, 0.7f), "host");
+  ok(pout::nesterov_update({theta.data(), n}, {b.data(), n}, {d.data(), n}, 0.9f, 0.7f), "host");
   cudaStreamSynchronize(st);
   auto th = to_host(dt), bh = to_host(db);
   float worst = 0;
@@ -191,9 +194,9 @@ void test_elementwise(cudaStream_t st) {
   auto dm = to_device(m), dv = to_device(v), dg = to_device(gr);
   dt = to_device(theta);
   for (long t = 1; t <= 3; ++t) {
-    const auto k = pc::make_adamw_scalars(1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    const auto k = popt::formula::make_adamw_scalars(1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
     ok(pk::adamw_update(dt.data(), dm.data(), dv.data(), dg.data(), n, k, st), "adamw");
-    ok(pc::adamw_update({theta.data(), n}, {m.data(), n}, {v.data(), n}, {gr.data(), n}, k),
+    ok(popt::adamw_update({theta.data(), n}, {m.data(), n}, {v.data(), n}, {gr.data(), n}, k),
        "host adamw");
   }
   cudaStreamSynchronize(st);
@@ -273,7 +276,7 @@ void test_topk(cudaStream_t st, paco::buffer<std::byte, paco::cuda>& scratch_mem
 // One worker's outer step on the device, as a DiLoCo worker with int8 + error feedback runs it:
 // r ← Δ + r; payload = quantize(r); sent = dequantize(payload); r ← r − sent; then the outer
 // Nesterov step on the decoded average (here: one worker's sent). Three rounds against the host
-// (error_feedback<quantize>, whose encode is fused per block, and compress::nesterov_update):
+// (error_feedback<quantize>, whose encode is fused per block, and outer::nesterov_update):
 // the payloads, the residual and θ must agree bit for bit.
 void test_outer_step(cudaStream_t st, pk::scratch_arena& scratch) {
   const std::size_t n = (std::size_t{1} << 20) + 100;  // a partial last scale block
@@ -288,7 +291,7 @@ void test_outer_step(cudaStream_t st, pk::scratch_arena& scratch) {
     // host
     ok(host.encode({delta.data(), n}, {r.data(), n}, 8, {hw.data(), hw.size()}), "host ef encode");
     ok(host.decode({hw.data(), hw.size()}, 8, {sent.data(), n}), "host decode");
-    ok(pc::nesterov_update({theta.data(), n}, {b.data(), n}, {sent.data(), n}, 0.9f, 0.7f),
+    ok(pout::nesterov_update({theta.data(), n}, {b.data(), n}, {sent.data(), n}, 0.9f, 0.7f),
        "host nesterov");
     // device
     cudaMemcpy(d_delta.data(), delta.data(), 4 * n, cudaMemcpyHostToDevice);

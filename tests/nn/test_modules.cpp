@@ -1,7 +1,9 @@
-// check_module over every module, in float and double.
+// check_module over every module, in float and double; the Module concept against its archetype
+// (testing/archetypes.hpp) and against types that lack a member.
 #include <catch2/catch.hpp>
 
 #include "paco/nn/nn.hpp"
+#include "paco/testing/archetypes.hpp"
 #include "paco/testing/check_module.hpp"
 
 using namespace paco;
@@ -28,6 +30,33 @@ void both_precisions(const M& m, dims d, int vocab = 0) {
     require_module_ok<float>(m, d, 3e-2, vocab);
   }
 }
+
+// A module without backward, one that cannot be copied, and one that computes in double only
+// (the concept asks for float).
+struct module_without_backward {
+  std::size_t param_count() const;
+  int in_width() const;
+  int out_width() const;
+  std::size_t cache_size(dims) const;
+  std::size_t scratch_bytes(dims) const;
+  void init(float*, rng&) const;
+  void forward(const float*, const float*, float*, float*, dims, context&) const;
+};
+struct uncopyable_module : testing::module_archetype {
+  uncopyable_module() = default;
+  uncopyable_module(const uncopyable_module&) = delete;
+};
+struct double_only_module {
+  std::size_t param_count() const;
+  int in_width() const;
+  int out_width() const;
+  std::size_t cache_size(dims) const;
+  std::size_t scratch_bytes(dims) const;
+  void init(double*, rng&) const;
+  void forward(const double*, const double*, double*, double*, dims, context&) const;
+  void backward(const double*, const double*, const double*, double*, double*, const double*, dims,
+                context&) const;
+};
 
 }  // namespace
 
@@ -110,5 +139,27 @@ TEST_CASE("the Module concept rejects what is not a module", "[nn]") {
   static_assert(Module<residual<linear>>);
   static_assert(Module<seq<linear, gelu>>);
   static_assert(Module<repeat<transformer_block>>);
+  static_assert(!Module<module_without_backward>);
+  static_assert(!Module<uncopyable_module>);
+  static_assert(!Module<double_only_module>);
+  static_assert(!Module<testing::model_archetype>);  // a trainable Model is not a Module
   SUCCEED();
+}
+
+TEST_CASE("the module archetype is enough for check_module and the composites", "[nn]") {
+  using archetype = testing::module_archetype;
+  static_assert(Module<seq<archetype, archetype>> && Module<residual<archetype>> &&
+                Module<repeat<archetype>>);
+  const archetype m{.width = 3};
+  auto require_ok = [](const auto& module) {
+    const auto r = testing::check_module<float>(module, {2, 4});
+    INFO(r.detail);
+    CHECK(r.forward_writes_all);
+    CHECK(r.backward_accumulates);
+    CHECK(r.max_err_x < 3e-2);
+  };
+  require_ok(m);
+  require_ok(seq<archetype, archetype>(m, m));
+  require_ok(residual<archetype>{m});
+  require_ok(repeat<archetype>{.block = m, .n = 3});
 }

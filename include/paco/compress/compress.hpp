@@ -4,7 +4,6 @@
 #include "paco/compress/cast.hpp"
 #include "paco/compress/combine.hpp"
 #include "paco/compress/concepts.hpp"
-#include "paco/compress/elementwise.hpp"
 #include "paco/compress/error_feedback.hpp"
 #include "paco/compress/identity.hpp"
 #include "paco/compress/lgreco.hpp"

@@ -4,7 +4,7 @@
 // Block is any Module of width d → d (e.g. nn::transformer_block, or a block of one's own:
 // seq<residual<…>, …>). Parameters live in an arena laid out by layout(): one entry per part
 // ("embed", "block.0", …, "ln_f", "head"), so each block's span is contiguous and DiPaCo levels
-// (path/level_map.hpp: split_gpt_levels) group these entries. Models train::LanguageModel: the
+// (path/level_map.hpp: split_gpt_levels) group these entries. Models nn::LanguageModel: the
 // inner loop, the workers, the trainers, routing features and the one scorer take it as they take
 // nn::gpt (which is block_lm<transformer_block> with GPT-2 tensor names).
 //
@@ -24,7 +24,6 @@
 #include "paco/nn/embedding.hpp"
 #include "paco/nn/layer_norm.hpp"
 #include "paco/nn/lm_head.hpp"
-#include "paco/train/concepts.hpp"
 
 namespace paco::nn {
 
@@ -53,7 +52,7 @@ struct lm_shape {
 template <Module Block>
 class block_lm {
  public:
-  using model_tag = void;  // models train::Model (and train::LanguageModel)
+  using model_tag = void;  // models nn::Model (and nn::LanguageModel)
   using block_type = Block;
 
   // Requires (checked: throws error_exception naming the problem): s valid, blocks in

@@ -12,12 +12,12 @@
 #include "paco/core/error.hpp"
 #include "paco/nn/block_lm.hpp"
 #include "paco/nn/causal_attention.hpp"
+#include "paco/nn/concepts.hpp"
 #include "paco/nn/gelu.hpp"
 #include "paco/nn/layer_norm.hpp"
 #include "paco/nn/linear.hpp"
 #include "paco/nn/residual.hpp"
 #include "paco/nn/seq.hpp"
-#include "paco/train/concepts.hpp"
 
 namespace paco::nn {
 
@@ -130,4 +130,4 @@ class gpt : public block_lm<transformer_block> {
 
 }  // namespace paco::nn
 
-static_assert(paco::train::LanguageModel<paco::nn::gpt>);
+static_assert(paco::nn::LanguageModel<paco::nn::gpt>);

@@ -6,8 +6,9 @@
 // the buffers are summed in chunk order: the result does not depend on which thread ran which
 // chunk (bit-reproducible). Nothing is allocated per step.
 //
-// Model requires: layout(), make_workspace(dims), forward_backward(θ, ∇, tokens, targets, ws,
-// scale) that accumulates scale·∇(mean loss), and loss(θ, tokens, targets, ws).
+// Model requires (the part of nn::Model that a step uses): layout(), make_workspace(dims),
+// forward_backward(θ, ∇, tokens, targets, ws, scale) that accumulates scale·∇(mean loss), and
+// loss(θ, tokens, targets, ws).
 
 #include <algorithm>
 #include <atomic>
@@ -16,6 +17,7 @@
 
 #include "paco/core/arena.hpp"
 #include "paco/core/thread_pool.hpp"
+#include "paco/nn/concepts.hpp"
 #include "paco/nn/gemm.hpp"
 
 namespace paco::nn {

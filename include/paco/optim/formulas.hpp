@@ -1,7 +1,7 @@
 #pragma once
 // The element-wise formula of the AdamW step, written once: optim::adamw (the trainer's code), its
-// host twin compress::adamw_update and the kernel adamw_update (kernels/paco/elementwise.cuh) all
-// call it, with the per-step scalars from make_adamw_scalars.
+// host twin optim::adamw_update (optim/adamw_update.hpp) and the kernel adamw_update
+// (kernels/paco/elementwise.cuh) all call it, with the per-step scalars from make_adamw_scalars.
 //
 // Legend: θ parameter, g gradient, m/v first and second moments, t step (≥ 1), η learning rate,
 // λ weight decay.

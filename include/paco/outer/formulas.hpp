@@ -1,7 +1,7 @@
 #pragma once
 // The element-wise formulas of the outer steps, written once. Nesterov's: outer::nesterov (the
-// trainer's code), its host twin compress::nesterov_update and the kernel nesterov_update
-// (kernels/paco/elementwise.cuh) all call it.
+// trainer's code), its host twin outer::nesterov_update (outer/nesterov_update.hpp) and the
+// kernel nesterov_update (kernels/paco/elementwise.cuh) all call it.
 //
 // Legend: θ parameter, b outer momentum, Δ pseudo-gradient, μ momentum, η learning rate.
 

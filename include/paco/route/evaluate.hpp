@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "paco/core/error.hpp"
-#include "paco/train/concepts.hpp"
+#include "paco/nn/concepts.hpp"
 
 namespace paco::route {
 
@@ -98,7 +98,7 @@ struct scored_span {
 // windows batched ws.d.B at a time.
 // Requires: 1 ≤ begin ≤ end ≤ seq.size() for every span; ws made for dims {B, rule.T}.
 // Cost: one forward pass of (B, T) per B windows that hold a scored target.
-template <train::LanguageModel M>
+template <nn::LanguageModel M>
 std::vector<std::vector<double>> token_nats(const M& model, const float* theta,
                                             const std::vector<scored_span>& spans,
                                             const sliding_window& rule, typename M::workspace& ws) {
@@ -152,7 +152,7 @@ inline nll sum_nats(const std::vector<double>& v, std::size_t from, std::size_t 
 }
 
 // Nats of seq[begin … end) by one θ (sequence scoring under the rule).
-template <train::LanguageModel M>
+template <nn::LanguageModel M>
 nll sequence_nll(const M& model, const float* theta, std::span<const std::int32_t> seq,
                  std::size_t begin, std::size_t end, const sliding_window& rule,
                  typename M::workspace& ws) {
@@ -162,7 +162,7 @@ nll sequence_nll(const M& model, const float* theta, std::span<const std::int32_
 
 // Every path's nats of every span: out[j][p] for span j scored by thetas[p].
 // Cost: thetas.size() × token_nats of the spans.
-template <train::LanguageModel M>
+template <nn::LanguageModel M>
 std::vector<std::vector<nll>> per_path_nll(const M& model, std::span<const float* const> thetas,
                                            const std::vector<scored_span>& spans,
                                            const sliding_window& rule, typename M::workspace& ws) {
@@ -184,7 +184,7 @@ inline std::vector<int> best_paths(const std::vector<std::vector<nll>>& per) {
 }
 
 // Nats of spans where spans_of[p] are scored by thetas[p] (any assignment of tokens to paths).
-template <train::LanguageModel M>
+template <nn::LanguageModel M>
 nll assigned_nll(const M& model, std::span<const float* const> thetas,
                  const std::vector<std::vector<scored_span>>& spans_of, const sliding_window& rule,
                  typename M::workspace& ws) {
@@ -199,7 +199,7 @@ nll assigned_nll(const M& model, std::span<const float* const> thetas,
 
 // Routed scoring: span j is scored by path route[j].
 // Requires: route.size() == spans.size(), each route[j] in [0, thetas.size()).
-template <train::LanguageModel M>
+template <nn::LanguageModel M>
 nll routed_nll(const M& model, std::span<const float* const> thetas,
                const std::vector<scored_span>& spans, const std::vector<int>& route,
                const sliding_window& rule, typename M::workspace& ws) {
@@ -219,7 +219,7 @@ inline std::vector<std::pair<std::size_t, std::size_t>> chunks_of(const scored_s
 // Frequent re-routing by a router: span j is cut into chunks of W tokens; chunk 0 is scored by
 // route(j, seq[0 … begin)) (the prefix), chunk i+1 by route(j, chunk i's tokens).
 // Requires: W ≥ 1; route returns a path in [0, thetas.size()).
-template <train::LanguageModel M>
+template <nn::LanguageModel M>
 nll rerouted_nll(const M& model, std::span<const float* const> thetas,
                  const std::vector<scored_span>& spans, std::size_t W,
                  const std::function<int(std::size_t, std::span<const std::int32_t>)>& route,
@@ -242,7 +242,7 @@ nll rerouted_nll(const M& model, std::span<const float* const> thetas,
 // best predicts the prefix seq[1 … begin).
 // Requires: thetas non-empty; 2 ≤ begin for every span; W ≥ 1.
 // Cost: thetas.size() × token_nats of seq[1 … end) per span.
-template <train::LanguageModel M>
+template <nn::LanguageModel M>
 nll likelihood_rerouted_nll(const M& model, std::span<const float* const> thetas,
                             const std::vector<scored_span>& spans, std::size_t W,
                             const sliding_window& rule, typename M::workspace& ws) {

@@ -7,14 +7,14 @@
 #include <span>
 #include <vector>
 
-#include "paco/train/concepts.hpp"
+#include "paco/nn/concepts.hpp"
 
 namespace paco::route {
 
 // Features of each sequence, (n, d) row-major. Sequences shorter than prefix use what they have
 // (at least one token). Requires: prefix ≤ model ctx.
 // ws: a workspace for dims {batch, prefix} to reuse across calls (made here when null).
-template <train::LanguageModel M>
+template <nn::LanguageModel M>
 std::vector<float> prefix_features(const M& model, const float* theta,
                                    const std::vector<std::span<const std::int32_t>>& seqs,
                                    int prefix = 32, int batch = 32,

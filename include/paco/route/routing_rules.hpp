@@ -23,11 +23,11 @@
 #include <string>
 #include <vector>
 
+#include "paco/nn/concepts.hpp"
 #include "paco/route/concepts.hpp"
 #include "paco/route/evaluate.hpp"
 #include "paco/route/features.hpp"
 #include "paco/route/scored_docs.hpp"
-#include "paco/train/concepts.hpp"
 
 namespace paco::route {
 
@@ -47,7 +47,7 @@ struct routing_rule_scores {
 // ws made for {B, rule.T}.
 // Cost: 1 + |thetas| token_nats passes over the spans' targets, |thetas| over their prefixes,
 // |thetas| over seq[1 … end), and one feature pass per chunk.
-template <train::LanguageModel M, Router R>
+template <nn::LanguageModel M, Router R>
 routing_rule_scores score_routing_rules(const M& model, std::span<const float* const> thetas,
                                         const std::vector<scored_span>& spans,
                                         std::span<const float> features, const R& router,

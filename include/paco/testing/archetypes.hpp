@@ -12,7 +12,9 @@
 
 #include "paco/core/arena.hpp"
 #include "paco/core/hash.hpp"
+#include "paco/core/rng.hpp"
 #include "paco/net/concepts.hpp"
+#include "paco/nn/concepts.hpp"
 #include "paco/optim/concepts.hpp"
 #include "paco/outer/concepts.hpp"
 #include "paco/route/concepts.hpp"
@@ -46,9 +48,29 @@ struct transport_archetype {
 static_assert(net::Request<request_archetype>);
 static_assert(net::Transport<transport_archetype>);
 
-// ---- train: Model ----------------------------------------------------------------------------
+// ---- nn: Module, Model, LanguageModel --------------------------------------------------------
 
-// A model of one 8-element tensor whose loss is 0 and whose gradient is 0. Models train::Model
+// The identity on rows of `width` floats: no parameters, no cache, no scratch; backward adds dy
+// to dx. Models nn::Module (float on nn::context, the calls the concept names) and nothing more.
+struct module_archetype {
+  int width = 1;
+  std::size_t param_count() const { return 0; }
+  int in_width() const { return width; }
+  int out_width() const { return width; }
+  std::size_t cache_size(nn::dims) const { return 0; }
+  std::size_t scratch_bytes(nn::dims) const { return 0; }
+  void init(float*, rng&) const {}
+  void forward(const float*, const float* x, float* y, float*, nn::dims d, nn::context&) const {
+    std::copy(x, x + std::size_t(d.rows()) * std::size_t(width), y);
+  }
+  void backward(const float*, const float*, const float* dy, float* dx, float*, const float*,
+                nn::dims d, nn::context&) const {
+    if (!dx) return;
+    for (std::size_t i = 0; i < std::size_t(d.rows()) * std::size_t(width); ++i) dx[i] += dy[i];
+  }
+};
+
+// A model of one 8-element tensor whose loss is 0 and whose gradient is 0. Models nn::Model
 // and nothing more.
 struct model_archetype {
   using model_tag = void;
@@ -74,7 +96,7 @@ struct model_archetype {
 };
 
 // A language model over a vocabulary of 2 whose logits and hidden state are all zeros. Models
-// train::LanguageModel and nothing more.
+// nn::LanguageModel and nothing more.
 struct language_model_archetype : model_archetype {
   struct workspace {
     nn::dims d;
@@ -173,9 +195,11 @@ struct path_worker_archetype {
   }
 };
 
-static_assert(train::Model<model_archetype> && !train::LanguageModel<model_archetype>);
+static_assert(nn::Module<module_archetype> && !nn::Model<module_archetype>);
+static_assert(nn::Model<model_archetype> && !nn::LanguageModel<model_archetype>);
+static_assert(!nn::Module<model_archetype>);
+static_assert(nn::LanguageModel<language_model_archetype>);
 static_assert(train::PathWorker<path_worker_archetype, module_store_archetype>);
-static_assert(train::LanguageModel<language_model_archetype>);
 static_assert(optim::InnerOptimizer<inner_optimizer_archetype>);
 static_assert(outer::OuterOptimizer<outer_optimizer_archetype>);
 static_assert(!optim::RangedInnerOptimizer<inner_optimizer_archetype>);
