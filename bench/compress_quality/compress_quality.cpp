@@ -8,7 +8,8 @@
 //   store rows      fp32, int8, int4, lgreco:int, topk:D: workers push to an in-process
 //                   local_store; bytes = request header + payload per push (what store::client
 //                   sends over a transport), per worker.
-//   all-reduce rows powersgd:R: the ranks run diloco_round over inproc (threads as ranks) with
+//   all-reduce rows powersgd:R: the ranks run blocking DiLoCo through train::round_loop over inproc
+//   (threads as ranks) with
 //                   two summed rounds; bytes = what the rank sent in every collective
 //                   (measured), compared with a fp32 ring all-reduce of the same Δ.
 // Scoring: the whole of every validation document, bits per byte (one token per byte).
@@ -34,10 +35,11 @@
 #include "paco/path/module_grid.hpp"
 #include "paco/route/route.hpp"
 #include "paco/train/diloco_allreduce.hpp"
-#include "paco/train/diloco_replica.hpp"
 #include "paco/train/dipaco_local.hpp"
 #include "paco/train/inner_loop.hpp"
 #include "paco/train/local_trainer.hpp"
+#include "paco/train/path_worker.hpp"
+#include "paco/train/round_loop.hpp"
 
 using namespace paco;
 using clk = std::chrono::steady_clock;
@@ -293,16 +295,19 @@ int main(int argc, char** argv) {
           std::copy(theta0.begin(), theta0.end(), p.begin());
           auto codec = train::diloco_codec(c, model);
           if (!codec) return void(errs[std::size_t(w)] = codec.error());
-          train::diloco_replica<net::inproc, nn::gpt, optim::adamw, outer_t> rep(
-              world[std::size_t(w)], wk, outer_opt, std::move(*codec));
+          std::vector<compress::module_codec> codecs;
+          codecs.push_back(std::move(*codec));
+          train::round_loop<net::inproc, train::path_worker<nn::gpt, optim::adamw>, outer_t,
+                            train::blocking>
+              rep(world[std::size_t(w)], wk, outer_opt, {}, {}, std::move(codecs));
           errs[std::size_t(w)] =
-              rep.run(o.rounds, std::chrono::hours(1), [&](long k, std::size_t bytes) {
-                per_round[std::size_t(w)].push_back(double(bytes));
-                loss[std::size_t(w)] = wk.last_loss();
+              rep.run(o.rounds, std::chrono::hours(1), [&](const train::round_end& e) {
+                per_round[std::size_t(w)].push_back(double(e.bytes_sent));
+                loss[std::size_t(w)] = e.loss;
                 if (w == 0) {
                   char txt[48];
-                  std::snprintf(txt, sizeof txt, "inner loss %.3f", wk.last_loss());
-                  bar.update(k + 1, txt);
+                  std::snprintf(txt, sizeof txt, "inner loss %.3f", e.loss);
+                  bar.update(e.round + 1, txt);
                 }
               });
           traffic[std::size_t(w)] = rep.traffic();

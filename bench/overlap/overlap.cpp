@@ -6,20 +6,21 @@
 // Every row starts from the same base model (pretrained on all training text), trains the same
 // two random shards with the same seeds, inner steps and rounds, and is scored by the one
 // scorer (whole documents, bits per byte):
-//   diloco  train::diloco_replica: H inner steps, then the fp32 ring all-reduce of Δ, then the
+// Every row is train::round_loop with one sync rule (train/sync.hpp):
+//   diloco  blocking: H inner steps, then the fp32 ring all-reduce of Δ, then the
 //           outer Nesterov step (0.7, 0.9) — the inner steps wait for the link.
-//   co2     train::co2_replica, overlap_rule::co2: the all-reduce of round t runs while round
+//   co2     co2: the all-reduce of round t runs while round
 //           t+1's inner steps do; each rank goes on from its own θ and the mean lands one round
 //           late as a correction (its own stale Δ swapped for the mean), by outer::co2 with the
 //           GPT-2 script's β = 0.2 and element clipping at 1, or by DiLoCo's Nesterov step.
-//   naive_delayed  overlap_rule::naive_delayed (Kale et al.'s baseline; paco's "co2" rows
+//   naive_delayed  naive_delayed (Kale et al.'s baseline; paco's "co2" rows
 //           before 2026-11-26): every rank restarts from the global model and the mean Δ is
 //           applied one round late, by outer::co2 with β = 0.2 and clipping at 1, fairscale's
 //           β = 0.5, fairseq's β = 0 at α = 1 and at α = 0.5, or DiLoCo's Nesterov step.
-//   eager   train::co2_replica, overlap_rule::eager: the same overlap, each rank's own fresh Δ
+//   eager   eager: the same overlap, each rank's own fresh Δ
 //           standing in for its share of the mean (Kale et al. 2025), with DiLoCo's Nesterov
 //           step or CO2's β = 0.2 clip 1.
-//   streaming train::streaming_replica: three fragments (embedding and head; the blocks strided
+//   streaming streaming: three fragments (embedding and head; the blocks strided
 //           in two), one synced every H/3 steps, each every H, its all-reduce running behind
 //           τ = 5 or τ = H/3 − 1 inner steps, mixed in with α = 0.5, DiLoCo's Nesterov step.
 // The overlapped row is chosen on validation and all rows are reported on test. The links run at
@@ -44,11 +45,10 @@
 #include "paco/outer/outer.hpp"
 #include "paco/path/level_map.hpp"
 #include "paco/route/route.hpp"
-#include "paco/train/co2_replica.hpp"
 #include "paco/train/dense_run.hpp"
-#include "paco/train/diloco_replica.hpp"
 #include "paco/train/inner_loop.hpp"
-#include "paco/train/streaming_replica.hpp"
+#include "paco/train/path_worker.hpp"
+#include "paco/train/round_loop.hpp"
 
 using namespace paco;
 using clk = std::chrono::steady_clock;
@@ -72,8 +72,8 @@ using outer_t = outer::one_of<outer::nesterov, outer::co2>;
 struct variant {
   std::string method, outer_name;
   outer_t outer;
-  train::overlap_rule rule = train::overlap_rule::co2;
-  int tau = 0;         // streaming: τ
+  train::sync_choice rule = train::blocking{};
+  int tau = 0;         // streaming: τ (−1: H/P − 1)
   float alpha = 0.5f;  // streaming: α
 };
 
@@ -217,25 +217,21 @@ int main(int argc, char** argv) {
   const std::vector<variant> variants{
       {"diloco", "nesterov 0.7/0.9", outer::nesterov{}},
       {"co2", "co2 b=0.2 clip=1",
-       outer::co2{.momentum = 0.2f, .clip = outer::co2::clip_mode::element},
-       train::overlap_rule::co2},
-      {"co2", "nesterov 0.7/0.9", outer::nesterov{}, train::overlap_rule::co2},
+       outer::co2{.momentum = 0.2f, .clip = outer::co2::clip_mode::element}, train::co2{}},
+      {"co2", "nesterov 0.7/0.9", outer::nesterov{}, train::co2{}},
       {"naive_delayed", "co2 b=0.2 clip=1",
        outer::co2{.momentum = 0.2f, .clip = outer::co2::clip_mode::element},
-       train::overlap_rule::naive_delayed},
-      {"naive_delayed", "co2 b=0.5", outer::co2{.momentum = 0.5f},
-       train::overlap_rule::naive_delayed},
-      {"naive_delayed", "co2 b=0", outer::co2{.momentum = 0.0f},
-       train::overlap_rule::naive_delayed},
+       train::naive_delayed{}},
+      {"naive_delayed", "co2 b=0.5", outer::co2{.momentum = 0.5f}, train::naive_delayed{}},
+      {"naive_delayed", "co2 b=0", outer::co2{.momentum = 0.0f}, train::naive_delayed{}},
       {"naive_delayed", "co2 a=0.5 b=0", outer::co2{.lr = 0.5f, .momentum = 0.0f},
-       train::overlap_rule::naive_delayed},
-      {"naive_delayed", "nesterov 0.7/0.9", outer::nesterov{}, train::overlap_rule::naive_delayed},
-      {"eager", "nesterov 0.7/0.9", outer::nesterov{}, train::overlap_rule::eager},
+       train::naive_delayed{}},
+      {"naive_delayed", "nesterov 0.7/0.9", outer::nesterov{}, train::naive_delayed{}},
+      {"eager", "nesterov 0.7/0.9", outer::nesterov{}, train::eager{}},
       {"eager", "co2 b=0.2 clip=1",
-       outer::co2{.momentum = 0.2f, .clip = outer::co2::clip_mode::element},
-       train::overlap_rule::eager},
-      {"streaming", "nesterov 0.7/0.9, tau=5", outer::nesterov{}, {}, 5},
-      {"streaming", "nesterov 0.7/0.9, tau=c-1", outer::nesterov{}, {}, -1},
+       outer::co2{.momentum = 0.2f, .clip = outer::co2::clip_mode::element}, train::eager{}},
+      {"streaming", "nesterov 0.7/0.9, tau=5", outer::nesterov{}, train::streaming{}, 5},
+      {"streaming", "nesterov 0.7/0.9, tau=c-1", outer::nesterov{}, train::streaming{}, -1},
   };
   std::vector<row> rows;
   for (const auto& v : variants) {
@@ -268,43 +264,25 @@ int main(int argc, char** argv) {
         auto p = w.state().get(plane::param);
         std::copy(theta0.begin(), theta0.end(), p.begin());
         const auto start = clk::now();
-        auto on_round = [&](long round, std::size_t) {
+        auto on_round = [&](const train::round_end& e) {
           if (k != 0) return;
           round_end.push_back(secs(clk::now() - start));
-          bar.update(round + 1, "inner loss", w.last_loss());
+          bar.update(e.round + 1, "inner loss", e.loss);
         };
         const auto deadline = std::chrono::minutes(10);
-        status s;
-        if (v.method == "diloco") {
-          train::diloco_replica<net::asio_tcp, nn::gpt, optim::adamw, outer_t> rep(**t, w, v.outer);
-          s = rep.run(o.rounds, deadline, on_round);
-          if (k == 0) traffic = rep.traffic();
-        } else if (v.method == "streaming") {
-          const train::streaming_config sc{
-              .sync_every = o.inner,
-              .overlap = v.tau >= 0 ? v.tau : o.inner / int(frags.size()) - 1,
-              .alpha = v.alpha};
-          train::streaming_replica<net::asio_tcp, nn::gpt, optim::adamw, outer_t> rep(
-              **t, w, v.outer, frags, sc);
-          for (int round = 0; round < o.rounds && s; ++round) {
-            s = rep.run(o.inner, deadline);
-            if (s && round + 1 == o.rounds) s = rep.finish(deadline);
-            if (s) on_round(round, 0);
-          }
-          if (k == 0) {
-            traffic = rep.traffic();
-            overlap = rep.overlap();
-          }
-        } else {
-          train::co2_replica<net::asio_tcp, nn::gpt, optim::adamw, outer_t> rep(
-              **t, w, v.outer, std::nullopt, v.rule);
-          s = rep.run(o.rounds, deadline, on_round);
-          if (s) s = rep.finish(deadline);
-          if (k == 0) {
-            round_end.back() = secs(clk::now() - start);  // the last round ends with finish()
-            traffic = rep.traffic();
-            overlap = rep.overlap();
-          }
+        train::sync_choice rule = v.rule;
+        if (v.method == "streaming")
+          rule = train::streaming{.overlap = v.tau >= 0 ? v.tau : o.inner / int(frags.size()) - 1,
+                                  .alpha = v.alpha};
+        train::round_loop<net::asio_tcp, train::path_worker<nn::gpt, optim::adamw>, outer_t> rep(
+            **t, w, v.outer, rule,
+            v.method == "streaming" ? frags : train::whole_plane(model.layout()));
+        status s = rep.run(o.rounds, deadline, on_round);
+        if (s) s = rep.finish(deadline);
+        if (k == 0) {
+          round_end.back() = secs(clk::now() - start);  // the last round ends with finish()
+          traffic = rep.traffic();
+          overlap = rep.overlap();
         }
         errs[std::size_t(k)] = s;
         if (k == 0) theta.assign(p.begin(), p.end());

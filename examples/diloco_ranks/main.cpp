@@ -1,17 +1,17 @@
 // example_diloco_ranks: DiLoCo over an all-reduce on the Brown corpus, one process per rank,
 // joined by TCP — synchronous, or with the sync overlapped with inner steps (CO2 as its
 // authors' code runs it, eager updates, Streaming DiLoCo, and the naive one-step-delayed
-// update for ablations; docs/02_dipaco.md). Rank and size come from --rank
-// and --size or from the launcher (PACO_RANK/PACO_WORLD_SIZE, mpirun, srun, RANK/WORLD_SIZE);
-// the rendezvous from --coordinator or PACO_COORDINATOR (or MASTER_ADDR:MASTER_PORT); the
-// group's secret from --token or PACO_TOKEN. With --transport mpi (a build with MPI), the ranks
-// are mpirun's and the syncs go over net::mpi.
+// update for ablations: train::round_loop with the --sync rule; docs/02_dipaco.md). Rank and size
+// come from --rank and --size or from the launcher (PACO_RANK/PACO_WORLD_SIZE, mpirun, srun,
+// RANK/WORLD_SIZE); the rendezvous from --coordinator or PACO_COORDINATOR (or
+// MASTER_ADDR:MASTER_PORT); the group's secret from --token or PACO_TOKEN. With --transport mpi (a
+// build with MPI), the ranks are mpirun's and the syncs go over net::mpi.
 //
 //   examples/diloco_ranks/run_local.sh build/examples/diloco_ranks/example_diloco_ranks 2
-//       --overlap eager             (two processes on this machine; the flags follow K)
+//       --sync eager                (two processes on this machine; the flags follow K)
 //   PACO_TOKEN=s srun -n 4 example_diloco_ranks --coordinator node1:29500
-//       --listen-host 0.0.0.0 --overlap streaming            (four ranks under Slurm)
-//   mpirun -np 4 example_diloco_ranks --transport mpi --overlap eager           (over MPI)
+//       --listen-host 0.0.0.0 --sync streaming               (four ranks under Slurm)
+//   mpirun -np 4 example_diloco_ranks --transport mpi --sync eager              (over MPI)
 //
 // Rank r trains on every k-th training document from the r-th; all ranks start from the same
 // initialisation. Rank 0 prints a line per round and, at the end, validation bits per byte;
@@ -20,8 +20,8 @@
 //
 // Before anything else the ranks agree on the flags that shape the run (collectives::agree):
 // a rank started with another --compress, --inner, model size … stops every rank at once,
-// the flag and both values named. With --checkpoint-dir DIR (--overlap none) every rank writes
-// its state after every round (train::diloco_replica's checkpoints: atomically, the newest two
+// the flag and both values named. With --checkpoint-dir DIR (--sync blocking) every rank writes
+// its state after every round (train::round_loop's checkpoints: atomically, the newest two
 // rounds kept), and --resume continues from the newest round every rank holds, bit-identical to a
 // run that was never stopped. Under MPI a rank whose sync fails ends the whole job (MPI_Abort), so
 // that a hung or stopped rank cannot keep mpirun waiting.
@@ -52,9 +52,8 @@
 #include "paco/outer/outer.hpp"
 #include "paco/route/route.hpp"
 #include "paco/store/compression.hpp"
-#include "paco/train/co2_replica.hpp"
-#include "paco/train/diloco_replica.hpp"
-#include "paco/train/streaming_replica.hpp"
+#include "paco/train/path_worker.hpp"
+#include "paco/train/round_loop.hpp"
 
 using namespace paco;
 using clk = std::chrono::steady_clock;
@@ -66,7 +65,7 @@ namespace {
 struct options {
   int rank = -1, size = -1;
   std::string transport = "tcp", coordinator, listen_host = "127.0.0.1", token;
-  std::string overlap = "none", outer = "auto", compress;
+  std::string sync = "blocking", outer = "auto", compress;
   int rounds = 10, inner = 60, tau = 1, block_fragments = 2;
   float alpha = 0.5f;
   int d = 64, ctx = 64, layers = 2, heads = 4, batch = 8;
@@ -103,7 +102,7 @@ std::vector<collectives::agree_field> run_fields(const options& o) {
           {"--seed", std::to_string(o.seed)},
           {"--rounds", std::to_string(o.rounds)},
           {"--inner", std::to_string(o.inner)},
-          {"--overlap", o.overlap},
+          {"--sync", o.sync},
           {"--outer", o.outer},
           {"--compress", o.compress.empty() ? "fp32" : o.compress},
           {"--tau", std::to_string(o.tau)},
@@ -112,11 +111,12 @@ std::vector<collectives::agree_field> run_fields(const options& o) {
 }
 
 // The run of one rank once the group is formed: the agreement on the run's flags, its shard,
-// the trainer of --overlap (and its checkpoints), and the report. Returns the exit code.
+// the round loop with the --sync rule (and its checkpoints), and the report. Returns the exit
+// code.
 template <net::Transport T>
 int train_ranks(const options& o, T& t, const nn::gpt& model,
                 const std::optional<store::compression>& compression,
-                const std::vector<train::fragment>& frags, const train::streaming_config& sc) {
+                const train::sync_choice& rule, const std::vector<train::fragment>& frags) {
   const int rank = t.rank(), size = t.size();
   const bool lead = rank == 0;
   const auto deadline = std::chrono::seconds(o.deadline_s);
@@ -160,9 +160,9 @@ int train_ranks(const options& o, T& t, const nn::gpt& model,
           : outer_t(outer::nesterov{});
   if (lead)
     std::printf(
-        "%d ranks over %s, overlap %s, outer %s, Δ %s; GPT d=%d layers=%d ctx=%d (%.2fM "
+        "%d ranks over %s, sync %s, outer %s, Δ %s; GPT d=%d layers=%d ctx=%d (%.2fM "
         "parameters), %d rounds x H=%d, %zu training bytes on rank 0\n",
-        size, o.transport.c_str(), o.overlap.c_str(), o.outer.c_str(),
+        size, o.transport.c_str(), o.sync.c_str(), o.outer.c_str(),
         o.compress.empty() ? "fp32" : o.compress.c_str(), o.d, o.layers, o.ctx,
         double(model.param_count()) / 1e6, o.rounds, o.inner, shard.ids.size());
 
@@ -173,61 +173,31 @@ int train_ranks(const options& o, T& t, const nn::gpt& model,
       std::printf("round %3ld  inner loss %.4f  %.1f s  %.2f MB sent\n", round + 1, loss,
                   std::chrono::duration<double>(clk::now() - start).count(), double(bytes) / 1e6);
   };
-  auto codec_of = [&]() -> result<std::optional<compress::module_codec>> {
-    if (!compression) return std::optional<compress::module_codec>{};  // one over the plane
-    auto c = train::diloco_codec(*compression, model);
-    if (!c) return paco::error{c.error().code, "--compress: " + c.error().message};
-    return std::optional<compress::module_codec>(std::move(*c));
-  };
-  status s;
-  std::size_t sent = 0;
-  double hidden = -1;
+  std::vector<compress::module_codec> codecs;  // one per fragment, or none (fp32)
+  if (compression) {
+    auto c = train::fragment_codecs(*compression, model, frags);
+    if (!c) return fail("--compress: " + c.error().message);
+    codecs = std::move(*c);
+  }
   worker_t w(rank, model, levels, {0}, optim::adamw{.lr = o.lr}, icfg, shard, data_seed);
   model.init(w.state(), o.seed);  // the same θ on every rank
-  if (o.overlap == "none") {
-    auto codec = codec_of();
-    if (!codec) return fail(codec.error().message);
-    train::diloco_replica<T, nn::gpt, optim::adamw, outer_t> rep(t, w, outer, std::move(*codec));
-    const std::filesystem::path dir = o.checkpoint_dir;
-    if (!dir.empty()) {
-      s = rep.open_checkpoints(dir, config, o.resume, deadline);
-      if (s && o.resume && lead)
-        std::printf("resumed from %s after round %ld\n", dir.c_str(), rep.rounds_done());
-    }
-    while (s && rep.rounds_done() < o.rounds) {
-      s = rep.run(1, deadline,
-                  [&](long r, std::size_t bytes) { on_round(r, w.last_loss(), bytes); });
-      if (s && !dir.empty()) s = rep.save_round(dir, config);
-      if (s && rep.rounds_done() == o.test_crash_after) std::raise(SIGKILL);
-    }
-    sent = rep.traffic().bytes_sent;
-  } else if (o.overlap == "streaming") {
-    std::vector<compress::module_codec> codecs;
-    if (compression) {
-      auto c = train::fragment_codecs(*compression, model, frags);
-      if (!c) return fail("--compress: " + c.error().message);
-      codecs = std::move(*c);
-    }
-    train::streaming_replica<T, nn::gpt, optim::adamw, outer_t> rep(t, w, outer, frags, sc,
-                                                                    std::move(codecs));
-    for (int r = 0; r < o.rounds && s; ++r) {
-      s = rep.run(o.inner, deadline);
-      if (s && r + 1 == o.rounds) s = rep.finish(deadline);
-      if (s) on_round(r, w.last_loss(), rep.traffic().bytes_sent - sent);
-      sent = rep.traffic().bytes_sent;
-    }
-    hidden = rep.overlap().hidden();
-  } else {
-    auto codec = codec_of();
-    if (!codec) return fail(codec.error().message);
-    train::co2_replica<T, nn::gpt, optim::adamw, outer_t> rep(
-        t, w, outer, std::move(*codec), *train::parse_overlap_rule(o.overlap));
-    s = rep.run(o.rounds, deadline,
-                [&](long r, std::size_t bytes) { on_round(r, w.last_loss(), bytes); });
-    if (s) s = rep.finish(deadline);
-    sent = rep.traffic().bytes_sent;
-    hidden = rep.overlap().hidden();
+  train::round_loop<T, worker_t, outer_t> loop(t, w, outer, rule, frags, std::move(codecs));
+  status s;
+  const std::filesystem::path dir = o.checkpoint_dir;
+  if (!dir.empty()) {
+    s = loop.open_checkpoints(dir, config, o.resume, deadline);
+    if (s && o.resume && lead)
+      std::printf("resumed from %s after round %ld\n", dir.c_str(), loop.rounds_done());
   }
+  while (s && loop.rounds_done() < o.rounds) {
+    s = loop.run(1, deadline,
+                 [&](const train::round_end& e) { on_round(e.round, e.loss, e.bytes_sent); });
+    if (s && !dir.empty()) s = loop.save_round(dir, config);
+    if (s && loop.rounds_done() == o.test_crash_after) std::raise(SIGKILL);
+  }
+  if (s) s = loop.finish(deadline);
+  const std::size_t sent = loop.traffic().bytes_sent;
+  const double hidden = o.sync == "blocking" ? -1 : loop.overlap().hidden();
   if (!s) return fail(here + s.error().what());
 
   const auto theta = w.state().get(plane::param);
@@ -264,10 +234,9 @@ int main(int argc, char** argv) try {
                  "rank 0's host:port (default: PACO_COORDINATOR or MASTER_ADDR:MASTER_PORT)");
   app.add_option("--listen-host", o.listen_host, "interface ranks > 0 listen on");
   app.add_option("--token", o.token, "the group's shared secret (default: PACO_TOKEN)");
-  app.add_option("--overlap", o.overlap,
-                 "none | co2 (CO2 as its authors' code runs it) | eager | streaming | "
-                 "naive_delayed (the naive one-step-delayed update, an ablation)")
-      ->check(CLI::IsMember({"none", "co2", "eager", "streaming", "naive_delayed", "delayed"}));
+  app.add_option("--sync", o.sync,
+                 "blocking (DiLoCo) | co2 (CO2 as its authors' code runs it) | eager | streaming "
+                 "| naive_delayed (the naive one-step-delayed update, an ablation)");
   app.add_option("--outer", o.outer,
                  "outer step: nesterov (0.7, 0.9) | co2 (β 0.2, clip 1) | auto (co2 for the "
                  "co2 and naive_delayed rules, else nesterov)")
@@ -290,7 +259,7 @@ int main(int argc, char** argv) try {
       ->check(CLI::Range(1, 86400));
   app.add_option("--checkpoint-dir", o.checkpoint_dir,
                  "after every round, each rank writes its state to DIR/rank-R.round-K.safetensors "
-                 "(the newest two kept; --overlap none)");
+                 "(the newest two kept; --sync blocking)");
   app.add_flag("--resume", o.resume,
                "continue from the newest round every rank holds in --checkpoint-dir");
   app.add_option("--test-stop-rank", o.test_stop_rank)->group("");      // tests: a stopped rank
@@ -303,17 +272,17 @@ int main(int argc, char** argv) try {
     return fail("--alpha must be a finite number in [0, 1], got " + shortest(o.alpha));
   if (o.resume && o.checkpoint_dir.empty())
     return fail("--resume needs --checkpoint-dir (where the checkpoints are)");
-  if (!o.checkpoint_dir.empty() && o.overlap != "none")
+  train::streaming st{.overlap = o.tau, .alpha = o.alpha};
+  const auto rule = train::parse_sync(o.sync, st);
+  if (!rule) return fail("--sync: " + rule.error().message);
+  if (!o.checkpoint_dir.empty() && o.sync != "blocking")
     return fail(
-        "--checkpoint-dir works with --overlap none only: with --overlap " + o.overlap +
-        " an all-reduce is in flight at every round boundary (co2, eager and naive_delayed "
-        "apply each "
+        "--checkpoint-dir works with --sync blocking only: with --sync " + o.sync +
+        " a sync is in flight at every round boundary (co2, eager and naive_delayed apply each "
         "round's mean one round late; streaming staggers its fragments' syncs across it), and "
-        "the state it carries lives inside the trainer, which does not save it");
-  if (o.overlap == "delayed")  // the old name: say what became of it
-    return fail("--overlap: " + train::parse_overlap_rule(o.overlap).error().message);
+        "the round loop does not save what it carries");
   if (o.outer == "auto")
-    o.outer = o.overlap == "co2" || o.overlap == "naive_delayed" ? "co2" : "nesterov";
+    o.outer = o.sync == "co2" || o.sync == "naive_delayed" ? "co2" : "nesterov";
   const nn::gpt model({.vocab = 256, .ctx = o.ctx, .d = o.d, .layers = o.layers, .heads = o.heads});
   std::optional<store::compression> compression;
   if (!o.compress.empty()) {
@@ -324,15 +293,17 @@ int main(int argc, char** argv) try {
       if (auto k = train::checkpointable(c->spec); !k)
         return fail("--checkpoint-dir: --compress " + o.compress + ": " + k.error().message);
   }
-  // Streaming DiLoCo's fragments and schedule, checked before anything connects.
-  const train::streaming_config sc{.sync_every = o.inner, .overlap = o.tau, .alpha = o.alpha};
-  auto frags = train::gpt_fragments(model.layout(), o.layers, o.block_fragments,
-                                    train::fragment_order::strided);
-  if (o.overlap == "streaming") {
-    if (!frags) return fail("--block-fragments: " + frags.error().message);
-    if (auto v = sc.validate(frags->size()); !v) return fail(v.error().message);
+  // The fragments (Streaming DiLoCo's; the whole plane for the other rules) and the rule's plan,
+  // checked before anything connects (with the group's size when it is known).
+  std::vector<train::fragment> fragments = train::whole_plane(model.layout());
+  if (o.sync == "streaming") {
+    auto f = train::gpt_fragments(model.layout(), o.layers, o.block_fragments,
+                                  train::fragment_order::strided);
+    if (!f) return fail("--block-fragments: " + f.error().message);
+    fragments = std::move(*f);
   }
-  const std::vector<train::fragment> fragments = frags ? *frags : std::vector<train::fragment>{};
+  if (auto p = rule->plan(std::max(o.size, 1), fragments.size(), o.inner); !p)
+    return fail("--sync " + o.sync + ": " + p.error().message);
 
   if (o.transport == "mpi") {
 #if PACO_EXAMPLE_WITH_MPI
@@ -340,7 +311,7 @@ int main(int argc, char** argv) try {
     net::mpi t;
     int rc = 0;
     try {
-      rc = train_ranks(o, t, model, compression, fragments, sc);
+      rc = train_ranks(o, t, model, compression, *rule, fragments);
     } catch (const std::exception& e) {
       rc = fail(e.what());
     }
@@ -383,7 +354,7 @@ int main(int argc, char** argv) try {
   to.token = o.token;
   auto tcp = net::asio_tcp::connect(to);
   if (!tcp) return fail("connect: " + tcp.error().what());
-  return train_ranks(o, **tcp, model, compression, fragments, sc);
+  return train_ranks(o, **tcp, model, compression, *rule, fragments);
 } catch (const std::exception& e) {
   return fail(e.what());
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run_local.sh BINARY K [FLAGS...]: K ranks of example_diloco_ranks on this machine, joined by
 # TCP on 127.0.0.1 through the launcher variables (PACO_RANK, PACO_WORLD_SIZE, PACO_COORDINATOR,
-# PACO_TOKEN). Prints rank 0's output; fails if a rank fails or, except with --overlap co2 or
+# PACO_TOKEN). Prints rank 0's output; fails if a rank fails or, except with --sync co2 or
 # eager (whose ranks differ by design), if the ranks' final θ differ.
 #
 # The ranks do not outlive the script. When it exits or is sent INT, TERM or HUP, it kills

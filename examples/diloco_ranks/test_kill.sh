@@ -10,7 +10,7 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 export TMPDIR="$tmp/tmpdir"
 mkdir -p "$TMPDIR"
-small=(--overlap none --d 32 --ctx 32 --layers 2 --heads 2 --batch 4 --compress int8)
+small=(--sync blocking --d 32 --ctx 32 --layers 2 --heads 2 --batch 4 --compress int8)
 
 # alive PID: the process exists and is not a zombie.
 alive() {

@@ -12,7 +12,7 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 # shellcheck disable=SC2054  # "tcp,self" is one argument
 mpi=("$mpirun" --allow-run-as-root --oversubscribe --mca btl tcp,self)
-small=(--transport mpi --overlap none --rounds 3 --inner 6 --d 32 --ctx 32 --layers 2 --heads 2
+small=(--transport mpi --sync blocking --rounds 3 --inner 6 --d 32 --ctx 32 --layers 2 --heads 2
   --batch 4)
 
 start=$SECONDS

@@ -4,13 +4,13 @@
 # with --checkpoint-dir is killed (every rank SIGKILLs itself after writing round K) and
 # resumed with --resume: its final θ must be bit-identical (the same hash). Also: --resume
 # with no checkpoint, and a fresh run over existing checkpoints, fail naming the file; a mode
-# whose round boundary cannot be captured (--overlap streaming) is refused, the reason given.
+# whose round boundary cannot be captured (--sync streaming) is refused, the reason given.
 set -euo pipefail
 bin="$1"
 run_local="$2"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-flags=(--overlap none --rounds 4 --inner 6 --d 32 --ctx 32 --layers 2 --heads 2 --batch 4
+flags=(--sync blocking --rounds 4 --inner 6 --d 32 --ctx 32 --layers 2 --heads 2 --batch 4
   --compress int8)
 refused() { [[ $st -ne 0 ]] && grep -q "$2" "$1"; }  # refused FILE PATTERN: exit ≠ 0, said why
 hash_of() { sed -n 's/^final theta hashes: //p' "$1" | tr -d ' '; }
@@ -49,7 +49,7 @@ bash "$run_local" "$bin" 2 "${flags[@]}" --checkpoint-dir "$tmp/none" --resume >
 refused "$tmp/none.out" "no checkpoint of rank 0 in '$tmp/none'" ||
   fail "a resume without checkpoints was not refused" "$tmp/none.out"
 st=0
-"$bin" --rank 0 --size 1 --overlap streaming --checkpoint-dir "$ck" >"$tmp/streaming" 2>&1 || st=$?
-refused "$tmp/streaming" "checkpoint-dir works with --overlap none only" ||
-  fail "--overlap streaming with --checkpoint-dir was not refused" "$tmp/streaming"
+"$bin" --rank 0 --size 1 --sync streaming --checkpoint-dir "$ck" >"$tmp/streaming" 2>&1 || st=$?
+refused "$tmp/streaming" "checkpoint-dir works with --sync blocking only" ||
+  fail "--sync streaming with --checkpoint-dir was not refused" "$tmp/streaming"
 echo "ok: refused: $(grep -o "checkpoint '.*' exists" "$tmp/fresh" | head -1); $(grep -o "no checkpoint of rank 0 in '[^']*'" "$tmp/none.out" | head -1); streaming"

@@ -1,5 +1,5 @@
 #pragma once
-// diloco_replica_cuda: one rank of DiLoCo over an all-reduce (train::diloco_replica's protocol)
+// diloco_replica_cuda: one rank of DiLoCo over an all-reduce (train::round_loop's blocking rule)
 // with the replica on the device. A round is
 //   anchor ← θ (device copy) → H inner steps on the device (inner_loop_cuda) →
 //   Δ = anchor − θ on the device → the mean Δ over the ranks → θ ← anchor, outer Nesterov step on
@@ -204,7 +204,7 @@ class diloco_replica_cuda {
   }
 
   // The mean Δ through the codec: encode on the device, all-gather the sizes and payloads (as
-  // train::diloco_round does), decode every rank's on the device in rank order, sum, / k.
+  // train::detail::mean_delta does), decode every rank's on the device in rank order, sum, / k.
   status gathered_mean(collectives::counted<T>& ct, cuda_context& ctx,
                        const collectives::collective_options& o, std::size_t k) {
     const std::size_t n = mean_.size(), me = std::size_t(t_->rank());

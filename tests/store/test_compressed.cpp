@@ -143,7 +143,7 @@ TEST_CASE("stores refuse codecs they cannot combine, naming the alternative",
     auto s = st.set_compression(comp_of(t), g.model, g.module_spans());
     REQUIRE_FALSE(s.ok());
     REQUIRE(s.error().code == make_error_code(errc::unsupported));
-    REQUIRE(s.error().message.find("diloco_round") != std::string::npos);
+    REQUIRE(s.error().message.find("train::round_loop") != std::string::npos);
   }
   REQUIRE_FALSE(st.encoded());
 }

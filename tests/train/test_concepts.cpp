@@ -27,6 +27,18 @@ struct optimizer_without_validate {
   using inner_optimizer_tag = void;
   void step(arena<host>&, long, float) const {}
 };
+// Structurally a sync rule, but it did not opt in.
+struct untagged_sync {
+  std::string name() const { return "untagged"; }
+  result<train::sync_plan> plan(int, std::size_t, int) const { return train::sync_plan{}; }
+};
+// A sync rule whose plan cannot fail: plan() must say why a rule does not fit.
+struct sync_with_bare_plan {
+  using sync_tag = void;
+  std::string name() const { return "bare"; }
+  train::sync_plan plan(int, std::size_t, int) const { return {}; }
+};
+
 // Structurally an outer optimizer, but it did not opt in.
 struct untagged_outer {
   std::size_t state_size(std::size_t) const { return 0; }
@@ -78,6 +90,9 @@ static_assert(!store::ModuleStore<store_without_wait>);
 static_assert(!optim::InnerOptimizer<optimizer_without_validate>);
 static_assert(!outer::OuterOptimizer<untagged_outer>);
 static_assert(!outer::OuterOptimizer<outer_without_validate>);
+static_assert(!train::Sync<untagged_sync>);
+static_assert(!train::Sync<sync_with_bare_plan>);
+static_assert(!train::Sync<int>);
 static_assert(!train::Model<model_without_loss>);
 static_assert(!train::PathWorker<worker_without_push, testing::module_store_archetype>);
 static_assert(!train::PathWorker<worker_without_tag, testing::module_store_archetype>);
@@ -113,35 +128,23 @@ TEST_CASE("archetypes are enough for the inner loop and a path worker's round",
   REQUIRE(w.inner_step() == 2);
 }
 
-TEST_CASE("archetypes are enough for the all-reduce trainers: DiLoCo, CO2, eager, streaming",
-          "[train][concepts]") {
+TEST_CASE("archetypes are enough for the round loop: every sync rule", "[train][concepts]") {
   using worker_t = train::path_worker<testing::model_archetype, testing::inner_optimizer_archetype>;
   using outer_t = testing::outer_optimizer_archetype;
   testing::model_archetype model;
   const auto shard = testing::synthetic_stream(1, 200, 3, 2);
   const path::level_span all{0, model.layout().total(), {"w"}};
-  const auto one =
-      train::fragments_by(model.layout(), 1, [](const std::string&) { return 0; }).value();
   std::vector<status> errs(2);
   testing::inproc_world::run(2, [&](net::inproc& t) {
     worker_t w(t.rank(), model, {all}, {0}, {}, {.batch = 2, .ctx = 8, .steps = 2}, shard, 1);
-    train::diloco_replica<net::inproc, testing::model_archetype, testing::inner_optimizer_archetype,
-                          outer_t>
-        dil(t, w, {});
-    status s = dil.run(1, std::chrono::seconds(10));
-    for (auto rule : {train::overlap_rule::co2, train::overlap_rule::eager,
-                      train::overlap_rule::naive_delayed}) {
-      train::co2_replica<net::inproc, testing::model_archetype, testing::inner_optimizer_archetype,
-                         outer_t>
-          co2(t, w, {}, std::nullopt, rule);
-      if (s) s = co2.run(2, std::chrono::seconds(10));
-      if (s) s = co2.finish(std::chrono::seconds(10));
+    status s;
+    for (const char* rule : {"blocking", "streaming", "co2", "eager", "naive_delayed"}) {
+      train::round_loop<net::inproc, worker_t, outer_t> loop(t, w, {}, *train::parse_sync(rule));
+      if (s) s = loop.run(2, std::chrono::seconds(10));
+      if (s) s = loop.finish(std::chrono::seconds(10));
     }
-    train::streaming_replica<net::inproc, testing::model_archetype,
-                             testing::inner_optimizer_archetype, outer_t>
-        st(t, w, {}, one, {.sync_every = 2});
-    if (s) s = st.run(4, std::chrono::seconds(10));
-    if (s) s = st.finish(std::chrono::seconds(10));
+    train::round_loop<net::inproc, worker_t, outer_t, testing::sync_archetype> arch(t, w, {});
+    if (s) s = arch.run(1, std::chrono::seconds(10));
     errs[std::size_t(t.rank())] = s;
   });
   for (auto& e : errs) REQUIRE(e.ok());

@@ -1,6 +1,6 @@
 // DiLoCo over an all-reduce with a codec, threads as ranks (inproc): every codec keeps the
-// replicas bit-identical (diloco_round's hash check passes every round); the fp32 codec equals
-// the plain all-reduce bit for bit; the traffic diloco_round reports is what the rank sent.
+// replicas bit-identical (the round loop's hash check passes every round); the fp32 codec equals
+// the plain all-reduce bit for bit; the traffic the loop reports is what the rank sent.
 #include <catch2/catch.hpp>
 
 #include <thread>
@@ -11,7 +11,8 @@
 #include "paco/optim/optim.hpp"
 #include "paco/outer/outer.hpp"
 #include "paco/testing/token_streams.hpp"
-#include "paco/train/diloco_allreduce.hpp"
+#include "paco/train/path_worker.hpp"
+#include "paco/train/round_loop.hpp"
 
 using namespace paco;
 
@@ -40,7 +41,7 @@ struct diloco_case {
     std::vector<train::diloco_traffic> traffic;
     std::vector<std::size_t> counted;
   };
-  // spec empty: the plain fp32 overload.
+  // spec null: no codec (the plain fp32 ring).
   outcome run(const char* spec) {
     auto world = net::inproc::world(ranks);
     outcome o{std::vector<std::vector<float>>(ranks), std::vector<status>(ranks),
@@ -52,20 +53,21 @@ struct diloco_case {
             r, model, levels, {0}, optim::adamw{.lr = 1e-2f}, cfg, shards[r], 40u + r);
         auto p = w.state().get(plane::param);
         std::copy(a0.get(plane::param).begin(), a0.get(plane::param).end(), p.begin());
-        outer::nesterov opt;
-        std::vector<float> state(p.size(), 0.0f);
         collectives::counted<net::inproc> ct(world[r]);  // the reference: every byte sent
-        if (!spec) {
-          for (int k = 0; k < rounds && o.errs[r].ok(); ++k)
-            o.errs[r] = train::diloco_round(ct, w, opt, state);
-        } else {
+        std::vector<compress::module_codec> codecs;
+        if (spec) {
           auto c = store::parse_compression(spec, /*lgreco_every*/ 1);
           if (!c) return void(o.errs[r] = c.error());
           auto codec = train::diloco_codec(*c, model);
           if (!codec) return void(o.errs[r] = codec.error());
-          for (int k = 0; k < rounds && o.errs[r].ok(); ++k)
-            o.errs[r] = train::diloco_round(ct, w, *codec, opt, state, o.traffic[r]);
+          codecs.push_back(std::move(*codec));
         }
+        train::round_loop<collectives::counted<net::inproc>,
+                          train::path_worker<nn::gpt, optim::adamw>, outer::nesterov,
+                          train::blocking>
+            loop(ct, w, outer::nesterov{}, {}, {}, std::move(codecs));
+        o.errs[r] = loop.run(rounds, std::chrono::seconds(30));
+        o.traffic[r] = loop.traffic();
         o.counted[r] = ct.bytes();
         o.theta[r].assign(p.begin(), p.end());
       });
@@ -84,7 +86,7 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 static_assert(net::Transport<collectives::counted<net::inproc>>);
 
-TEST_CASE("diloco_round with a codec keeps replicas bit-identical, summed or gathered",
+TEST_CASE("blocking DiLoCo with a codec keeps replicas bit-identical, summed or gathered",
           "[diloco][compress]") {
   diloco_case c;
   const auto plain = c.run(nullptr);
@@ -118,7 +120,7 @@ TEST_CASE("diloco_round with a codec keeps replicas bit-identical, summed or gat
   }
 }
 
-TEST_CASE("diloco_round traffic: gathered codecs send (k-1) payloads, summed ones 2(k-1)/k",
+TEST_CASE("blocking DiLoCo traffic: gathered codecs send (k-1) payloads, summed ones 2(k-1)/k",
           "[diloco][compress]") {
   diloco_case c;
   const int k = diloco_case::ranks;

@@ -1,4 +1,4 @@
-// diloco_replica's checkpoints (train/replica_file.hpp): a run of three ranks over inproc,
+// blocking round_loop's checkpoints (train/replica_file.hpp): a run of three ranks over inproc,
 // stopped after round k and resumed from its checkpoints, ends bit-identical to one never
 // stopped (fp32 and int8 with error feedback, outer Nesterov), also when one rank's newest
 // file is missing; a missing, foreign or other-config checkpoint, a fresh run over existing
@@ -20,7 +20,8 @@
 #include "paco/outer/outer.hpp"
 #include "paco/store/compression.hpp"
 #include "paco/testing/token_streams.hpp"
-#include "paco/train/diloco_replica.hpp"
+#include "paco/train/path_worker.hpp"
+#include "paco/train/round_loop.hpp"
 
 using namespace paco;
 namespace fs = std::filesystem;
@@ -29,7 +30,8 @@ using namespace std::chrono_literals;
 namespace {
 
 using worker_t = train::path_worker<nn::gpt, optim::adamw>;
-using rank_t = train::diloco_replica<net::inproc, nn::gpt, optim::adamw, outer::nesterov>;
+using rank_t = train::round_loop<net::inproc, train::path_worker<nn::gpt, optim::adamw>,
+                                 outer::nesterov, train::blocking>;
 
 struct setup {
   nn::gpt model{{.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2}};
@@ -59,13 +61,14 @@ outcome run(const setup& s, int until, const fs::path& dir, bool resume,
   std::vector<std::thread> th;
   for (int r = 0; r < setup::K; ++r)
     th.emplace_back([&, r] {
-      std::optional<compress::module_codec> codec;
+      std::vector<compress::module_codec> codec;
       if (!compress.empty())
-        codec = std::move(*train::diloco_codec(*store::parse_compression(compress), s.model));
+        codec.push_back(
+            std::move(*train::diloco_codec(*store::parse_compression(compress), s.model)));
       worker_t w(r, s.model, s.levels, std::vector<int>(s.levels.size(), 0), optim::adamw{}, s.icfg,
                  s.shards[std::size_t(r)], 40u + std::uint64_t(r));
       s.model.init(w.state(), 6);
-      rank_t rep(world[std::size_t(r)], w, outer::nesterov{}, std::move(codec));
+      rank_t rep(world[std::size_t(r)], w, outer::nesterov{}, {}, {}, std::move(codec));
       const fs::path& d = dir;
       status st;
       if (!d.empty()) st = rep.open_checkpoints(d, config, resume, 30s);
@@ -98,7 +101,7 @@ void require_ok(const outcome& o) {
 }  // namespace
 
 TEST_CASE(
-    "diloco_replica: stopped after round k and resumed, bit-identical to a run never "
+    "blocking round_loop: stopped after round k and resumed, bit-identical to a run never "
     "stopped",
     "[train][diloco][resume]") {
   const setup s;
@@ -134,7 +137,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "diloco_replica: a rank whose newest file is missing resumes the group one round "
+    "blocking round_loop: a rank whose newest file is missing resumes the group one round "
     "earlier, still bit-identical",
     "[train][diloco][resume]") {
   const setup s;
@@ -151,7 +154,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "diloco_replica: missing, foreign and other-config checkpoints fail every rank, "
+    "blocking round_loop: missing, foreign and other-config checkpoints fail every rank, "
     "the file named",
     "[train][diloco][resume]") {
   const setup s;

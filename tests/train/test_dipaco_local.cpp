@@ -187,7 +187,8 @@ TEST_CASE("DiPaCo 2x2: each module averages the paths through it", "[dipaco]") {
 }
 
 #include "paco/net/inproc.hpp"
-#include "paco/train/diloco_allreduce.hpp"
+#include "paco/train/path_worker.hpp"
+#include "paco/train/round_loop.hpp"
 
 TEST_CASE(
     "DiLoCo over a ring all-reduce matches the store-based DiLoCo and keeps replicas identical",
@@ -226,10 +227,10 @@ TEST_CASE(
                                                   40u + r);
       auto p = w.state().get(plane::param);
       std::copy(a0.get(plane::param).begin(), a0.get(plane::param).end(), p.begin());
-      outer::nesterov o;
-      std::vector<float> state(p.size(), 0.0f);
-      for (int k = 0; k < rounds && errs[r].ok(); ++k)
-        errs[r] = train::diloco_round(world[r], w, o, state);
+      train::round_loop<net::inproc, train::path_worker<nn::gpt, optim::adamw>, outer::nesterov,
+                        train::blocking>
+          loop(world[r], w, outer::nesterov{});
+      errs[r] = loop.run(rounds, std::chrono::seconds(30));
       got[r].assign(p.begin(), p.end());
     });
   for (auto& t : th) t.join();

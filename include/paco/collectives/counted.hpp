@@ -1,6 +1,6 @@
 #pragma once
 // counted: a Transport adaptor that counts the bytes and messages this rank sends through it,
-// so a collective's traffic is measured rather than estimated (diloco_round reports it).
+// so a collective's traffic is measured rather than estimated (the round loop reports it).
 
 #include <cstddef>
 #include <span>

@@ -2,10 +2,10 @@
 // outer::co2: the outer step of CO2 (Sun et al., ICLR 2024; ALGORITHMS.md §2): heavy-ball
 // momentum on the pseudo-gradient scaled by the staleness-gap penalty p, then clipped:
 //   m ← β·m + Δ/p;   m ← clip(m, φ);   θ ← θ − α·m
-// In CO2 the Δ it is given is one round stale (train::co2_replica applies round t−1's mean Δ
-// while round t's all-reduce runs); any OuterOptimizer can be applied that way, this one is the
-// paper's. Defaults are the official code's: α = 1, β = 0.5, p = 1, clipping off (its GPT-2
-// script turns element clipping on with φ = 1).
+// In CO2 the Δ it is given is one round stale (train::round_loop with the train::co2 rule
+// applies round t−1's mean Δ while round t's all-reduce runs); any OuterOptimizer can be
+// applied that way, this one is the paper's. Defaults are the official code's: α = 1, β = 0.5,
+// p = 1, clipping off (its GPT-2 script turns element clipping on with φ = 1).
 //
 // Clipping: element clamps each entry of m to [−φ, φ] (what the official code means to do: its
 // torch.clamp result is discarded, so there it is a no-op; here it is applied); norm scales m by

@@ -43,8 +43,8 @@ inline result<compression> parse_compression(std::string_view text, std::size_t 
 
 // Whether a module store (local_store, server) can take this compression's pushes: it
 // decodes every push and combines them with its weighted mean. Errors: unsupported for
-// powersgd (two summed rounds: use diloco_round over an all-reduce) and sign_prune (the TIES
-// merge is not a mean: use diloco_round, which all-gathers and TIES-merges).
+// powersgd (two summed rounds: use train::round_loop over an all-reduce) and sign_prune (the TIES
+// merge is not a mean: use train::round_loop, which all-gathers and TIES-merges).
 inline status check_store_compression(const compression& c) {
   using compress::codec_kind;
   if (c.spec.kind == codec_kind::powersgd)
@@ -52,13 +52,13 @@ inline status check_store_compression(const compression& c) {
             "compress = \"" + c.name() +
                 "\": PowerSGD needs two rounds summed over the workers, "
                 "which a module store does not do; run it with the all-reduce DiLoCo "
-                "(train::diloco_round), or push int8, int4, lgreco:int or topk:D to the store"};
+                "(train::round_loop), or push int8, int4, lgreco:int or topk:D to the store"};
   if (c.spec.kind == codec_kind::sign_prune)
     return {
         errc::unsupported,
         "compress = \"" + c.name() +
             "\": TIES sign pruning merges by sign election, not by "
-            "the store's weighted mean; run it with the all-reduce DiLoCo (train::diloco_round), "
+            "the store's weighted mean; run it with the all-reduce DiLoCo (train::round_loop), "
             "or push int8, int4, lgreco:int or topk:D to the store"};
   return {};
 }

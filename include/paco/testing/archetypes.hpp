@@ -20,6 +20,7 @@
 #include "paco/route/concepts.hpp"
 #include "paco/store/concepts.hpp"
 #include "paco/train/concepts.hpp"
+#include "paco/train/sync.hpp"
 
 namespace paco::testing {
 
@@ -207,5 +208,15 @@ static_assert(route::Router<router_archetype> && !route::RankingRouter<router_ar
 static_assert(route::RankingRouter<ranking_router_archetype>);
 static_assert(store::ModuleStore<module_store_archetype>);
 static_assert(!store::EncodedModuleStore<module_store_archetype>);
+
+// ---- train: Sync ------------------------------------------------------------------------------
+
+// Blocking DiLoCo's plan under its own name. Models train::Sync and nothing more.
+struct sync_archetype {
+  using sync_tag = void;
+  std::string name() const { return "archetype"; }
+  result<train::sync_plan> plan(int, std::size_t, int) const { return train::sync_plan{}; }
+};
+static_assert(train::Sync<sync_archetype>);
 
 }  // namespace paco::testing

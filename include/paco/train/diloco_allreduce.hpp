@@ -1,13 +1,11 @@
 #pragma once
-// diloco_allreduce: DiLoCo without a store, for k replicas joined by any Transport (a cluster
-// over MPI, or ranks over asio_tcp). Every rank keeps the global θ (the anchor plane) and the
-// outer optimizer state itself; a round is
-//   H inner steps → Δ = θ_start − θ_end → mean of Δ over the ranks →
-//   θ ← OuterOpt(θ_start, mean Δ) on every rank → check that every rank holds the same θ (hash)
-// Because the mean is bit-identical on every rank and the outer step is deterministic,
-// replicas stay bit-identical; the hash check verifies it every round.
+// diloco_allreduce: the mean of the ranks' Δ over an all-reduce — what the round loop
+// (train/round_loop.hpp) reduces at every send, for k replicas joined by any Transport (a
+// cluster over MPI, ranks over asio_tcp, threads over inproc). The mean is bit-identical on
+// every rank (every rank adds in the same order), so replicas that apply it with the same
+// deterministic outer step stay bit-identical; check_identical verifies it with a hash.
 //
-// The mean of Δ, by codec (a compress::module_codec over the whole parameter plane):
+// The mean of Δ, by codec (a compress::module_codec over a fragment of the parameter plane):
 //   none / fp32      ring all-reduce of the fp32 Δ (sum), / k
 //   bf16, fp16       ring all-reduce of the 16-bit arrays, added in fp32 and rounded per hop
 //   powersgd:R       two ring all-reduces (P, then Q; vectors ride in the first), decode
@@ -15,7 +13,11 @@
 //                    all-gather of the payload sizes, then of the payloads (each padded to the
 //                    largest), every rank decodes all of them in rank order: mean (sign_prune:
 //                    TIES merge, elected sign then the mean of the agreeing values)
-// The error-feedback residual lives in the worker's arena (plane::residual).
+// The error-feedback residual is the caller's (the round loop's: the learner's plane::residual).
+//
+// Cost per rank, n floats, k ranks: fp32 2(k−1)/k·4n; summed codecs 2(k−1)/k·(bytes of a
+// summed array) per all-reduce (PowerSGD: two, of (Σ rows·r + vectors) and Σ cols·r floats);
+// message codecs (k−1)·(largest payload) + 8(k−1) for the sizes; the hash check 16(k−1).
 
 #include <algorithm>
 #include <chrono>
@@ -29,17 +31,18 @@
 #include "paco/collectives/counted.hpp"
 #include "paco/compress/combine.hpp"
 #include "paco/core/hash.hpp"
+#include "paco/path/level_map.hpp"
 #include "paco/store/compression.hpp"
-#include "paco/train/path_worker.hpp"
 
 namespace paco::train {
 
+// The all-reduce's options (the device round of kernels/paco/diloco_cuda.cuh).
 struct diloco_options {
   collectives::collective_options
       collective{};  // deadline, tag, chunking, ring order of the all-reduce
 };
 
-// What diloco_round moved for this rank, summed over the rounds it ran.
+// What a rank's syncs moved, summed over them.
 struct diloco_traffic {
   std::size_t bytes_sent = 0;     // bytes this rank sent: every collective, hash check included
   std::size_t payload_bytes = 0;  // bytes of this rank's encoded Δ (payload / arrays / rounds)
@@ -57,8 +60,8 @@ struct overlap_stats {
   double hidden() const { return comm_s > 0 ? 1.0 - std::min(wait_s, comm_s) / comm_s : 1.0; }
 };
 
-// The codec of the all-reduce DiLoCo: one module spanning the model's whole parameter plane,
-// one segment per tensor. Errors: make_codecs'.
+// The codec of a sync of the whole plane (train::whole_plane): one module spanning the model's
+// whole parameter plane, one segment per tensor. Errors: make_codecs'.
 template <class Model>
 result<compress::module_codec> diloco_codec(const store::compression& c, const Model& model) {
   auto v = store::make_codecs(c, model, {path::level_span{0, model.layout().total(), {}}});
@@ -146,17 +149,6 @@ status check_identical_within(T& t, std::uint64_t h, std::chrono::steady_clock::
   return s;
 }
 
-// The outer step from the mean Δ, then the replicas' hash check.
-template <net::Transport T, class OuterOpt>
-status outer_and_check(T& t, slice<float> th, slice<const float> an, slice<const float> mean,
-                       const OuterOpt& outer, std::span<float> outer_state,
-                       const collectives::collective_options& o) {
-  std::copy(an.begin(), an.end(), th.begin());
-  outer.step(std::span<float>(th.data(), th.size()),
-             std::span<const float>(mean.data(), mean.size()), outer_state);
-  return check_identical(t, hash64(th.data(), th.size_bytes()), o);
-}
-
 // The mean over the ranks of every rank's Δ, into mean: by the fp32 ring all-reduce when codec
 // is null, else through the codec as the file comment says. residual: the error-feedback
 // residual (empty when the codec keeps none). Requires: every rank calls it with the same codec
@@ -218,70 +210,5 @@ status mean_delta(T& t, compress::module_codec* codec, slice<const float> d, sli
 }
 
 }  // namespace detail
-
-// One DiLoCo round for this rank. Requires: every rank of t calls it with the same round and
-// options; worker's arena holds the current global θ in its param plane (set before the first
-// round, identical on every rank). outer_state: OuterOpt::state_size(total) floats.
-// Ensures: on ok, the param plane holds the new global θ, bit-identical on every rank.
-// Errors: the all-reduce's (timeout, peer_lost …), or mismatch if the replicas' θ differ.
-// Cost: one ring all-reduce of the model (2(k−1)/k · 4·params bytes sent per rank) and one
-// all-gather of 8-byte hashes.
-template <net::Transport T, class Model, class InnerOpt, class OuterOpt>
-status diloco_round(T& t, path_worker<Model, InnerOpt>& worker, const OuterOpt& outer,
-                    std::span<float> outer_state, const diloco_options& o = {}) {
-  auto& a = worker.state();
-  auto th = a.get(plane::param);
-  auto an = a.get(plane::anchor);
-  std::copy(th.begin(), th.end(), an.begin());  // θ_start
-  worker.train();
-  const std::size_t n = th.size();
-  std::vector<float> delta(n), mean(n);
-  for (std::size_t i = 0; i < n; ++i) delta[i] = an[i] - th[i];
-  std::size_t payload = 0;
-  if (auto s = detail::mean_delta(t, nullptr, slice<const float>(delta.data(), n), {},
-                                  slice<float>(mean.data(), n), o.collective, payload);
-      !s)
-    return s;
-  return detail::outer_and_check(t, th, an, slice<const float>(mean.data(), n), outer, outer_state,
-                                 o.collective);
-}
-
-// One compressed DiLoCo round for this rank: as above, with the mean of Δ computed through
-// `codec` (diloco_codec; the same spec on every rank) as the file comment says. The residual
-// (error feedback) is the worker's plane::residual; L-GreCo levels are each rank's own (a
-// payload names its levels; sizes may differ, the all-gather pads to the largest).
-// Requires: codec.size() == the param plane's size. Ensures: as above; traffic grows by the
-// bytes this rank sent in the round (measured) and the bytes of its encoded Δ.
-// Cost per rank, n floats, k ranks: summed codecs 2(k−1)/k·(bytes of a summed array) per
-// all-reduce (PowerSGD: two, of (Σ rows·r + vectors) and Σ cols·r floats); message codecs
-// (k−1)·(largest payload) + 8(k−1) for the sizes; plus the hash check, 16(k−1).
-template <net::Transport T, class Model, class InnerOpt, class OuterOpt>
-status diloco_round(T& t, path_worker<Model, InnerOpt>& worker, compress::module_codec& codec,
-                    const OuterOpt& outer, std::span<float> outer_state, diloco_traffic& traffic,
-                    const diloco_options& o = {}) {
-  auto& a = worker.state();
-  auto th = a.get(plane::param);
-  if (codec.size() != th.size())
-    return {errc::mismatch, "diloco_round: the codec covers " + std::to_string(codec.size()) +
-                                " elements, the model's plane " + std::to_string(th.size())};
-  auto an = a.get(plane::anchor);
-  const slice<float> res = codec.error_feedback() ? a.get(plane::residual) : slice<float>{};
-  collectives::counted<T> ct(t);
-  std::copy(th.begin(), th.end(), an.begin());  // θ_start
-  worker.train();
-  const std::size_t n = th.size();
-  std::vector<float> delta(n), mean(n);
-  for (std::size_t i = 0; i < n; ++i) delta[i] = an[i] - th[i];
-  if (auto s =
-          detail::mean_delta(ct, &codec, slice<const float>(delta.data(), n), res,
-                             slice<float>(mean.data(), n), o.collective, traffic.payload_bytes);
-      !s)
-    return s;
-  auto st = detail::outer_and_check(ct, th, an, slice<const float>(mean.data(), n), outer,
-                                    outer_state, o.collective);
-  traffic.bytes_sent += ct.bytes();
-  ++traffic.rounds;
-  return st;
-}
 
 }  // namespace paco::train

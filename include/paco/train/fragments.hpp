@@ -93,10 +93,17 @@ inline result<std::vector<fragment>> gpt_fragments(const param_layout& layout, i
   });
 }
 
-// Checks that fragments cover every tensor of the layout exactly once. Errors: invalid_argument
-// naming a tensor in no fragment or in two.
+// Checks that fragments cover every tensor of the layout exactly once and lie within its plane.
+// Errors: invalid_argument naming a tensor in no fragment or in two, or a span past the plane.
 inline status check_fragments(const param_layout& layout, const std::vector<fragment>& frags) {
   if (frags.empty()) return {errc::invalid_argument, "fragments: none given"};
+  for (std::size_t f = 0; f < frags.size(); ++f)
+    for (auto& s : frags[f].spans)
+      if (s.offset + s.size > layout.total())
+        return {errc::invalid_argument,
+                "fragments: fragment " + std::to_string(f) + " spans [" + std::to_string(s.offset) +
+                    ", " + std::to_string(s.offset + s.size) + "), past the plane of " +
+                    std::to_string(layout.total()) + " elements"};
   for (std::size_t i = 0; i < layout.count(); ++i) {
     const auto& e = layout.entry(i);
     int owners = 0;

@@ -2,7 +2,7 @@
 // mean_in_flight: the mean of the ranks' Δ (train::detail::mean_delta: the fp32 ring, or a codec
 // with error feedback) and, optionally, the check that every rank holds the same θ, run on a
 // background thread while the caller goes on with inner steps; its bytes and seconds are booked
-// when it lands. The piece the overlapped trainers share (co2_replica, streaming_replica).
+// when it lands. The round loop's reduction (train/round_loop.hpp).
 //
 //   mean_in_flight<net::asio_tcp> f;
 //   f.launch(t, codec, delta, residual, mean, hash, "CO2", deadline);
@@ -37,13 +37,15 @@ class mean_in_flight {
   // check that every rank passed the same one (mismatch naming `what` otherwise). Requires:
   // nothing in flight; every rank launches the same sequence; t, codec, delta, residual and
   // mean are left alone by the caller until land(). Every step must end by `deadline` from now.
+  // now: the flight runs on the caller's thread when it lands (a sync applied at once needs no
+  // thread).
   void launch(T& t, compress::module_codec* codec, slice<const float> delta, slice<float> residual,
               slice<float> mean, std::optional<std::uint64_t> hash, const char* what,
-              std::chrono::steady_clock::duration deadline) {
+              std::chrono::steady_clock::duration deadline, bool now = false) {
     PACO_ASSERT(!flight_.valid(), "mean_in_flight: one flight at a time");
     collectives::collective_options co;
     co.until = net::after(deadline);
-    flight_ = std::async(std::launch::async, [=, &t]() -> landed {
+    flight_ = std::async(now ? std::launch::deferred : std::launch::async, [=, &t]() -> landed {
       const auto t0 = std::chrono::steady_clock::now();
       landed r;
       collectives::counted<T> ct(t);

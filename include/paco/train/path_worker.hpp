@@ -59,6 +59,8 @@ class path_worker {
   const std::vector<int>& modules() const noexcept { return modules_; }
   double shard_tokens() const noexcept { return shard_tokens_; }
   long inner_step() const noexcept { return loop_.step_count(); }
+  // H: the inner steps train() runs by default (a round's).
+  int steps_per_round() const noexcept { return cfg_.steps; }
   // The inner loop's step count and sampler position (inner_loop::where / seek): with the arena,
   // all a resumed worker needs to go on bit for bit as if it had never stopped.
   typename train::inner_loop<Model, InnerOpt>::position position() const noexcept {

@@ -1,5 +1,5 @@
 #pragma once
-// replica_file: the checkpoints of one rank of DiLoCo over an all-reduce (diloco_replica).
+// replica_file: the checkpoints of one rank of DiLoCo over an all-reduce (train::round_loop).
 // After round k, rank r writes DIR/rank-r.round-k.safetensors (format paco-checkpoint-1,
 // io/checkpoint.hpp: a temporary file, fsync, rename, fsync of the directory) and removes its
 // file of round k − 2, so that its newest two rounds are on disk: the ranks sync every round,

@@ -1,0 +1,504 @@
+#pragma once
+// round_loop: one rank of a data-parallel group joined by an all-reduce — a learner (its arena
+// and inner loop), the group's mean of Δ (the fp32 ring, or a codec with error feedback:
+// train::detail::mean_delta) and a sync rule (train/sync.hpp: blocking DiLoCo, Streaming
+// DiLoCo, CO2, eager updates, the naïve delayed rule). Every rule runs through this one loop:
+// a round is H inner steps, run in stretches between the rule's sends and landings; a send
+// measures Δ of a fragment and reduces it on a background thread (mean_in_flight), a landing
+// applies the outer step as sync.hpp says. Every rank runs the same calls; every rank's g is
+// checked to be the same (a hash with every send) when the rule keeps it so.
+//
+//   train::round_loop<net::asio_tcp, train::path_worker<nn::gpt, optim::adamw>, outer::nesterov>
+//       r(tcp, worker, outer::nesterov{}, train::co2{});
+//   r.run(rounds, std::chrono::minutes(5));
+//   r.finish(std::chrono::minutes(5));  // the param plane holds the outer parameters
+//
+// Codecs: none (fp32), or one per fragment (fragment_codecs; for the whole plane also
+// diloco_codec), the same on every rank. The error-feedback residual of a fragment that is
+// one span of the plane (the whole plane, P = 1) is the learner's plane::residual.
+//
+// Checkpoints (replica_file.hpp), for rules where nothing is in flight between rounds (lag 0,
+// one fragment: blocking, streaming with P = 1 and τ = 0): after open_checkpoints(dir, config,
+// resume, deadline) a rank saves its whole state after a round with save_round — its arena
+// (θ, g, moments, residual), the outer state, its inner step and its sampler's position — so
+// that a run stopped after round k and resumed goes on bit for bit as one that never stopped.
+//
+// Threads: from a send until its landing the background flight uses the transport, the codec
+// and the residual; nothing else may use the transport between run() and finish() (MPI: the
+// serialized thread level net::mpi asks for suffices). Memory beyond the learner's: the outer
+// state of each fragment, four buffers of the largest fragment, and (σ > 0) the own last Δ.
+
+#include <algorithm>
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "paco/collectives/agree.hpp"
+#include "paco/collectives/allreduce_ring.hpp"
+#include "paco/compress/module_codec.hpp"
+#include "paco/core/arena.hpp"
+#include "paco/core/hash.hpp"
+#include "paco/net/concepts.hpp"
+#include "paco/outer/concepts.hpp"
+#include "paco/train/diloco_allreduce.hpp"
+#include "paco/train/fragments.hpp"
+#include "paco/train/mean_in_flight.hpp"
+#include "paco/train/replica_file.hpp"
+#include "paco/train/sync.hpp"
+
+namespace paco::train {
+
+// What the round loop trains: an arena on the host (θ in plane::param; the loop keeps g in
+// plane::anchor) and an inner loop that runs n steps and returns their mean loss; H, its steps
+// per round. Models: train::path_worker.
+template <class L>
+concept Learner = requires(L& l, const L& cl, int n) {
+  { l.state() } -> std::same_as<arena<host>&>;
+  { l.train(n) } -> std::convertible_to<double>;
+  { cl.steps_per_round() } -> std::convertible_to<int>;
+};
+
+// A learner whose state a checkpoint can hold: its model (tensor names) and its position (inner
+// step and sampler), to seek back to.
+template <class L>
+concept CheckpointedLearner = Learner<L> && requires(L& l, const L& cl) {
+  cl.model();
+  {cl.position()};
+  l.seek(cl.position());
+};
+
+// The whole parameter plane of a layout as one fragment (rules with P = 1).
+inline std::vector<fragment> whole_plane(const param_layout& layout) {
+  fragment f;
+  f.spans.push_back({0, layout.total(), {}});
+  return {f};
+}
+
+// One landed sync.
+struct sync_record {
+  int fragment = 0;
+  long sent_at = 0;            // the loop's inner step its Δ was measured at
+  long applied_at = 0;         // the inner step its mean was applied at
+  std::size_t bytes_sent = 0;  // this rank's bytes on the wire for it, hash check included
+};
+
+// The end of a round, for run()'s callback.
+struct round_end {
+  long round = 0;              // 0, 1, … since the loop began (or since the checkpoint)
+  double loss = 0;             // the mean inner loss of its H steps
+  std::size_t bytes_sent = 0;  // this rank's bytes of the syncs that landed in it
+};
+
+template <net::Transport T, Learner L, outer::OuterOptimizer O, Sync S = sync_choice>
+class round_loop {
+ public:
+  // Requires: t, l outlive the loop; l's param plane holds this rank's θ, the same on every
+  // rank; frags cover the layout once (empty: whole_plane); codecs empty or one per fragment of
+  // its size. A bad rule, fragments or codecs are reported by run() and finish() (nothing runs).
+  round_loop(T& t, L& l, O outer, S sync = {}, std::vector<fragment> frags = {},
+             std::vector<compress::module_codec> codecs = {})
+      : t_(&t),
+        l_(&l),
+        outer_(outer),
+        sync_(std::move(sync)),
+        name_(sync_.name()),
+        frags_(frags.empty() ? whole_plane(l.state().layout()) : std::move(frags)),
+        codecs_(std::move(codecs)),
+        h_(l.steps_per_round()) {
+    auto& a = l.state();
+    const auto th = a.get(plane::param), g = a.get(plane::anchor);
+    std::copy(th.begin(), th.end(), g.begin());
+    ok_ = check();
+    if (!ok_) return;
+    plan_ = *sync_.plan(t.size(), frags_.size(), h_);
+    std::size_t largest = 0;
+    for (std::size_t p = 0; p < frags_.size(); ++p) {
+      const std::size_t n = frags_[p].size();
+      state_.emplace_back(outer_.state_size(n), 0.0f);
+      own_.emplace_back(plan_.identical() ? 0 : n, 0.0f);
+      const bool feedback = p < codecs_.size() && codecs_[p].error_feedback();
+      residual_.emplace_back(feedback && frags_[p].spans.size() > 1 ? n : 0, 0.0f);
+      largest = std::max(largest, n);
+    }
+    for (auto* b : {&delta_, &fresh_, &mean_, &scratch_}) b->resize(largest);
+    last_sent_.assign(frags_.size(), 0);
+  }
+  round_loop(const round_loop&) = delete;
+  round_loop& operator=(const round_loop&) = delete;
+  // A sync still in flight is waited for (flight_ is the last member, destroyed first).
+
+  // n rounds of H inner steps, sending and landing fragments on the rule's schedule; every
+  // sync must land within deadline of its send. on_round after each round. Ensures on ok: the
+  // param plane holds θ after n·H more steps; a sync may be in flight (finish() lands it).
+  // Errors: the rule's, fragments' or codecs' (nothing run); the all-reduce's (timeout,
+  // peer_lost …), mismatch if the ranks' g diverged; after an error the loop cannot go on.
+  status run(int n, std::chrono::steady_clock::duration deadline,
+             const std::function<void(const round_end&)>& on_round = {}) {
+    if (!ok_) return ok_;
+    using clock = std::chrono::steady_clock;
+    for (int r = 0; r < n; ++r) {
+      const long end = step_ + h_;
+      double loss = 0;
+      std::size_t bytes = 0;
+      while (step_ < end) {
+        long next = std::min(end, next_send());
+        if (flight_.in_flight() && !plan_.next_round()) next = std::min(next, apply_at_);
+        const auto t0 = clock::now();
+        loss += l_->train(int(next - step_)) * double(next - step_);
+        overlap_.inner_s += seconds(clock::now() - t0);
+        step_ = next;
+        if (flight_.in_flight() && !plan_.next_round() && step_ == apply_at_)
+          if (auto s = land_and_apply(false, bytes); !s) return fail(s);
+        if (sends_now())
+          if (auto s = send(int((step_ / c()) % long(frags_.size())), deadline, bytes); !s)
+            return fail(s);
+      }
+      ++done_;
+      if (on_round) on_round({done_ - 1, loss / double(h_), bytes});
+    }
+    return {};
+  }
+
+  // Lands the sync in flight (a one-round-late one with no fresh Δ: u = mean Δ − σ·own Δ),
+  // syncs every fragment trained since its last send at once, sets θ ← g and, when the rule
+  // keeps g the same on every rank, checks it. Ensures on ok: the param and anchor planes hold
+  // the outer parameters; nothing is in flight (run() may go on from there). Errors: as run's.
+  status finish(std::chrono::steady_clock::duration deadline) {
+    if (!ok_) return ok_;
+    std::size_t bytes = 0;
+    if (flight_.in_flight())
+      if (auto s = land_and_apply(plan_.next_round(), bytes); !s) return fail(s);
+    for (std::size_t p = 0; p < frags_.size(); ++p)
+      if (last_sent_[p] < step_) {
+        measure(int(p));
+        launch(int(p), deadline);
+        if (auto s = land_and_apply(false, bytes); !s) return fail(s);
+      }
+    auto& a = l_->state();
+    const auto th = a.get(plane::param), g = a.get(plane::anchor);
+    std::copy(g.begin(), g.end(), th.begin());
+    if (!plan_.identical()) return {};
+    return detail::check_identical_within(*t_, hash64(g.data(), g.size_bytes()), deadline, what(),
+                                          traffic_);
+  }
+
+  long rounds_done() const noexcept { return done_; }
+  long step() const noexcept { return step_; }  // inner steps run by this loop
+  bool in_flight() const noexcept { return flight_.in_flight(); }
+  const train::diloco_traffic& traffic() const noexcept { return traffic_; }  // rounds: syncs
+  const overlap_stats& overlap() const noexcept { return overlap_; }
+  const std::vector<sync_record>& syncs() const noexcept { return syncs_; }
+  const std::vector<fragment>& fragments() const noexcept { return frags_; }
+  const sync_plan& plan() const noexcept { return plan_; }
+  const S& sync() const noexcept { return sync_; }
+  // The outer optimizer's state of fragment p.
+  std::span<const float> outer_state(std::size_t p = 0) const noexcept { return state_[p]; }
+
+  // Collective: every rank calls it once, before its first round, with the same `resume`; dir
+  // is this rank's directory (it may differ between machines).
+  // resume = false: creates dir; refuses one that holds a file of this rank (a fresh run does
+  //   not overwrite checkpoints).
+  // resume = true: the group resumes from the newest round every rank holds a file of (the
+  //   minimum over the ranks of each one's newest); each rank reads its file of that round
+  //   (load_replica_file: rank, size, round and config checked) and takes back its arena, outer
+  //   state, inner step and sampler position; its files of later rounds are removed.
+  // Ensures: ok on every rank or an error on every rank (collectives::agree_ok): the rank that
+  //   failed names its error (a rule with syncs in flight between rounds; a missing, foreign or
+  //   other-config file; a codec whose state a checkpoint does not hold: checkpointable), the
+  //   others "rank R: <its error>". On ok after a resume, rounds_done() is the round after the
+  //   file's.
+  status open_checkpoints(const std::filesystem::path& dir, const std::string& config, bool resume,
+                          std::chrono::steady_clock::duration deadline) requires
+      CheckpointedLearner<L> {
+    collectives::collective_options co;
+    co.until = net::after(deadline);
+    const int rank = t_->rank(), size = t_->size();
+    const std::vector<long> mine = replica_rounds(dir, rank);
+    status local = checkpoints_possible();
+    std::error_code ec;
+    if (!resume) {
+      if (local && !mine.empty())
+        local = {errc::invalid_argument,
+                 "checkpoint '" + replica_file(dir, rank, mine.back()).string() +
+                     "' exists: resume from it or remove it (a fresh run does not overwrite "
+                     "checkpoints)"};
+      if (local) {
+        std::filesystem::create_directories(dir, ec);
+        if (ec)
+          local = {errc::io, "cannot create the checkpoint directory '" + dir.string() +
+                                 "': " + ec.message()};
+      }
+      return collectives::agree_ok(*t_, local, co);
+    }
+    std::vector<std::uint64_t> newest{mine.empty() ? 0 : std::uint64_t(mine.back()) + 1};
+    if (auto s = collectives::allreduce_ring(*t_, std::span<std::uint64_t>(newest), co,
+                                             collectives::minimum{});
+        !s)
+      return s;
+    const long round = long(newest[0]) - 1;  // −1: some rank holds none
+    std::optional<replica_checkpoint> ck;
+    if (local && mine.empty()) {
+      local = {errc::not_found, "no checkpoint of rank " + std::to_string(rank) + " in '" +
+                                    dir.string() + "' (files rank-" + std::to_string(rank) +
+                                    ".round-K.safetensors)"};
+    } else if (local && round >= 0 && !std::binary_search(mine.begin(), mine.end(), round)) {
+      std::string held;
+      for (long k : mine) held += (held.empty() ? "" : ", ") + std::to_string(k);
+      local = {errc::not_found, "checkpoint '" + replica_file(dir, rank, round).string() +
+                                    "' is missing: round " + std::to_string(round) +
+                                    " is the newest every rank holds; rank " +
+                                    std::to_string(rank) + " holds rounds " + held};
+    } else if (local && round >= 0) {
+      auto c =
+          load_replica_file(replica_file(dir, rank, round), l_->model(), rank, size, round, config);
+      if (c)
+        ck = std::move(*c);
+      else
+        local = c.error();
+    }
+    if (auto s = collectives::agree_ok(*t_, local, co); !s) return s;
+    restore(*ck);
+    done_ = round + 1;
+    step_ = done_ * h_;
+    std::fill(last_sent_.begin(), last_sent_.end(), step_);
+    for (long k : mine)
+      if (k > round) std::filesystem::remove(replica_file(dir, rank, k), ec);
+    return {};
+  }
+
+  // Writes this rank's checkpoint of its last round to replica_file(dir, rank, round) (tried
+  // `attempts` times) and removes its file of two rounds before, so that the newest two are on
+  // disk (the ranks' newest files differ by at most one round). Requires: rounds_done() ≥ 1.
+  // Errors: save_replica_file's (io, naming the file); checkpoints_possible's.
+  status save_round(const std::filesystem::path& dir, const std::string& config,
+                    int attempts = 4) requires CheckpointedLearner<L> {
+    if (auto s = checkpoints_possible(); !s) return s;
+    if (done_ < 1) return {errc::invalid_argument, "round_loop: no round to save yet"};
+    auto& a = l_->state();
+    if (!state_[0].empty())
+      std::copy(state_[0].begin(), state_[0].end(), a.get(plane::outer_momentum).begin());
+    const int rank = t_->rank();
+    const long round = done_ - 1;
+    const auto at = l_->position();
+    if (auto s = save_replica_file(replica_file(dir, rank, round), l_->model(), a, at.step,
+                                   at.sampler, round, rank, t_->size(), config, attempts);
+        !s)
+      return s;
+    std::error_code ec;
+    if (round >= 2) std::filesystem::remove(replica_file(dir, rank, round - 2), ec);
+    return {};
+  }
+
+ private:
+  static double seconds(std::chrono::steady_clock::duration d) {
+    return std::chrono::duration<double>(d).count();
+  }
+  long c() const { return h_ / long(frags_.size()); }
+  // Whether a fragment is sent at the current step (c | s, s ≥ H).
+  bool sends_now() const { return step_ % c() == 0 && step_ / c() >= long(frags_.size()); }
+  // The first step after the current one at which a fragment is sent.
+  long next_send() const {
+    const long k = std::max(step_ / c() + 1, long(frags_.size()));
+    return k * c();
+  }
+  const char* what() const { return name_.c_str(); }
+
+  status check() const {
+    if (auto p = sync_.plan(t_->size(), frags_.size(), h_); !p) return p.error();
+    if (auto s = check_fragments(l_->state().layout(), frags_); !s) return s;
+    if (!codecs_.empty() && codecs_.size() != frags_.size())
+      return {errc::invalid_argument, sync_.name() + ": one codec per fragment, or none (" +
+                                          std::to_string(codecs_.size()) + " codecs for " +
+                                          std::to_string(frags_.size()) + " fragments)"};
+    for (std::size_t p = 0; p < codecs_.size(); ++p)
+      if (codecs_[p].size() != frags_[p].size())
+        return {errc::mismatch, sync_.name() + ": codec " + std::to_string(p) + " covers " +
+                                    std::to_string(codecs_[p].size()) + " elements, its fragment " +
+                                    std::to_string(frags_[p].size())};
+    return {};
+  }
+  // After an error the loop's rounds are out of step: every later call returns it.
+  status fail(status s) {
+    ok_ = s;
+    return s;
+  }
+  // Checkpoints hold one outer state in plane::outer_momentum and nothing in flight.
+  status checkpoints_possible() const {
+    if (!ok_) return ok_;
+    if (plan_.next_round() || plan_.lag != 0 || frags_.size() != 1)
+      return {errc::unsupported,
+              "checkpoints: the " + sync_.name() +
+                  " rule keeps a sync in flight between rounds (or several fragments); only "
+                  "blocking (and streaming with one fragment and no overlap) checkpoints"};
+    if (!codecs_.empty())
+      if (auto s = checkpointable(codecs_[0].spec()); !s) return s;
+    const std::size_t n = l_->state().get(plane::param).size();
+    if (!state_[0].empty() && state_[0].size() != n)
+      return {errc::unsupported, "checkpoints: an outer optimizer state of " +
+                                     std::to_string(state_[0].size()) + " floats for " +
+                                     std::to_string(n) + " parameters does not fit a checkpoint"};
+    return {};
+  }
+  // Takes back a checkpoint's planes, outer state, inner step and sampler position.
+  void restore(const replica_checkpoint& ck) {
+    auto& a = l_->state();
+    for (plane p : {plane::param, plane::moment1, plane::moment2, plane::anchor, plane::residual})
+      if (ck.state.has(p)) {
+        auto src = ck.state.get(p);
+        std::copy(src.begin(), src.end(), a.get(p).begin());
+      }
+    if (!state_[0].empty() && ck.state.has(plane::outer_momentum)) {
+      auto src = ck.state.get(plane::outer_momentum);
+      std::copy(src.begin(), src.end(), state_[0].begin());
+    }
+    l_->seek({ck.step, ck.sampler});
+  }
+
+  // Fragment p of plane `from` into out, its spans end to end; and back.
+  void gather(int p, std::span<const float> from, std::vector<float>& out) const {
+    std::size_t at = 0;
+    for (auto& s : frags_[std::size_t(p)].spans) {
+      std::copy_n(from.begin() + std::ptrdiff_t(s.offset), s.size,
+                  out.begin() + std::ptrdiff_t(at));
+      at += s.size;
+    }
+  }
+  void scatter(int p, const std::vector<float>& in, std::span<float> into) const {
+    std::size_t at = 0;
+    for (auto& s : frags_[std::size_t(p)].spans) {
+      std::copy_n(in.begin() + std::ptrdiff_t(at), s.size, into.begin() + std::ptrdiff_t(s.offset));
+      at += s.size;
+    }
+  }
+  // Fragment p's error-feedback residual: the learner's plane when p is one span, else its own.
+  slice<float> residual_of(int p) {
+    if (codecs_.empty() || !codecs_[std::size_t(p)].error_feedback()) return {};
+    const auto& f = frags_[std::size_t(p)];
+    if (f.spans.size() == 1)
+      return l_->state().get(plane::residual).sub(f.spans[0].offset, f.spans[0].size);
+    auto& r = residual_[std::size_t(p)];
+    return {r.data(), r.size()};
+  }
+
+  // Δ_p = g_p − θ_p into fresh_.
+  void measure(int p) {
+    auto& a = l_->state();
+    const auto th = a.get(plane::param), g = a.get(plane::anchor);
+    std::size_t at = 0;
+    for (auto& s : frags_[std::size_t(p)].spans)
+      for (std::size_t i = s.offset; i < s.offset + s.size; ++i) fresh_[at++] = g[i] - th[i];
+  }
+
+  // A send of fragment p: Δ_p measured; a one-round-late rule lands its last sync first and
+  // applies it with the fresh Δ (the first round: σ·Δ alone); then Δ_p is launched (and landed
+  // at once with lag 0).
+  status send(int p, std::chrono::steady_clock::duration deadline, std::size_t& bytes) {
+    measure(p);
+    if (plan_.next_round()) {
+      if (flight_.in_flight()) {
+        if (auto s = land(bytes); !s) return s;
+        apply(flying_, true, true);
+      } else {
+        apply(p, false, true);
+      }
+    } else if (flight_.in_flight()) {  // unreachable with lag < c; a sync is never dropped
+      if (auto s = land_and_apply(false, bytes); !s) return s;
+    }
+    launch(p, deadline);
+    if (!plan_.next_round() && plan_.lag == 0) return land_and_apply(false, bytes);
+    return {};
+  }
+
+  // Launches the reduction of fresh_ (fragment p's Δ) and, when the rule keeps g the same on
+  // every rank, of g's hash. Only the flight touches the transport, the codec, the residual,
+  // delta_ and mean_ until it lands.
+  void launch(int p, std::chrono::steady_clock::duration deadline) {
+    std::swap(delta_, fresh_);
+    const auto g = l_->state().get(plane::anchor);
+    const std::size_t n = frags_[std::size_t(p)].size();
+    last_sent_[std::size_t(p)] = step_;
+    flying_ = p;
+    apply_at_ = step_ + plan_.lag;
+    flight_.launch(
+        *t_, codecs_.empty() ? nullptr : &codecs_[std::size_t(p)],
+        slice<const float>(delta_.data(), n), residual_of(p), slice<float>(mean_.data(), n),
+        plan_.identical() ? std::optional<std::uint64_t>(hash64(g.data(), g.size_bytes()))
+                          : std::nullopt,
+        what(), deadline, plan_.lag == 0 && !plan_.next_round());
+  }
+
+  status land(std::size_t& bytes) {
+    std::size_t sent = 0;
+    if (auto s = flight_.land(traffic_, overlap_, &sent); !s) return s;
+    bytes += sent;
+    syncs_.push_back({flying_, last_sent_[std::size_t(flying_)], step_, sent});
+    return {};
+  }
+  // Lands the flight and applies it; fresh_zero: a one-round-late rule's finish (Δ^fresh = 0).
+  status land_and_apply(bool fresh_zero, std::size_t& bytes) {
+    if (auto s = land(bytes); !s) return s;
+    if (fresh_zero) std::fill(fresh_.begin(), fresh_.end(), 0.0f);
+    apply(flying_, true, fresh_zero);
+    return {};
+  }
+
+  // g_p ← OuterOpt_p(g_p, u) with u = mean Δ_p (landed; else 0) + σ·(fresh Δ_p − own Δ_p) (with
+  // fresh; own ← fresh), then θ_p ← α·θ_p + (1 − α)·g_p. No outer step when nothing landed and
+  // σ = 0 (a one-round-late rule's first round).
+  void apply(int p, bool landed, bool with_fresh) {
+    const std::size_t n = frags_[std::size_t(p)].size();
+    const float share = plan_.own_share;
+    const bool step = landed || share != 0.0f;
+    if (!landed) std::fill_n(mean_.begin(), n, 0.0f);
+    if (with_fresh && share != 0.0f) {
+      auto& own = own_[std::size_t(p)];
+      for (std::size_t i = 0; i < n; ++i) mean_[i] += (fresh_[i] - own[i]) * share;
+      std::copy_n(fresh_.begin(), n, own.begin());
+    }
+    auto& a = l_->state();
+    const auto th = a.get(plane::param), g = a.get(plane::anchor);
+    if (step) {
+      gather(p, g, scratch_);
+      outer_.step(std::span<float>(scratch_.data(), n), std::span<const float>(mean_.data(), n),
+                  state_[std::size_t(p)]);
+      scatter(p, scratch_, g);
+    }
+    const float al = plan_.alpha;
+    for (auto& s : frags_[std::size_t(p)].spans)
+      for (std::size_t i = s.offset; i < s.offset + s.size; ++i)
+        th[i] = al == 0.0f ? g[i] : al == 1.0f ? th[i] : al * th[i] + (1.0f - al) * g[i];
+  }
+
+  T* t_;
+  L* l_;
+  O outer_;
+  S sync_;
+  std::string name_;  // the rule's, for errors
+  std::vector<fragment> frags_;
+  std::vector<compress::module_codec> codecs_;
+  long h_;
+  status ok_;
+  sync_plan plan_{};
+  std::vector<std::vector<float>> state_;     // the outer state of each fragment
+  std::vector<std::vector<float>> own_;       // σ > 0: the own Δ in the mean in flight
+  std::vector<std::vector<float>> residual_;  // error feedback of a fragment of several spans
+  std::vector<float> delta_, mean_;           // the flight's: Δ_p and its mean
+  std::vector<float> fresh_;                  // Δ_p measured at a send
+  std::vector<float> scratch_;                // g_p end to end, for the outer step
+  std::vector<long> last_sent_;               // the step each fragment was last sent at
+  std::vector<sync_record> syncs_;
+  int flying_ = 0;
+  long apply_at_ = 0;
+  long step_ = 0;
+  long done_ = 0;
+  train::diloco_traffic traffic_;
+  overlap_stats overlap_;
+  mean_in_flight<T> flight_;  // last: destroyed first, waiting for a flight still running
+};
+
+}  // namespace paco::train
