@@ -25,6 +25,7 @@
 #include "paco/optim/adamw.hpp"
 #include "paco/path/path_plan.hpp"
 #include "paco/store/compression.hpp"
+#include "paco/train/sync.hpp"
 
 namespace paco_train {
 
@@ -91,6 +92,20 @@ struct dipaco_section {
   int lgreco_every = 4;  // L-GreCo: rounds between choices of each tensor's level (F)
 };
 
+// How a DiPaCo job's workers sync through the module store (docs/02_dipaco.md).
+struct sync_section {
+  // blocking: every worker waits for its round to close. The overlapped rules (co2, eager,
+  // streaming, naive_delayed) run over an all-reduce (train::round_loop, example_diloco_ranks)
+  // and are not built for the module store yet: refused, saying so.
+  std::string mode = "blocking";
+  // Workers of different speeds: each worker trains at most this long a round (0: H steps,
+  // however long they take) and pushes what it trained, weighted by the share of H it reached,
+  // so a slow worker neither holds its partners' rounds nor is left out of them. A push that
+  // reaches a round that closed without it is dropped, counted in the worker's log ("late")
+  // and the store's.
+  double train_budget_s = 0;
+};
+
 struct launch_section {
   std::string mode = "local";  // local: spawn store and workers here over TCP;
                                // manual: prepare the run, print one command per process
@@ -104,6 +119,9 @@ struct launch_section {
   bool tls = false;
   std::string tls_ca, tls_cert, tls_key;
   std::string tls_peer_name;  // optional: a DNS name every peer's certificate must carry
+  // Experiments with workers of different speeds: "W:F[,W:F …]" runs worker W F times slower
+  // (F ≥ 1; it sleeps (F − 1) times its inner steps' time each round). Empty: none.
+  std::string throttle;
 };
 
 struct train_config {
@@ -113,6 +131,7 @@ struct train_config {
   output_section output;
   job_section job;
   dipaco_section dipaco;
+  sync_section sync;
   launch_section launch;
 };
 
@@ -243,7 +262,10 @@ inline std::map<std::string, detail::field> fields(train_config& c) {
   add("dipaco.reroute_every", d.reroute_every);
   add("dipaco.compress", d.compress);
   add("dipaco.lgreco_every", d.lgreco_every);
+  add("sync.mode", c.sync.mode);
+  add("sync.train_budget_s", c.sync.train_budget_s);
   auto& l = c.launch;
+  add("launch.throttle", l.throttle);
   add("launch.mode", l.mode);
   add("launch.store_host", l.store_host);
   add("launch.base_port", l.base_port);
@@ -256,6 +278,35 @@ inline std::map<std::string, detail::field> fields(train_config& c) {
   add("launch.tls_key", l.tls_key);
   add("launch.tls_peer_name", l.tls_peer_name);
   return f;
+}
+
+// launch.throttle "W:F[,W:F …]" → worker → factor. Errors: invalid_argument naming the field and
+// the entry (a worker outside [1, workers], a factor not finite or below 1, a worker twice).
+inline result<std::map<int, double>> parse_throttle(const std::string& text, int workers) {
+  std::map<int, double> out;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    at = end + 1;
+    const auto colon = item.find(':');
+    int w = 0;
+    double f = 0;
+    bool ok = colon != std::string::npos;
+    try {
+      std::size_t used = 0;
+      if (ok) w = std::stoi(item.substr(0, colon), &used), ok = used == colon;
+      if (ok) f = std::stod(item.substr(colon + 1), &used), ok = used == item.size() - colon - 1;
+    } catch (const std::exception&) {
+      ok = false;
+    }
+    if (!ok || w < 1 || w > workers || !std::isfinite(f) || f < 1 || out.count(w))
+      return error(errc::invalid_argument,
+                   "launch.throttle: '" + item + "' is not W:F with W a worker in [1, " +
+                       std::to_string(workers) + "] (each once) and F ≥ 1 (e.g. \"4:4\")");
+    out[w] = f;
+  }
+  return out;
 }
 
 // Where the data section's corpus lies: data.path, else data.dir (empty: Brown's default).
@@ -366,8 +417,23 @@ inline paco::status validate(const train_config& c) {
           range(!c.launch.tls || !c.launch.tls_ca.empty(), "launch.tls_ca",
                 "a CA certificate file when launch.tls = true"),
           range(d.lgreco_every >= 1 && d.lgreco_every <= 1000000, "dipaco.lgreco_every",
-                "in [1, 1000000] (rounds)")})
+                "in [1, 1000000] (rounds)"),
+          range(c.sync.train_budget_s >= 0 && c.sync.train_budget_s < c.launch.round_timeout_s,
+                "sync.train_budget_s", "in [0, launch.round_timeout_s) (seconds; 0: off)"),
+          range(t.device != "cuda" || (c.sync.train_budget_s == 0 && c.launch.throttle.empty()),
+                "sync.train_budget_s",
+                "0 (and launch.throttle empty) with train.device = \"cuda\"")})
       if (!s) return s;
+    if (c.sync.mode != "blocking") {
+      if (auto r = paco::train::parse_sync(c.sync.mode); !r)
+        return {errc::invalid_argument, "sync.mode: " + r.error().message};
+      return {errc::invalid_argument,
+              "sync.mode = \"" + c.sync.mode +
+                  "\": the overlapped rules run over an all-reduce (example_diloco_ranks --sync " +
+                  c.sync.mode + "); through the module store only \"blocking\" is built so far"};
+    }
+    if (auto th = parse_throttle(c.launch.throttle, paths * d.workers_per_path); !th)
+      return th.error();
     auto comp = paco::store::parse_compression(d.compress, std::size_t(d.lgreco_every));
     if (!comp) return {errc::invalid_argument, "dipaco." + comp.error().message};
     if (auto s = paco::store::check_store_compression(*comp); !s)

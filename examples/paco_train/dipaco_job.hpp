@@ -634,8 +634,8 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume, bo
                         "closed)\n",
                         cfg.dipaco.rounds, server.history().size()),
            exit_link_lost;
-  std::printf("store: done; %zu rounds closed, %.1f MB received\n", server.history().size(),
-              server.bytes_received() / 1e6);
+  std::printf("store: done; %zu rounds closed, %.1f MB received, %zu late pushes dropped\n",
+              server.history().size(), server.bytes_received() / 1e6, server.late_refused());
   return 0;
 }
 
@@ -793,16 +793,29 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w, bool re
   store::client<net::asio_tcp> client(
       std::map<int, store::worker_link<net::asio_tcp>>{{0, {link->get(), 0}}},
       store::store_layout{{0}}, w);
-  if (auto s = client.hello(); !s)
-    return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), exit_link_lost;
+  // A link lost to a store that has since finished the path (its partners closed the last
+  // rounds while this worker restarted) is the end of this worker's part, not a failure.
+  if (auto s = client.hello(); !s) {
+    std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str());
+    return finished() ? 0 : exit_link_lost;
+  }
   // The round loop (train/worker_loop.hpp): pull (retried while the path's modules sit at
   // different rounds), H inner steps, push (a refused late push is not fatal), wait; after each
   // round a checkpoint of the inner optimizer state and a metrics record.
+  // This worker's slowdown for experiments (launch.throttle; checked by validate) and its pushes
+  // dropped because their round closed without them.
+  const double throttle = [&] {
+    const auto th = parse_throttle(cfg.launch.throttle, g.workers());
+    return th && th->count(w) ? th->at(w) : 1.0;
+  }();
+  long late = 0;
   const train::worker_loop_options lo{
       .rounds = cfg.dipaco.rounds,
       .round_deadline = std::chrono::milliseconds(long(cfg.launch.round_timeout_s * 2000)),
       .pull_tries = int(cfg.launch.round_timeout_s * 20) + 50,  // ≈ 2 round timeouts
-      .completed = saved ? saved->round : -1};
+      .completed = saved ? saved->round : -1,
+      .train_budget = std::chrono::milliseconds(long(cfg.sync.train_budget_s * 1000)),
+      .throttle = throttle};
   // After each round: its checkpoint, then its log record, each retried, each fatal when it
   // cannot be written (the loop stops with the error; the process exits 4).
   bool write_failed = false;
@@ -824,13 +837,16 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w, bool re
                                {"step", inner_step()},
                                {"bytes_sent", sent},
                                {"codec", comp.name()},
-                               {"round_s", r.seconds}});
+                               {"round_s", r.seconds},
+                               {"sync_s", r.sync_s},
+                               {"late", late}});
           },
           write_tries);
     write_failed = !s;
     return s;
   };
   const auto on_refused = [&](const error& e) {
+    ++late;
     std::fprintf(stderr, "worker %d: %s; continuing with the next round\n", w, e.what().c_str());
   };
   status st;
@@ -846,7 +862,8 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w, bool re
     // A store behind this worker's checkpoint stays behind however often it is restarted.
     const long at = dev ? dev->round() : host->round();
     const bool behind = saved && at <= saved->round;
-    return behind ? exit_bad_input : exit_link_lost;
+    if (behind) return exit_bad_input;
+    return finished() ? 0 : exit_link_lost;
   }
   client.bye();
   (*link)->close();

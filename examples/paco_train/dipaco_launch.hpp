@@ -479,6 +479,20 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
                       loss);
       text += b;
     }
+    // The time the workers' last rounds spent on the sync (push and wait), and pushes dropped late.
+    double sync_s = 0;
+    long late = 0;
+    int with_sync = 0;
+    for (auto& [w, j] : rec) {
+      if (j.contains("sync_s")) sync_s += j["sync_s"].get<double>(), ++with_sync;
+      if (j.contains("late")) late += j["late"].get<long>();
+    }
+    if (with_sync > 0) {
+      char b[64];
+      std::snprintf(b, sizeof b, " bpb; sync %.1f s/round", sync_s / with_sync);
+      text += b;
+      if (late > 0) text += "; " + std::to_string(late) + " late";
+    }
     for (auto& [w, j] : rec) done_rounds += j["round"].get<long>() + 1;
     if (done_rounds != progress) progress = done_rounds, lost_since.reset();
     // Workers keep failing to reach a store that is alive (stopped, hung) or gone, and no round
@@ -494,7 +508,8 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
                    rd.log("store").c_str());
     }
     if (text != last_text) {  // one line per change (rounds are minutes apart)
-      bar.update(std::min(done_rounds, long(cfg.dipaco.rounds) * g.workers()), text + " bpb");
+      bar.update(std::min(done_rounds, long(cfg.dipaco.rounds) * g.workers()),
+                 text.find(" bpb") == std::string::npos ? text + " bpb" : text);
       last_text = text;
     }
     bool all = true;

@@ -108,3 +108,27 @@ TEST_CASE("validate: each field's own range, upper bounds included", "[paco_trai
   REQUIRE(has(refusal({"model.init_std=2"}), "model.init_std must be in (0, 1)"));
   REQUIRE(has(refusal({"model.heads=3"}), "model.heads must be"));
 }
+
+TEST_CASE("load_config: the sync section and the throttle are checked by name",
+          "[paco_train][config]") {
+  // The overlapped rules are the all-reduce's for now: refused through the store, saying so.
+  REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"co2\""}),
+              "through the module store only \"blocking\" is built so far"));
+  REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"fast\""}),
+              "is not one of blocking, streaming, co2, eager, naive_delayed"));
+  REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"delayed\""}), "'naive_delayed'"));
+  REQUIRE(load_config("", {"job.mode=\"dipaco\"", "sync.train_budget_s=2.5"}));
+  REQUIRE(has(refusal({"job.mode=dipaco", "sync.train_budget_s=-1"}),
+              "sync.train_budget_s must be in [0, launch.round_timeout_s)"));
+  REQUIRE(has(refusal({"job.mode=dipaco", "sync.train_budget_s=120"}),
+              "sync.train_budget_s must be in [0, launch.round_timeout_s)"));
+  REQUIRE(load_config("", {"job.mode=\"dipaco\"", "launch.throttle=\"4:4,1:1.5\""}));
+  for (const char* bad : {"5:2", "0:2", "4:0.5", "4", "4:x", "4:2,4:3", "a:2", "4:inf"})
+    REQUIRE(has(refusal({"job.mode=dipaco", std::string("launch.throttle=\"") + bad + "\""}),
+                "launch.throttle: '"));
+  const auto th = parse_throttle("4:4,1:1.5", 4);
+  REQUIRE(th);
+  REQUIRE(th->at(4) == 4.0);
+  REQUIRE(th->at(1) == 1.5);
+  REQUIRE(parse_throttle("", 4)->empty());
+}

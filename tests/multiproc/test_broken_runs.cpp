@@ -242,7 +242,9 @@ TEST_CASE("a store that stops answering for a while costs no restarts; the run f
   // used to fail blaming a worker.
   auto r = make_run("paco_stall", 8);
   fs::remove_all(r.dir);
-  const pid_t launcher = r.start({"--set", "launch.restarts=1"});
+  // Rounds long enough (150 inner steps) that the stall lands mid-run on a fast machine: with
+  // 30 the run could end before the store was stopped, and no link was lost.
+  const pid_t launcher = r.start({"--set", "launch.restarts=1", "--set", "dipaco.inner_steps=150"});
   REQUIRE(launcher > 0);
   REQUIRE(paco::testing::wait_until([&] { return fs::exists(r.dir / "worker-1.jsonl"); }, 120s));
   const auto store = paco::testing::find_processes({"--role store", r.dir.string()});

@@ -49,7 +49,11 @@ struct drift_learner {
   }
   static param_layout make_layout(std::size_t tensors) {
     param_layout l;
-    for (std::size_t t = 0; t < tensors; ++t) l.add("t" + std::to_string(t), 8);
+    for (std::size_t t = 0; t < tensors; ++t) {
+      std::string name = "t";  // (not "t" + to_string: GCC 12 warns -Wrestrict on it)
+      name += std::to_string(t);
+      l.add(name, 8);
+    }
     return l;
   }
   arena<host>& state() { return a; }

@@ -24,23 +24,36 @@ const train::inner_config icfg{
     .steps = 3,
     .grad_clip = 1.0f,
     .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 1, .total = 100}};
+
+// Two workers through one module (level 0 of a GPT cut in two levels), whose store takes
+// `pushes` per round. Worker 1's shard holds `len1` tokens.
+template <class O>
+struct one_module {
+  nn::gpt model{small()};
+  arena<host> a0{model.layout()};
+  std::vector<path::level_span> levels = *path::split_gpt_levels(model.layout(), 2, 1);
+  store::local_store<O> store;
+  io::token_stream s0 = testing::synthetic_stream(1, 3000, 5, 3);
+  io::token_stream s1;
+  train::path_worker<nn::gpt, optim::adamw> w0, w1;
+  one_module(int pushes, O outer, std::size_t len1 = 3000)
+      : store({store::module_info{0, levels[0].size, pushes}}, outer),
+        s1(testing::synthetic_stream(2, len1, 7, 3)),
+        w0(0, model, levels, {0}, {}, icfg, s0, 1),
+        w1(1, model, levels, {0}, {}, icfg, s1, 2) {
+    model.init(a0, 2);
+    const auto plan = *path::path_plan::make(path::module_grid<1>::experts({1}), levels, 2);
+    train::init_modules(store, plan, a0.get(plane::param).data());
+  }
+};
 }  // namespace
 
 TEST_CASE("run_worker: late pushes are refused and the worker goes on to the last round",
           "[train][worker_loop]") {
-  nn::gpt model(small());
-  arena<host> a0(model.layout());
-  model.init(a0, 2);
-  const auto levels = *path::split_gpt_levels(model.layout(), 2, 1);
   // The store expects one push per round from two workers: whoever pushes second is late.
-  store::local_store<outer::nesterov> store({store::module_info{0, levels[0].size, 1}},
-                                            outer::nesterov{});
-  const auto plan = *path::path_plan::make(path::module_grid<1>::experts({1}), levels, 2);
-  train::init_modules(store, plan, a0.get(plane::param).data());
-  const auto s0 = testing::synthetic_stream(1, 3000, 5, 3),
-             s1 = testing::synthetic_stream(2, 3000, 7, 3);
-  train::path_worker<nn::gpt, optim::adamw> w0(0, model, levels, {0}, {}, icfg, s0, 1),
-      w1(1, model, levels, {0}, {}, icfg, s1, 2);
+  one_module<outer::nesterov> f(1, outer::nesterov{});
+  auto& store = f.store;
+  auto &w0 = f.w0, &w1 = f.w1;
   std::atomic<int> done{0}, refused{0}, other_refusals{0};
   std::vector<long> rounds0;
   status r0, r1;
@@ -192,4 +205,76 @@ TEST_CASE("worker_file: a worker resumes its step, moments and round from its ch
             std::string::npos);
   }
   std::filesystem::remove(file);
+}
+
+TEST_CASE("push_weight: a round cut short weighs by the share of H it trained",
+          "[train][worker_loop]") {
+  // Two workers through one module, outer SGD at lr 1: the store steps by the weighted mean of
+  // their Δ, computed here by hand from the arenas: worker 0 trained its H = 3 steps (weight:
+  // its shard's tokens), worker 1 one of them (a third of its shard's tokens).
+  one_module<outer::sgd> f(2, outer::sgd{.lr = 1.0f}, 2000);
+  auto& store = f.store;
+  auto &w0 = f.w0, &w1 = f.w1;
+  const auto& a0 = f.a0;
+  const auto& levels = f.levels;
+  REQUIRE(w0.pull(store).ok());
+  REQUIRE(w1.pull(store).ok());
+  REQUIRE(w0.push_weight() == w0.shard_tokens());  // nothing trained yet: the whole shard
+  w0.train();
+  w1.train(1);
+  REQUIRE(w0.push_weight() == w0.shard_tokens());
+  REQUIRE(w1.push_weight() == w1.shard_tokens() / 3.0);
+  const std::size_t o = levels[0].offset, n = levels[0].size;
+  std::vector<float> want(n);
+  const double wa = w0.shard_tokens(), wb = w1.shard_tokens() / 3.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double da = w0.state().get(plane::anchor)[o + i] - w0.state().get(plane::param)[o + i];
+    const double db = w1.state().get(plane::anchor)[o + i] - w1.state().get(plane::param)[o + i];
+    want[i] = float(a0.get(plane::param)[o + i] - (wa * da + wb * db) / (wa + wb));
+  }
+  REQUIRE(w0.push(store).ok());
+  REQUIRE(w1.push(store).ok());
+  std::vector<float> got(n);
+  REQUIRE(store.wait_closed(0, 0, std::chrono::steady_clock::now() + std::chrono::seconds(5)).ok());
+  store.pull(0, got);
+  for (std::size_t i = 0; i < n; ++i) REQUIRE(got[i] == Approx(want[i]).margin(1e-6));
+}
+
+TEST_CASE("run_worker: a throttled worker within a train budget holds no round of its partner's",
+          "[train][worker_loop]") {
+  // Worker 1 runs 400 times slower; with a 30 ms budget a round it trains one step or so, and
+  // both workers push every round: none is refused, every round closes with both.
+  one_module<outer::nesterov> f(2, outer::nesterov{});
+  auto& store = f.store;
+  auto &w0 = f.w0, &w1 = f.w1;
+  const int rounds = 4;
+  std::atomic<int> refused{0};
+  std::vector<train::worker_round> slow;
+  status r0, r1;
+  auto opts = [&](double throttle) {
+    return train::worker_loop_options{.rounds = rounds,
+                                      .round_deadline = std::chrono::seconds(20),
+                                      .train_budget = std::chrono::milliseconds(30),
+                                      .throttle = throttle};
+  };
+  std::thread t0(
+      [&] { r0 = train::run_worker(w0, store, opts(1), {}, [&](const error&) { ++refused; }); });
+  std::thread t1([&] {
+    r1 = train::run_worker(
+        w1, store, opts(400),
+        [&](const train::worker_round& r) {
+          slow.push_back(r);
+          return status{};
+        },
+        [&](const error&) { ++refused; });
+  });
+  t0.join();
+  t1.join();
+  REQUIRE(r0.ok());
+  REQUIRE(r1.ok());
+  REQUIRE(refused == 0);
+  REQUIRE(slow.size() == std::size_t(rounds));            // every round of the slow worker closed
+  REQUIRE(w1.inner_step() < long(rounds) * icfg.steps);   // … with fewer steps than H each
+  REQUIRE(w1.inner_step() >= rounds);                     // (at least one a round)
+  REQUIRE(w0.inner_step() == long(rounds) * icfg.steps);  // the fast one trained its H
 }

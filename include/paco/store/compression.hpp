@@ -54,12 +54,11 @@ inline status check_store_compression(const compression& c) {
                 "which a module store does not do; run it with the all-reduce DiLoCo "
                 "(train::round_loop), or push int8, int4, lgreco:int or topk:D to the store"};
   if (c.spec.kind == codec_kind::sign_prune)
-    return {
-        errc::unsupported,
-        "compress = \"" + c.name() +
-            "\": TIES sign pruning merges by sign election, not by "
-            "the store's weighted mean; run it with the all-reduce DiLoCo (train::round_loop), "
-            "or push int8, int4, lgreco:int or topk:D to the store"};
+    return {errc::unsupported,
+            "compress = \"" + c.name() +
+                "\": TIES sign pruning merges by sign election, not by "
+                "the store's weighted mean; run it with the all-reduce DiLoCo (train::round_loop), "
+                "or push int8, int4, lgreco:int or topk:D to the store"};
   return {};
 }
 

@@ -21,7 +21,9 @@
 // which leave θ and the outer state unchanged) is re-aligned to R at once by closing its empty
 // rounds, so the worker pulls a consistent path and no partner waits for it more than a round.
 // Every refused push is reported (on_refuse) with whether it was on time (it reached the store
-// within round_timeout of its round opening) or late; ontime_refused() counts the former.
+// within round_timeout of its round opening) or late; ontime_refused() counts the former,
+// late_refused() every push whose round had closed (dropped: the worker goes on with the next
+// round, as DiLoCo's dropout robustness intends).
 // With server_options::rounds = R > 0 the run has an end: no module closes a round past R (a
 // push for round R or later is refused, no empty round closes by deadline), and once every
 // module reached R serve() returns when every worker said bye or died, or io_timeout later.
@@ -102,6 +104,8 @@ class server {
   std::size_t finished() const { return finished_.size(); }
   // Pushes refused although they arrived within round_timeout of their round opening.
   std::size_t ontime_refused() const { return ontime_refused_; }
+  // Pushes refused because their round had closed without them.
+  std::size_t late_refused() const { return late_refused_; }
 
   // Runs until stop(), or no worker is left (all said bye or died). Errors: none (failures of
   // single workers are handled by leaving them out).
@@ -120,7 +124,10 @@ class server {
       {
         std::lock_guard lk(attach_mu_);
         for (auto& [w, l] : attached_) {
+          // A new link ends the old one's conversation: its pending recv and its waits (which
+          // would answer the new link with replies it never asked for).
           pending.erase(w);
+          drop_waits(w);
           links_[w] = l;
           join(w);
           post(w);
@@ -276,6 +283,7 @@ class server {
   void refuse_push(int w, int m, long round, const status& s) {
     std::string when = "late";
     const auto it = prev_opened_.find(m);
+    if (s.error().code == errc::mismatch && round < store_.round(m)) ++late_refused_;
     if (s.error().code == errc::mismatch && round == store_.round(m) - 1 &&
         it != prev_opened_.end() && clock::now() - it->second <= o_.round_timeout) {
       when = "on time";
@@ -376,9 +384,12 @@ class server {
   void mark_dead(int w) {
     alive_.erase(w);
     if (!finished_.count(w)) died_.insert(w);
+    drop_waits(w);
+    check_complete_all();
+  }
+  void drop_waits(int w) {
     for (auto it = waits_.begin(); it != waits_.end();)
       it = it->worker == w ? waits_.erase(it) : std::next(it);
-    check_complete_all();
   }
 
   struct wait_t {
@@ -397,6 +408,7 @@ class server {
   std::map<int, clock::time_point> opened_;       // when each module's open round opened
   std::map<int, clock::time_point> prev_opened_;  // when its last closed round had opened
   std::size_t ontime_refused_ = 0;
+  std::size_t late_refused_ = 0;
   std::vector<wait_t> waits_;
   std::vector<float> buf_;
   std::vector<std::byte> bytes_;  // an encoded payload

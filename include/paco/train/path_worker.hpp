@@ -2,7 +2,8 @@
 // path_worker: one worker of a DiLoCo / DiPaCo run. It trains one path (one module per level)
 // on its shard: each round it pulls its modules from a store (verifying their hashes), keeps
 // them as θ_start (the arena's anchor plane), runs H inner optimizer steps, and pushes
-// Δ_m = θ_start,m − θ_end,m for every module m of its path, weighted by its shard's tokens.
+// Δ_m = θ_start,m − θ_end,m for every module m of its path, weighted by its shard's tokens
+// (scaled by the share of H it trained, when a time budget cut its round short).
 // The inner optimizer state stays with the worker across rounds (it is never synchronised).
 //
 // With codecs (set_codecs: one compress::module_codec per level), each Δ_m is encoded first and
@@ -125,9 +126,19 @@ class path_worker {
       r = round;
     }
     round_ = r;
+    pulled_step_ = loop_.step_count();
     auto an = arena_.get(plane::anchor);
     std::copy(th.begin(), th.end(), an.begin());
     return {};
+  }
+
+  // The weight of this worker's pushes for the round pulled last: its shard's tokens, scaled by
+  // the share of the round's H steps it trained since the pull (a worker whose round was cut
+  // short by a time budget weighs by the tokens it actually trained; H steps or more: 1).
+  double push_weight() const noexcept {
+    const long trained = loop_.step_count() - pulled_step_;
+    if (trained <= 0 || trained >= cfg_.steps) return shard_tokens_;
+    return shard_tokens_ * (double(trained) / double(cfg_.steps));
   }
 
   // Runs n inner steps (H by default) of the one inner loop (train/inner_loop.hpp). Returns
@@ -153,7 +164,7 @@ class path_worker {
       for (std::size_t i = 0; i < n; ++i) delta_[i] = an[o + i] - th[o + i];
       status s;
       if (codecs_.empty()) {
-        s = store.push(modules_[l], id_, round_, std::span<const float>(delta_), shard_tokens_);
+        s = store.push(modules_[l], id_, round_, std::span<const float>(delta_), push_weight());
       } else if constexpr (store::EncodedModuleStore<Store>) {
         auto& c = codecs_[l];
         const auto res =
@@ -162,7 +173,7 @@ class path_worker {
         if (s) {
           payload_bytes_ += payload_.size();
           s = store.push_encoded(modules_[l], id_, round_, std::span<const std::byte>(payload_),
-                                 shard_tokens_);
+                                 push_weight());
         }
       } else {
         s = {errc::unsupported, "worker " + std::to_string(id_) +
@@ -195,6 +206,7 @@ class path_worker {
   arena<host> arena_;
   train::inner_loop<Model, InnerOpt> loop_;
   double shard_tokens_;
+  long pulled_step_ = 0;  // the inner step at the last pull
   std::vector<float> delta_;
   std::vector<compress::module_codec> codecs_;  // one per level, or none (fp32 pushes)
   std::vector<std::byte> payload_;              // the last encoded payload (capacity reused)

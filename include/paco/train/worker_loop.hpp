@@ -7,7 +7,9 @@
 //     pull      every module of the path, hash-checked; while the modules sit at different
 //               rounds (after a restart one module's round can close before another's) pull
 //               again every pull_retry, up to pull_tries times
-//     train     H inner steps (train::inner_loop: the worker's optimizer state carries on)
+//     train     H inner steps (train::inner_loop: the worker's optimizer state carries on), or
+//               as many as fit in train_budget (its push then weighs the share of H it
+//               trained); a throttled worker (experiments) sleeps to run `throttle` times slower
 //     push      Δ of every module; a push refused because its round closed without it (the
 //               worker was late: errc::mismatch) is not an error — on_refused is told and the
 //               worker goes on with the next round, as DiLoCo's dropout robustness intends
@@ -39,13 +41,56 @@ struct worker_loop_options {
   std::chrono::steady_clock::duration pull_retry = std::chrono::milliseconds(100);
   int pull_tries = 50;  // pulls of a path whose modules sit at different rounds, then an error
   long completed = -1;  // the last round this worker completed (its checkpoint's; −1: none)
+  // Workers of different speeds: a worker trains at most this long a round (zero: no budget)
+  // and pushes what it trained, weighted by the share of H it reached
+  // (path_worker::push_weight), so a slow worker neither holds its partners' rounds nor is left
+  // out of them. Needs a worker that trains step by step (train(1)).
+  std::chrono::steady_clock::duration train_budget{};
+  // Experiments: after each inner step the worker sleeps (throttle − 1) times as long as the
+  // step took, so it runs `throttle` times slower (≥ 1).
+  double throttle = 1;
 };
+
+namespace detail {
+// A round's inner steps under o's budget and throttle; their mean loss. Errors: unsupported for
+// a budget or throttle on a worker that cannot train step by step.
+template <class W>
+result<double> train_round(W& w, const worker_loop_options& o) {
+  using clock = std::chrono::steady_clock;
+  const bool stepwise = o.train_budget > clock::duration::zero() || o.throttle > 1;
+  if (!stepwise) return w.train();
+  if constexpr (requires(const W& cw) {
+                  w.train(1);
+                  { cw.steps_per_round() } -> std::convertible_to<int>;
+                }) {
+    const auto t0 = clock::now();
+    const int h = w.steps_per_round();
+    double sum = 0;
+    int steps = 0;
+    while (steps < h) {
+      const auto s0 = clock::now();
+      sum += w.train(1);
+      ++steps;
+      if (o.throttle > 1)
+        std::this_thread::sleep_for(
+            std::chrono::duration_cast<clock::duration>((clock::now() - s0) * (o.throttle - 1)));
+      if (o.train_budget > clock::duration::zero() && clock::now() - t0 >= o.train_budget) break;
+    }
+    return sum / steps;
+  } else {
+    return error(errc::unsupported,
+                 "a train budget or throttle needs a worker that trains step by step (the host "
+                 "path_worker)");
+  }
+}
+}  // namespace detail
 
 // A completed round of the worker.
 struct worker_round {
   long round = 0;      // the round it trained
   double loss = 0;     // mean inner loss over its H steps
-  double seconds = 0;  // train + push + wait
+  double seconds = 0;  // train (and throttle) + push + wait
+  double sync_s = 0;   // of which push + wait: the time the worker spent on the sync
 };
 
 // Runs w against store until the path's modules reach o.rounds. on_round after every round whose
@@ -77,7 +122,10 @@ run_worker(W& w, Store& store, const worker_loop_options& o,
                   "latest checkpoint"};
     if (w.round() >= o.rounds) return {};
     const auto t0 = clock::now();
-    const double loss = w.train();
+    auto trained = detail::train_round(w, o);
+    if (!trained) return trained.error();
+    const double loss = *trained;
+    const auto t_sync = clock::now();
     if (auto s = w.push(store); !s) {
       if (s.error().code != errc::mismatch) return s;
       if (on_refused) on_refused(s.error());
@@ -86,9 +134,10 @@ run_worker(W& w, Store& store, const worker_loop_options& o,
     const auto until = clock::now() + o.round_deadline;
     for (int m : w.modules())
       if (auto s = store.wait_closed(m, w.round(), until); !s) return s;
+    const auto now = clock::now();
     if (on_round)
-      if (auto s =
-              on_round({w.round(), loss, std::chrono::duration<double>(clock::now() - t0).count()});
+      if (auto s = on_round({w.round(), loss, std::chrono::duration<double>(now - t0).count(),
+                             std::chrono::duration<double>(now - t_sync).count()});
           !s)
         return s;
   }

@@ -1,0 +1,192 @@
+// bench_straggler: workers of different speeds in the multi-process DiPaCo job (paco_train,
+// job.mode = "dipaco", grid 2x2: four workers, each module shared by two paths, one store, all
+// over TCP on this machine). Three runs of the same small job (testing::small_dipaco_job):
+//   even              no throttle
+//   throttled         worker 4 runs --factor times slower (launch.throttle), blocking rounds:
+//                     every module waits for its slowest contributor, and through the shared
+//                     modules every worker waits for worker 4
+//   throttled_budget  the same, with sync.train_budget_s = --budget (1.2) × the even run's
+//                     median training time a round: every worker trains at most that long and
+//                     pushes what it trained, weighted by the share of H it reached, so worker 4
+//                     takes part in every round with about 1/F of the steps
+// Per run: the others' throughput (workers 1-3: rounds per second, 1 / median round_s from
+// their logs) and its ratio to the even run's, worker 4's, the rounds closed by deadline, the
+// longest a round stayed open (store.log), the late pushes dropped (the store's count), the
+// routed validation bits/byte of the results table, and the run's wall time.
+//
+//   bench_straggler [--rounds R (40)] [--factor F (4)] [--budget B (1.2)]
+//                   [--round-timeout S (60)] [--keep]
+// LAST line: {"bench":"straggler","rows":[{"name":..,"others_rounds_per_s":..,
+// "others_ratio":..,"slow_rounds_per_s":..,"deadline_closes":..,
+// "max_open_s":..,"late":..,"bpb":..,"wall_s":..},..],"factor":F,"rounds":R}.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "paco/testing/processes.hpp"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+struct row {
+  std::string name;
+  double others_rounds_per_s = 0, others_ratio = 0, slow_rounds_per_s = 0;
+  int deadline_closes = 0;
+  double max_open_s = 0, median_round_s = 0, median_train_s = 0, bpb = 0, wall_s = 0;
+  long late = 0;
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Every record's round_s of worker w's log; into train_s, its round_s − sync_s.
+std::vector<double> round_seconds(const fs::path& dir, int w, std::vector<double>& train_s) {
+  std::vector<double> out;
+  std::ifstream f(dir / ("worker-" + std::to_string(w) + ".jsonl"));
+  for (std::string line; std::getline(f, line);) {
+    const auto j = json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.contains("round_s") || !j.contains("sync_s")) continue;
+    out.push_back(j["round_s"].get<double>());
+    train_s.push_back(out.back() - j["sync_s"].get<double>());
+  }
+  return out;
+}
+
+// One run of the small job with `extra` settings. Errors: a message (the run failed).
+std::string run(row& r, int rounds, double round_timeout_s, const std::vector<std::string>& extra,
+                bool keep) {
+  paco::testing::small_dipaco_run job{PACO_SOURCE_DIR, PACO_BINARY_DIR,
+                                      fs::temp_directory_path() / ("paco_straggler_" + r.name)};
+  job.rounds = rounds;
+  job.round_timeout_s = round_timeout_s;
+  fs::remove_all(job.dir);
+  std::vector<std::string> args;
+  for (auto& kv : extra) args.insert(args.end(), {"--set", kv});
+  std::printf("straggler: %s ...\n", r.name.c_str());
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto [code, out] = job.run(args, {}, std::chrono::minutes(30));
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (code != 0) return "exit " + std::to_string(code) + "; output in " + job.out().string();
+  std::vector<double> others, train_s, slow_train_s;
+  for (int w = 1; w <= 3; ++w) {
+    const auto s = round_seconds(job.dir, w, train_s);
+    others.insert(others.end(), s.begin(), s.end());
+  }
+  const auto slow = round_seconds(job.dir, 4, slow_train_s);
+  r.median_train_s = median(train_s);
+  r.median_round_s = median(others);
+  r.others_rounds_per_s = r.median_round_s > 0 ? 1.0 / r.median_round_s : 0;
+  r.slow_rounds_per_s = median(slow) > 0 ? 1.0 / median(slow) : 0;
+  // store.log: "module M round R closed with a/b pushes after X s[ (deadline)], …"
+  static const std::regex close_re(
+      R"(closed with \d+/\d+ pushes after ([0-9.]+) s( \(deadline\))?)");
+  const std::string log = paco::testing::slurp(job.dir / "store.log");
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), close_re);
+       it != std::sregex_iterator(); ++it) {
+    r.max_open_s = std::max(r.max_open_s, std::stod((*it)[1]));
+    if ((*it)[2].matched) ++r.deadline_closes;
+  }
+  static const std::regex bpb_re(R"(all \(routed\)[^0-9\n]*[0-9]+[^0-9\n]+([0-9]+\.[0-9]+))");
+  std::smatch m;
+  if (std::regex_search(out, m, bpb_re)) r.bpb = std::stod(m[1]);
+  static const std::regex late_re(R"((\d+) late pushes dropped)");
+  if (std::regex_search(log, m, late_re)) r.late = std::stol(m[1]);
+  if (!keep) {
+    fs::remove_all(job.dir);
+    fs::remove(job.out());
+  }
+  return "";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  int rounds = 40;
+  double factor = 4, budget_frac = 1.2, round_timeout_s = 60;
+  bool keep = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_straggler: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--rounds")
+      rounds = std::atoi(next().c_str());
+    else if (a == "--factor")
+      factor = std::atof(next().c_str());
+    else if (a == "--round-timeout")
+      round_timeout_s = std::atof(next().c_str());
+    else if (a == "--budget")
+      budget_frac = std::atof(next().c_str());
+    else if (a == "--keep")
+      keep = true;
+    else {
+      std::fprintf(stderr,
+                   "usage: bench_straggler [--rounds R] [--factor F] [--budget B] "
+                   "[--round-timeout S] [--keep]\n");
+      return 2;
+    }
+  }
+  if (rounds < 2 || !(factor >= 1) || !(budget_frac > 0) || !(round_timeout_s > 0)) {
+    std::fprintf(stderr,
+                 "bench_straggler: --rounds ≥ 2, --factor ≥ 1, --budget > 0, "
+                 "--round-timeout > 0\n");
+    return 2;
+  }
+  std::ostringstream f;
+  f << factor;
+  const std::string throttle = "launch.throttle=\"4:" + f.str() + "\"";
+  std::vector<row> rows{{"even"}, {"throttled"}, {"throttled_budget"}};
+  if (auto e = run(rows[0], rounds, round_timeout_s, {}, keep); !e.empty())
+    return std::fprintf(stderr, "bench_straggler: even: %s\n", e.c_str()), 1;
+  if (auto e = run(rows[1], rounds, round_timeout_s, {throttle}, keep); !e.empty())
+    return std::fprintf(stderr, "bench_straggler: throttled: %s\n", e.c_str()), 1;
+  std::ostringstream budget;
+  budget << std::max(0.001, budget_frac * rows[0].median_train_s);
+  if (auto e = run(rows[2], rounds, round_timeout_s,
+                   {throttle, "sync.train_budget_s=" + budget.str()}, keep);
+      !e.empty())
+    return std::fprintf(stderr, "bench_straggler: throttled_budget: %s\n", e.c_str()), 1;
+  json out{{"bench", "straggler"},
+           {"factor", factor},
+           {"rounds", rounds},
+           {"train_budget_s", std::stod(budget.str())}};
+  std::printf("\n%-18s %12s %8s %12s %9s %8s %5s %7s %7s\n", "run", "others r/s", "ratio",
+              "slow r/s", "deadline", "max open", "late", "bpb", "wall s");
+  for (auto& r : rows) {
+    r.others_ratio =
+        rows[0].others_rounds_per_s > 0 ? r.others_rounds_per_s / rows[0].others_rounds_per_s : 0;
+    std::printf("%-18s %12.3f %8.3f %12.3f %9d %8.2f %5ld %7.4f %7.1f\n", r.name.c_str(),
+                r.others_rounds_per_s, r.others_ratio, r.slow_rounds_per_s, r.deadline_closes,
+                r.max_open_s, r.late, r.bpb, r.wall_s);
+    out["rows"].push_back({{"name", r.name},
+                           {"others_rounds_per_s", r.others_rounds_per_s},
+                           {"others_ratio", r.others_ratio},
+                           {"slow_rounds_per_s", r.slow_rounds_per_s},
+                           {"deadline_closes", r.deadline_closes},
+                           {"max_open_s", r.max_open_s},
+                           {"late", r.late},
+                           {"bpb", r.bpb},
+                           {"wall_s", r.wall_s}});
+  }
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
