@@ -487,9 +487,10 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
       if (j.contains("sync_s")) sync_s += j["sync_s"].get<double>(), ++with_sync;
       if (j.contains("late")) late += j["late"].get<long>();
     }
+    text += " bpb";
     if (with_sync > 0) {
-      char b[64];
-      std::snprintf(b, sizeof b, " bpb; sync %.1f s/round", sync_s / with_sync);
+      char b[48];
+      std::snprintf(b, sizeof b, "; sync %.1f s/round", sync_s / with_sync);
       text += b;
       if (late > 0) text += "; " + std::to_string(late) + " late";
     }
@@ -508,8 +509,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
                    rd.log("store").c_str());
     }
     if (text != last_text) {  // one line per change (rounds are minutes apart)
-      bar.update(std::min(done_rounds, long(cfg.dipaco.rounds) * g.workers()),
-                 text.find(" bpb") == std::string::npos ? text + " bpb" : text);
+      bar.update(std::min(done_rounds, long(cfg.dipaco.rounds) * g.workers()), text);
       last_text = text;
     }
     bool all = true;

@@ -31,8 +31,8 @@
 #include "paco/collectives/counted.hpp"
 #include "paco/compress/combine.hpp"
 #include "paco/core/hash.hpp"
-#include "paco/path/level_map.hpp"
 #include "paco/store/compression.hpp"
+#include "paco/train/fragments.hpp"
 
 namespace paco::train {
 
@@ -60,11 +60,11 @@ struct overlap_stats {
   double hidden() const { return comm_s > 0 ? 1.0 - std::min(wait_s, comm_s) / comm_s : 1.0; }
 };
 
-// The codec of a sync of the whole plane (train::whole_plane): one module spanning the model's
-// whole parameter plane, one segment per tensor. Errors: make_codecs'.
+// The codec of a sync of the whole plane: fragment_codecs of train::whole_plane, one segment
+// per tensor. Errors: fragment_codecs'.
 template <class Model>
 result<compress::module_codec> diloco_codec(const store::compression& c, const Model& model) {
-  auto v = store::make_codecs(c, model, {path::level_span{0, model.layout().total(), {}}});
+  auto v = fragment_codecs(c, model, whole_plane(model.layout()));
   if (!v) return v.error();
   return std::move((*v)[0]);
 }

@@ -93,6 +93,13 @@ inline result<std::vector<fragment>> gpt_fragments(const param_layout& layout, i
   });
 }
 
+// The whole parameter plane of a layout as one fragment, padding included (rules with P = 1).
+inline std::vector<fragment> whole_plane(const param_layout& layout) {
+  fragment f;
+  f.spans.push_back({0, layout.total(), {}});
+  return {f};
+}
+
 // Checks that fragments cover every tensor of the layout exactly once and lie within its plane.
 // Errors: invalid_argument naming a tensor in no fragment or in two, or a span past the plane.
 inline status check_fragments(const param_layout& layout, const std::vector<fragment>& frags) {

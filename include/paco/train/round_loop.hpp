@@ -72,13 +72,6 @@ concept CheckpointedLearner = Learner<L> && requires(L& l, const L& cl) {
   l.seek(cl.position());
 };
 
-// The whole parameter plane of a layout as one fragment (rules with P = 1).
-inline std::vector<fragment> whole_plane(const param_layout& layout) {
-  fragment f;
-  f.spans.push_back({0, layout.total(), {}});
-  return {f};
-}
-
 // One landed sync.
 struct sync_record {
   int fragment = 0;
@@ -113,9 +106,10 @@ class round_loop {
     auto& a = l.state();
     const auto th = a.get(plane::param), g = a.get(plane::anchor);
     std::copy(th.begin(), th.end(), g.begin());
-    ok_ = check();
+    auto plan = sync_.plan(t.size(), frags_.size(), h_);
+    ok_ = plan ? check() : status(plan.error());
     if (!ok_) return;
-    plan_ = *sync_.plan(t.size(), frags_.size(), h_);
+    plan_ = *plan;
     std::size_t largest = 0;
     for (std::size_t p = 0; p < frags_.size(); ++p) {
       const std::size_t n = frags_[p].size();
@@ -308,8 +302,8 @@ class round_loop {
   }
   const char* what() const { return name_.c_str(); }
 
+  // The fragments and codecs fit the layout and each other.
   status check() const {
-    if (auto p = sync_.plan(t_->size(), frags_.size(), h_); !p) return p.error();
     if (auto s = check_fragments(l_->state().layout(), frags_); !s) return s;
     if (!codecs_.empty() && codecs_.size() != frags_.size())
       return {errc::invalid_argument, sync_.name() + ": one codec per fragment, or none (" +

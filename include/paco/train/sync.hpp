@@ -73,9 +73,9 @@ concept Sync = std::copy_constructible<S> &&
 };
 
 namespace detail {
-// The plan of a rule that syncs the whole plane (P = 1). Errors: invalid_argument naming the
-// rule for more fragments.
-inline result<sync_plan> whole_plane(const char* rule, std::size_t fragments, sync_plan p) {
+// p, the plan of a rule that syncs the whole plane as one fragment. Errors: invalid_argument
+// naming the rule for more fragments.
+inline result<sync_plan> one_fragment(const char* rule, std::size_t fragments, sync_plan p) {
   if (fragments != 1)
     return error(errc::invalid_argument, std::string(rule) + " syncs the whole parameter plane: " +
                                              std::to_string(fragments) +
@@ -89,7 +89,7 @@ struct blocking {
   using sync_tag = void;
   std::string name() const { return "blocking"; }
   result<sync_plan> plan(int, std::size_t fragments, int) const {
-    return detail::whole_plane("blocking", fragments, {});
+    return detail::one_fragment("blocking", fragments, {});
   }
 };
 
@@ -124,8 +124,8 @@ struct co2 {
   using sync_tag = void;
   std::string name() const { return "co2"; }
   result<sync_plan> plan(int, std::size_t fragments, int) const {
-    return detail::whole_plane("co2", fragments,
-                               {.lands = sync_plan::landing::next_round, .own_share = 1.0f});
+    return detail::one_fragment("co2", fragments,
+                                {.lands = sync_plan::landing::next_round, .own_share = 1.0f});
   }
 };
 
@@ -135,7 +135,7 @@ struct eager {
   std::string name() const { return "eager"; }
   result<sync_plan> plan(int ranks, std::size_t fragments, int) const {
     if (ranks < 1) return error(errc::invalid_argument, "eager: no ranks");
-    return detail::whole_plane(
+    return detail::one_fragment(
         "eager", fragments,
         {.lands = sync_plan::landing::next_round, .own_share = 1.0f / float(ranks)});
   }
@@ -147,8 +147,8 @@ struct naive_delayed {
   using sync_tag = void;
   std::string name() const { return "naive_delayed"; }
   result<sync_plan> plan(int, std::size_t fragments, int) const {
-    return detail::whole_plane("naive_delayed", fragments,
-                               {.lands = sync_plan::landing::next_round});
+    return detail::one_fragment("naive_delayed", fragments,
+                                {.lands = sync_plan::landing::next_round});
   }
 };
 
