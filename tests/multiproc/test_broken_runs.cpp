@@ -237,9 +237,9 @@ TEST_CASE(
 
 TEST_CASE("a store that stops answering for a while costs no restarts; the run finishes",
           "[multiproc][broken]") {
-  // The store is stopped (SIGSTOP) for several peer timeouts: every worker loses its link and
-  // exits 3. That is the store's doing, not the workers': with launch.restarts = 1 the run
-  // used to fail blaming a worker.
+  // The store is stopped (SIGSTOP) until a worker has lost its link to it and exited 3. That
+  // is the store's doing, not the workers': with launch.restarts = 1 the run used to fail
+  // blaming a worker.
   auto r = make_run("paco_stall", 8);
   fs::remove_all(r.dir);
   // Rounds long enough (150 inner steps) that the stall lands mid-run on a fast machine: with
@@ -250,8 +250,12 @@ TEST_CASE("a store that stops answering for a while costs no restarts; the run f
   const auto store = paco::testing::find_processes({"--role store", r.dir.string()});
   REQUIRE(store.size() == 1);
   REQUIRE(::kill(store[0], SIGSTOP) == 0);
-  std::this_thread::sleep_for(5s);
+  // A worker feels the stall when it next waits on the store for a peer timeout (5 s): after
+  // its round's inner steps, so a fixed pause could end first (it did, on a slow machine).
+  const bool felt = paco::testing::wait_until(
+      [&] { return has(slurp(r.out()), "it lost its link to the store: not counted"); }, 120s);
   REQUIRE(::kill(store[0], SIGCONT) == 0);
+  REQUIRE(felt);
   const int code = paco::testing::exit_code(paco::testing::wait_exit(launcher, 240s));
   const std::string out = slurp(r.out());
   INFO(out);
