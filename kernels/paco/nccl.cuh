@@ -83,7 +83,7 @@ class nccl_comm {
     return nccl_status(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, stream),
                        "ncclAllReduce");
   }
-  // allreduce_sum as a callable (kernels::device_allreduce, diloco_cuda.cuh). Requires: *this
+  // allreduce_sum as a callable (kernels::device_allreduce, round_planes_cuda.cuh). Requires: *this
   // outlives it.
   auto allreducer() {
     return [this](float* data, std::size_t n, cudaStream_t stream) {

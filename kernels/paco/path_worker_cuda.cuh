@@ -12,7 +12,7 @@
 //   kernels::path_worker_cuda<nn::gpt> w(id, model, plan.path_spans(p), plan.path_modules(p),
 //                                        optim::adamw{.lr = 1e-3f}, cfg, shard, seed);
 //   w.set_codecs(device codecs of make_codecs(compression, model, plan.path_spans(p)));
-//   w.run_round(store, std::chrono::minutes(5));
+//   train::sync_round(w, store, std::chrono::minutes(5));   // or train::run_worker
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -181,22 +181,6 @@ class path_worker_cuda {
       if (!s && first.ok()) first = s;
     }
     return first;
-  }
-
-  // One synchronous round: pull, H inner steps, push, wait for every module's round to close.
-  template <store::ModuleStore Store>
-  status run_round(Store& store, std::chrono::steady_clock::duration round_deadline) {
-    if (auto s = pull(store); !s) return s;
-    try {
-      train();
-    } catch (const error_exception& e) {
-      return e.err;
-    }
-    if (auto s = push(store); !s) return s;
-    const auto until = std::chrono::steady_clock::now() + round_deadline;
-    for (int m : modules_)
-      if (auto s = store.wait_closed(m, round_, until); !s) return s;
-    return {};
   }
 
  private:

@@ -9,10 +9,12 @@
 
 #include "gpu_test.cuh"
 #include "paco/arena_cuda.cuh"
-#include "paco/diloco_cuda.cuh"
+#include "paco/learner_cuda.cuh"
 #include "paco/nccl.cuh"
 #include "paco/net/inproc.hpp"
 #include "paco/nn/gpt.hpp"
+#include "paco/round_planes_cuda.cuh"
+#include "paco/train/round_loop.hpp"
 
 namespace pk = paco::kernels;
 using gpu_test::dev;
@@ -53,16 +55,17 @@ std::vector<float> diloco(bool nccl, std::uint64_t& down_per_round) {
   paco::arena<paco::cuda> a(model.layout());
   paco::upload(init, a, paco::plane::param, loop.workspace().ctx.stream()).throw_if_error();
   std::optional<pk::nccl_comm> comm;
-  pk::device_allreduce sum;
+  std::vector<pk::device_mean> means;
   if (nccl) {
     comm.emplace(pk::nccl_comm::make(world[0], 0).value_or_throw());
-    sum = comm->allreducer();
+    means.push_back({std::nullopt, comm->allreducer()});
   }
-  pk::diloco_replica_cuda<paco::net::inproc, paco::nn::gpt> rep(
-      world[0], loop, a, paco::optim::adamw{.lr = 3e-3f}, 10, paco::outer::nesterov{}, std::nullopt,
-      sum);
+  pk::learner_cuda<paco::nn::gpt> learner(loop, a, paco::optim::adamw{.lr = 3e-3f}, 10);
+  paco::train::round_loop<paco::net::inproc, pk::learner_cuda<paco::nn::gpt>, paco::outer::nesterov,
+                          paco::train::blocking>
+      rep(world[0], learner, paco::outer::nesterov{}, {}, {}, std::move(means));
   gpu_test::ok(rep.run(2, std::chrono::minutes(1)), nccl ? "rounds over NCCL" : "rounds");
-  down_per_round = rep.transfers().d2h_bytes / 2;
+  down_per_round = rep.planes().transfers().d2h_bytes / 2;
   return host(a.get(paco::plane::param).data(), a.get(paco::plane::param).size());
 }
 

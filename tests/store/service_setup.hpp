@@ -96,7 +96,8 @@ struct service_setup {
       if (auto st = w.set_codecs(std::move(*c)); !st) return st;
     }
     status s;
-    for (int k = 0; k < rounds && s.ok(); ++k) s = w.run_round(client, std::chrono::seconds(30));
+    for (int k = 0; k < rounds && s.ok(); ++k)
+      s = train::sync_round(w, client, std::chrono::seconds(30));
     if (sent) *sent = client.bytes_sent();
     if (s.ok()) s = client.bye();
     return s;

@@ -124,7 +124,7 @@ TEST_CASE("archetypes are enough for the inner loop and a path worker's round",
   train::path_worker<testing::model_archetype, testing::inner_optimizer_archetype> w(
       0, model, {all}, {0}, {}, {.batch = 2, .ctx = 8, .steps = 2}, shard, 1);
   testing::module_store_archetype store;
-  REQUIRE(w.run_round(store, std::chrono::seconds(1)).ok());
+  REQUIRE(train::sync_round(w, store, std::chrono::seconds(1)).ok());
   REQUIRE(w.inner_step() == 2);
 }
 

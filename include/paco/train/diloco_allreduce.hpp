@@ -36,12 +36,6 @@
 
 namespace paco::train {
 
-// The all-reduce's options (the device round of kernels/paco/diloco_cuda.cuh).
-struct diloco_options {
-  collectives::collective_options
-      collective{};  // deadline, tag, chunking, ring order of the all-reduce
-};
-
 // What a rank's syncs moved, summed over them.
 struct diloco_traffic {
   std::size_t bytes_sent = 0;     // bytes this rank sent: every collective, hash check included
@@ -71,8 +65,37 @@ result<compress::module_codec> diloco_codec(const store::compression& c, const M
 
 namespace detail {
 
-// mean Δ of a message codec: all-gather the sizes, then the payloads padded to the largest,
-// decode every rank's in rank order. sign_prune: TIES merge instead of the mean.
+// Every rank's payload, the same on every rank: the sizes all-gathered (tag + 2), then the
+// payloads, each padded to the largest (tag + 3). Host and device message codecs share it.
+struct gathered_payloads {
+  std::vector<std::uint64_t> sizes;  // rank w's payload is sizes[w] bytes
+  std::size_t width = 0;             // the largest
+  std::vector<std::uint8_t> all;     // rank w's at w·width
+  std::span<const std::byte> of(std::size_t w) const {
+    return {reinterpret_cast<const std::byte*>(all.data() + w * width), std::size_t(sizes[w])};
+  }
+};
+template <net::Transport T>
+result<gathered_payloads> all_gather_payloads(T& t, std::span<const std::byte> own,
+                                              const collectives::collective_options& o) {
+  const std::size_t p = std::size_t(t.size()), me = std::size_t(t.rank());
+  gathered_payloads g;
+  g.sizes.assign(p, 0);
+  g.sizes[me] = own.size();
+  auto co = o;
+  co.tag = o.tag + 2;
+  if (auto s = collectives::all_gather(t, std::span<std::uint64_t>(g.sizes), co); !s)
+    return s.error();
+  g.width = *std::max_element(g.sizes.begin(), g.sizes.end());
+  g.all.assign(p * g.width, 0);
+  std::memcpy(g.all.data() + me * g.width, own.data(), own.size());
+  co.tag = o.tag + 3;
+  if (auto s = collectives::all_gather(t, std::span<std::uint8_t>(g.all), co); !s) return s.error();
+  return g;
+}
+
+// mean Δ of a message codec: every rank's payload (all_gather_payloads), decoded in rank order.
+// sign_prune: TIES merge instead of the mean.
 template <net::Transport T>
 status gathered_mean(T& t, compress::module_codec& codec, slice<const float> delta,
                      slice<float> residual, slice<float> mean,
@@ -80,23 +103,11 @@ status gathered_mean(T& t, compress::module_codec& codec, slice<const float> del
   std::vector<std::byte> own;
   if (auto s = codec.encode(delta, residual, own); !s) return s;
   payload += own.size();
-  const std::size_t p = std::size_t(t.size()), me = std::size_t(t.rank());
-  std::vector<std::uint64_t> sizes(p, 0);
-  sizes[me] = own.size();
-  auto co = o;
-  co.tag = o.tag + 2;
-  if (auto s = collectives::all_gather(t, std::span<std::uint64_t>(sizes), co); !s) return s;
-  const std::size_t width = *std::max_element(sizes.begin(), sizes.end());
-  std::vector<std::uint8_t> all(p * width, 0);
-  std::memcpy(all.data() + me * width, own.data(), own.size());
-  co.tag = o.tag + 3;
-  if (auto s = collectives::all_gather(t, std::span<std::uint8_t>(all), co); !s) return s;
-  auto payload_of = [&](std::size_t w) {
-    return std::span<const std::byte>(reinterpret_cast<const std::byte*>(all.data() + w * width),
-                                      std::size_t(sizes[w]));
-  };
+  const std::size_t p = std::size_t(t.size());
+  auto all = all_gather_payloads(t, own, o);
+  if (!all) return all.error();
   auto decode = [&](std::size_t w, slice<float> out) -> status {
-    if (auto s = codec.decode(payload_of(w), out); !s)
+    if (auto s = codec.decode(all->of(w), out); !s)
       return paco::error{s.error().code, "DiLoCo: the payload of rank " + std::to_string(w) +
                                              " does not decode: " + s.error().message};
     return {};

@@ -18,6 +18,7 @@
 #include "paco/path/path_plan.hpp"
 #include "paco/store/local_store.hpp"
 #include "paco/train/path_worker.hpp"
+#include "paco/train/worker_loop.hpp"
 
 namespace paco::train {
 
@@ -147,10 +148,7 @@ class local_run {
       ++late;
       return {};
     }
-    const auto until = std::chrono::steady_clock::now() + deadline;
-    for (int m : w.modules())
-      if (auto s = store_->wait_closed(m, w.round(), until); !s) return s;
-    return {};
+    return wait_round(w, *store_, std::chrono::steady_clock::now() + deadline);
   }
 
   store::local_store<OuterOpt>* store_;

@@ -1,22 +1,22 @@
 #pragma once
-// mean_in_flight: the mean of the ranks' Δ (train::detail::mean_delta: the fp32 ring, or a codec
-// with error feedback) and, optionally, the check that every rank holds the same θ, run on a
-// background thread while the caller goes on with inner steps; its bytes and seconds are booked
-// when it lands. The round loop's reduction (train/round_loop.hpp).
+// mean_in_flight: a reduction of the ranks' Δ (the work a round's planes hand it: the fp32 ring
+// or a codec with error feedback over host buffers, train/round_planes.hpp; a device reduction,
+// kernels/paco/round_planes_cuda.cuh) and, optionally, the check that every rank holds the same
+// outer parameters, run on a background thread while the caller goes on with inner steps; its
+// bytes and seconds are booked when it lands. The round loop's flight (train/round_loop.hpp).
 //
 //   mean_in_flight<net::asio_tcp> f;
-//   f.launch(t, codec, delta, residual, mean, hash, "CO2", deadline);
+//   f.launch(t, planes.reduce<net::asio_tcp>(p), hash, "CO2", deadline);
 //   … inner steps …
-//   if (auto s = f.land(traffic, overlap); !s) return s;      // mean holds the mean Δ
+//   if (auto s = f.land(traffic, overlap); !s) return s;      // the planes hold the mean Δ
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <optional>
 
 #include "paco/collectives/counted.hpp"
-#include "paco/compress/module_codec.hpp"
-#include "paco/core/slice.hpp"
 #include "paco/net/concepts.hpp"
 #include "paco/train/diloco_allreduce.hpp"
 
@@ -33,28 +33,36 @@ class mean_in_flight {
     if (flight_.valid()) flight_.wait();
   }
 
-  // Starts the mean of delta into mean (codec null: the fp32 ring), then, if hash is given, the
-  // check that every rank passed the same one (mismatch naming `what` otherwise). Requires:
-  // nothing in flight; every rank launches the same sequence; t, codec, delta, residual and
-  // mean are left alone by the caller until land(). Every step must end by `deadline` from now.
-  // now: the flight runs on the caller's thread when it lands (a sync applied at once needs no
-  // thread).
-  void launch(T& t, compress::module_codec* codec, slice<const float> delta, slice<float> residual,
-              slice<float> mean, std::optional<std::uint64_t> hash, const char* what,
+  // The reduction: over the counted transport, every step by the options' deadline; payload ←
+  // the bytes of this rank's encoded Δ. Its buffers are the caller's.
+  using work = std::function<status(collectives::counted<T>&,
+                                    const collectives::collective_options&, std::size_t& payload)>;
+
+  // Starts w, then, if hash is given, the check that every rank passed the same one (mismatch
+  // naming `what` otherwise). Requires: nothing in flight; every rank launches the same
+  // sequence; t and w's buffers are left alone by the caller until land(). Every step must end
+  // by `deadline` from now. now: the flight runs on the caller's thread when it lands (a sync
+  // applied at once needs no thread).
+  void launch(T& t, work w, std::optional<std::uint64_t> hash, const char* what,
               std::chrono::steady_clock::duration deadline, bool now = false) {
     PACO_ASSERT(!flight_.valid(), "mean_in_flight: one flight at a time");
     collectives::collective_options co;
     co.until = net::after(deadline);
-    flight_ = std::async(now ? std::launch::deferred : std::launch::async, [=, &t]() -> landed {
-      const auto t0 = std::chrono::steady_clock::now();
-      landed r;
-      collectives::counted<T> ct(t);
-      r.s = detail::mean_delta(ct, codec, delta, residual, mean, co, r.payload);
-      if (r.s && hash) r.s = detail::check_identical(ct, *hash, co, what);
-      r.sent = ct.bytes();
-      r.seconds = seconds_since(t0);
-      return r;
-    });
+    flight_ = std::async(now ? std::launch::deferred : std::launch::async,
+                         [=, &t, w = std::move(w)]() -> landed {
+                           const auto t0 = std::chrono::steady_clock::now();
+                           landed r;
+                           collectives::counted<T> ct(t);
+                           try {  // a device reduction reports a failed CUDA call so
+                             r.s = w(ct, co, r.payload);
+                           } catch (const error_exception& e) {
+                             r.s = e.err;
+                           }
+                           if (r.s && hash) r.s = detail::check_identical(ct, *hash, co, what);
+                           r.sent = ct.bytes();
+                           r.seconds = seconds_since(t0);
+                           return r;
+                         });
   }
 
   // Waits for the flight. Ensures: traffic grows by its bytes (and one round), overlap by its

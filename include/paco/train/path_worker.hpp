@@ -184,18 +184,6 @@ class path_worker {
     return first;
   }
 
-  // One synchronous round: pull, H inner steps, push, wait for every module's round to close.
-  template <store::ModuleStore Store>
-  status run_round(Store& store, std::chrono::steady_clock::duration round_deadline) {
-    if (auto s = pull(store); !s) return s;
-    train();
-    if (auto s = push(store); !s) return s;
-    const auto until = std::chrono::steady_clock::now() + round_deadline;
-    for (int m : modules_)
-      if (auto s = store.wait_closed(m, round_, until); !s) return s;
-    return {};
-  }
-
  private:
   int id_;
   const Model& model_;

@@ -1,32 +1,37 @@
 #pragma once
 // round_loop: one rank of a data-parallel group joined by an all-reduce — a learner (its arena
-// and inner loop), the group's mean of Δ (the fp32 ring, or a codec with error feedback:
-// train::detail::mean_delta) and a sync rule (train/sync.hpp: blocking DiLoCo, Streaming
-// DiLoCo, CO2, eager updates, the naïve delayed rule). Every rule runs through this one loop:
-// a round is H inner steps, run in stretches between the rule's sends and landings; a send
-// measures Δ of a fragment and reduces it on a background thread (mean_in_flight), a landing
-// applies the outer step as sync.hpp says. Every rank runs the same calls; every rank's g is
-// checked to be the same (a hash with every send) when the rule keeps it so.
+// and inner loop, on the host or a device), the group's mean of Δ (the fp32 ring, or a codec
+// with error feedback; on a device also NCCL) and a sync rule (train/sync.hpp: blocking DiLoCo,
+// Streaming DiLoCo, CO2, eager updates, the naïve delayed rule). Every rule and every backend
+// runs through this one loop: a round is H inner steps, run in stretches between the rule's
+// sends and landings; a send measures Δ of a fragment and reduces it on a background thread
+// (mean_in_flight), a landing applies the outer step as sync.hpp says. The plane work is the
+// backend's (round_planes<B, O>, train/round_planes.hpp; the device's in
+// kernels/paco/round_planes_cuda.cuh, with kernels::learner_cuda as the learner). Every rank
+// runs the same calls; every rank's g is checked to be the same (a fingerprint with every
+// send) when the rule keeps it so.
 //
 //   train::round_loop<net::asio_tcp, train::path_worker<nn::gpt, optim::adamw>, outer::nesterov>
 //       r(tcp, worker, outer::nesterov{}, train::co2{});
 //   r.run(rounds, std::chrono::minutes(5));
 //   r.finish(std::chrono::minutes(5));  // the param plane holds the outer parameters
 //
-// Codecs: none (fp32), or one per fragment (fragment_codecs; for the whole plane also
-// diloco_codec), the same on every rank. The error-feedback residual of a fragment that is
-// one span of the plane (the whole plane, P = 1) is the learner's plane::residual.
+// Codecs: none (fp32), or one per fragment (host: fragment_codecs, for the whole plane also
+// diloco_codec; device: kernels::device_mean), the same on every rank. The error-feedback
+// residual of a fragment that is one span of the plane (the whole plane, P = 1) is the
+// learner's plane::residual.
 //
-// Checkpoints (replica_file.hpp), for rules where nothing is in flight between rounds (lag 0,
-// one fragment: blocking, streaming with P = 1 and τ = 0): after open_checkpoints(dir, config,
-// resume, deadline) a rank saves its whole state after a round with save_round — its arena
-// (θ, g, moments, residual), the outer state, its inner step and its sampler's position — so
-// that a run stopped after round k and resumed goes on bit for bit as one that never stopped.
+// Checkpoints (replica_file.hpp), for host learners and rules where nothing is in flight
+// between rounds (lag 0, one fragment: blocking, streaming with P = 1 and τ = 0): after
+// open_checkpoints(dir, config, resume, deadline) a rank saves its whole state after a round with
+// save_round — its arena (θ, g, moments, residual), the outer state, its inner step and its
+// sampler's position — so that a run stopped after round k and resumed goes on bit for bit as one
+// that never stopped.
 //
 // Threads: from a send until its landing the background flight uses the transport, the codec
 // and the residual; nothing else may use the transport between run() and finish() (MPI: the
-// serialized thread level net::mpi asks for suffices). Memory beyond the learner's: the outer
-// state of each fragment, four buffers of the largest fragment, and (σ > 0) the own last Δ.
+// serialized thread level net::mpi asks for suffices). Memory beyond the learner's: the
+// planes' (round_planes.hpp).
 
 #include <algorithm>
 #include <chrono>
@@ -36,37 +41,54 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "paco/collectives/agree.hpp"
 #include "paco/collectives/allreduce_ring.hpp"
-#include "paco/compress/module_codec.hpp"
 #include "paco/core/arena.hpp"
-#include "paco/core/hash.hpp"
+#include "paco/core/backend.hpp"
 #include "paco/net/concepts.hpp"
 #include "paco/outer/concepts.hpp"
 #include "paco/train/diloco_allreduce.hpp"
 #include "paco/train/fragments.hpp"
 #include "paco/train/mean_in_flight.hpp"
 #include "paco/train/replica_file.hpp"
+#include "paco/train/round_planes.hpp"
 #include "paco/train/sync.hpp"
 
 namespace paco::train {
 
-// What the round loop trains: an arena on the host (θ in plane::param; the loop keeps g in
-// plane::anchor) and an inner loop that runs n steps and returns their mean loss; H, its steps
-// per round. Models: train::path_worker.
+namespace detail {
+template <class A>
+struct arena_backend {};
+template <Backend B>
+struct arena_backend<arena<B>> {
+  using type = B;
+};
+}  // namespace detail
+
+// The backend of a learner's arena.
+template <class L>
+using learner_backend =
+    typename detail::arena_backend<std::remove_cvref_t<decltype(std::declval<L&>().state())>>::type;
+
+// What the round loop trains: an arena on a backend (θ in plane::param; the loop keeps g in
+// plane::anchor) and an inner loop that runs n steps on it and returns their mean loss; H, its
+// steps per round. Models: train::path_worker (host), kernels::learner_cuda (device).
 template <class L>
 concept Learner = requires(L& l, const L& cl, int n) {
-  { l.state() } -> std::same_as<arena<host>&>;
+  typename learner_backend<L>;
   { l.train(n) } -> std::convertible_to<double>;
   { cl.steps_per_round() } -> std::convertible_to<int>;
 };
 
-// A learner whose state a checkpoint can hold: its model (tensor names) and its position (inner
-// step and sampler), to seek back to.
+// A learner whose state a checkpoint can hold: a host arena, its model (tensor names) and its
+// position (inner step and sampler), to seek back to.
 template <class L>
-concept CheckpointedLearner = Learner<L> && requires(L& l, const L& cl) {
+concept CheckpointedLearner = Learner<L> && std::same_as<learner_backend<L>, host> &&
+    requires(L& l, const L& cl) {
   cl.model();
   {cl.position()};
   l.seek(cl.position());
@@ -90,36 +112,30 @@ struct round_end {
 template <net::Transport T, Learner L, outer::OuterOptimizer O, Sync S = sync_choice>
 class round_loop {
  public:
+  using planes_type = round_planes<learner_backend<L>, O>;
+  using codec = typename planes_type::codec;
+
   // Requires: t, l outlive the loop; l's param plane holds this rank's θ, the same on every
-  // rank; frags cover the layout once (empty: whole_plane); codecs empty or one per fragment of
-  // its size. A bad rule, fragments or codecs are reported by run() and finish() (nothing runs).
+  // rank; frags cover the layout once (empty: whole_plane); codecs empty or one per fragment
+  // (planes_type::check). A bad rule, fragments or codecs are reported by run() and finish()
+  // (nothing runs). Throws what the planes throw (a device without room for its buffers).
   round_loop(T& t, L& l, O outer, S sync = {}, std::vector<fragment> frags = {},
-             std::vector<compress::module_codec> codecs = {})
+             std::vector<codec> codecs = {})
       : t_(&t),
         l_(&l),
-        outer_(outer),
         sync_(std::move(sync)),
         name_(sync_.name()),
         frags_(frags.empty() ? whole_plane(l.state().layout()) : std::move(frags)),
-        codecs_(std::move(codecs)),
         h_(l.steps_per_round()) {
-    auto& a = l.state();
-    const auto th = a.get(plane::param), g = a.get(plane::anchor);
-    std::copy(th.begin(), th.end(), g.begin());
     auto plan = sync_.plan(t.size(), frags_.size(), h_);
-    ok_ = plan ? check() : status(plan.error());
+    ok_ = plan ? check_fragments(l.state().layout(), frags_) : status(plan.error());
+    if (ok_) ok_ = planes_type::check(codecs, frags_, name_);
     if (!ok_) return;
     plan_ = *plan;
-    std::size_t largest = 0;
-    for (std::size_t p = 0; p < frags_.size(); ++p) {
-      const std::size_t n = frags_[p].size();
-      state_.emplace_back(outer_.state_size(n), 0.0f);
-      own_.emplace_back(plan_.identical() ? 0 : n, 0.0f);
-      const bool feedback = p < codecs_.size() && codecs_[p].error_feedback();
-      residual_.emplace_back(feedback && frags_[p].spans.size() > 1 ? n : 0, 0.0f);
-      largest = std::max(largest, n);
-    }
-    for (auto* b : {&delta_, &fresh_, &mean_, &scratch_}) b->resize(largest);
+    if constexpr (std::same_as<learner_backend<L>, host>)
+      if (!codecs.empty()) checkpointable_codec_ = checkpointable(codecs[0].spec());
+    planes_.emplace(l, frags_, std::move(codecs), outer, plan_);
+    planes_->begin();
     last_sent_.assign(frags_.size(), 0);
   }
   round_loop(const round_loop&) = delete;
@@ -130,32 +146,16 @@ class round_loop {
   // sync must land within deadline of its send. on_round after each round. Ensures on ok: the
   // param plane holds θ after n·H more steps; a sync may be in flight (finish() lands it).
   // Errors: the rule's, fragments' or codecs' (nothing run); the all-reduce's (timeout,
-  // peer_lost …), mismatch if the ranks' g diverged; after an error the loop cannot go on.
+  // peer_lost …), mismatch if the ranks' g diverged; an error_exception thrown by the learner,
+  // the planes (a failed CUDA call) or on_round; after an error the loop cannot go on.
   status run(int n, std::chrono::steady_clock::duration deadline,
              const std::function<void(const round_end&)>& on_round = {}) {
     if (!ok_) return ok_;
-    using clock = std::chrono::steady_clock;
-    for (int r = 0; r < n; ++r) {
-      const long end = step_ + h_;
-      double loss = 0;
-      std::size_t bytes = 0;
-      while (step_ < end) {
-        long next = std::min(end, next_send());
-        if (flight_.in_flight() && !plan_.next_round()) next = std::min(next, apply_at_);
-        const auto t0 = clock::now();
-        loss += l_->train(int(next - step_)) * double(next - step_);
-        overlap_.inner_s += seconds(clock::now() - t0);
-        step_ = next;
-        if (flight_.in_flight() && !plan_.next_round() && step_ == apply_at_)
-          if (auto s = land_and_apply(false, bytes); !s) return fail(s);
-        if (sends_now())
-          if (auto s = send(int((step_ / c()) % long(frags_.size())), deadline, bytes); !s)
-            return fail(s);
-      }
-      ++done_;
-      if (on_round) on_round({done_ - 1, loss / double(h_), bytes});
+    try {
+      return rounds(n, deadline, on_round);
+    } catch (const error_exception& e) {
+      return fail(e.err);
     }
-    return {};
   }
 
   // Lands the sync in flight (a one-round-late one with no fresh Δ: u = mean Δ − σ·own Δ),
@@ -164,21 +164,11 @@ class round_loop {
   // the outer parameters; nothing is in flight (run() may go on from there). Errors: as run's.
   status finish(std::chrono::steady_clock::duration deadline) {
     if (!ok_) return ok_;
-    std::size_t bytes = 0;
-    if (flight_.in_flight())
-      if (auto s = land_and_apply(plan_.next_round(), bytes); !s) return fail(s);
-    for (std::size_t p = 0; p < frags_.size(); ++p)
-      if (last_sent_[p] < step_) {
-        measure(int(p));
-        launch(int(p), deadline);
-        if (auto s = land_and_apply(false, bytes); !s) return fail(s);
-      }
-    auto& a = l_->state();
-    const auto th = a.get(plane::param), g = a.get(plane::anchor);
-    std::copy(g.begin(), g.end(), th.begin());
-    if (!plan_.identical()) return {};
-    return detail::check_identical_within(*t_, hash64(g.data(), g.size_bytes()), deadline, what(),
-                                          traffic_);
+    try {
+      return finish_all(deadline);
+    } catch (const error_exception& e) {
+      return fail(e.err);
+    }
   }
 
   long rounds_done() const noexcept { return done_; }
@@ -190,8 +180,12 @@ class round_loop {
   const std::vector<fragment>& fragments() const noexcept { return frags_; }
   const sync_plan& plan() const noexcept { return plan_; }
   const S& sync() const noexcept { return sync_; }
-  // The outer optimizer's state of fragment p.
-  std::span<const float> outer_state(std::size_t p = 0) const noexcept { return state_[p]; }
+  // The backend's plane work (the device's: its PCIe transfers).
+  const planes_type& planes() const noexcept {
+    PACO_ASSERT(planes_.has_value(),
+                "round_loop: no planes (the rule, fragments or codecs failed)");
+    return *planes_;
+  }
 
   // Collective: every rank calls it once, before its first round, with the same `resume`; dir
   // is this rank's directory (it may differ between machines).
@@ -274,8 +268,8 @@ class round_loop {
     if (auto s = checkpoints_possible(); !s) return s;
     if (done_ < 1) return {errc::invalid_argument, "round_loop: no round to save yet"};
     auto& a = l_->state();
-    if (!state_[0].empty())
-      std::copy(state_[0].begin(), state_[0].end(), a.get(plane::outer_momentum).begin());
+    const auto& state = planes_->outer_state(0);
+    if (!state.empty()) std::copy(state.begin(), state.end(), a.get(plane::outer_momentum).begin());
     const int rank = t_->rank();
     const long round = done_ - 1;
     const auto at = l_->position();
@@ -302,20 +296,50 @@ class round_loop {
   }
   const char* what() const { return name_.c_str(); }
 
-  // The fragments and codecs fit the layout and each other.
-  status check() const {
-    if (auto s = check_fragments(l_->state().layout(), frags_); !s) return s;
-    if (!codecs_.empty() && codecs_.size() != frags_.size())
-      return {errc::invalid_argument, sync_.name() + ": one codec per fragment, or none (" +
-                                          std::to_string(codecs_.size()) + " codecs for " +
-                                          std::to_string(frags_.size()) + " fragments)"};
-    for (std::size_t p = 0; p < codecs_.size(); ++p)
-      if (codecs_[p].size() != frags_[p].size())
-        return {errc::mismatch, sync_.name() + ": codec " + std::to_string(p) + " covers " +
-                                    std::to_string(codecs_[p].size()) + " elements, its fragment " +
-                                    std::to_string(frags_[p].size())};
+  // run()'s and finish()'s work; a CUDA failure throws.
+  status rounds(int n, std::chrono::steady_clock::duration deadline,
+                const std::function<void(const round_end&)>& on_round) {
+    using clock = std::chrono::steady_clock;
+    for (int r = 0; r < n; ++r) {
+      const long end = step_ + h_;
+      double loss = 0;
+      std::size_t bytes = 0;
+      while (step_ < end) {
+        long next = std::min(end, next_send());
+        if (flight_.in_flight() && !plan_.next_round()) next = std::min(next, apply_at_);
+        const auto t0 = clock::now();
+        loss += l_->train(int(next - step_)) * double(next - step_);
+        overlap_.inner_s += seconds(clock::now() - t0);
+        step_ = next;
+        if (flight_.in_flight() && !plan_.next_round() && step_ == apply_at_)
+          if (auto s = land_and_apply(false, bytes); !s) return fail(s);
+        if (sends_now())
+          if (auto s = send(int((step_ / c()) % long(frags_.size())), deadline, bytes); !s)
+            return fail(s);
+      }
+      ++done_;
+      planes_->settle();
+      if (on_round) on_round({done_ - 1, loss / double(h_), bytes});
+    }
     return {};
   }
+
+  status finish_all(std::chrono::steady_clock::duration deadline) {
+    std::size_t bytes = 0;
+    if (flight_.in_flight())
+      if (auto s = land_and_apply(plan_.next_round(), bytes); !s) return fail(s);
+    for (std::size_t p = 0; p < frags_.size(); ++p)
+      if (last_sent_[p] < step_) {
+        planes_->measure(int(p));
+        launch(int(p), deadline);
+        if (auto s = land_and_apply(false, bytes); !s) return fail(s);
+      }
+    planes_->end();
+    planes_->settle();
+    if (!plan_.identical()) return {};
+    return detail::check_identical_within(*t_, planes_->fingerprint(), deadline, what(), traffic_);
+  }
+
   // After an error the loop's rounds are out of step: every later call returns it.
   status fail(status s) {
     ok_ = s;
@@ -329,13 +353,13 @@ class round_loop {
               "checkpoints: the " + sync_.name() +
                   " rule keeps a sync in flight between rounds (or several fragments); only "
                   "blocking (and streaming with one fragment and no overlap) checkpoints"};
-    if (!codecs_.empty())
-      if (auto s = checkpointable(codecs_[0].spec()); !s) return s;
+    if (!checkpointable_codec_) return checkpointable_codec_;
     const std::size_t n = l_->state().get(plane::param).size();
-    if (!state_[0].empty() && state_[0].size() != n)
-      return {errc::unsupported, "checkpoints: an outer optimizer state of " +
-                                     std::to_string(state_[0].size()) + " floats for " +
-                                     std::to_string(n) + " parameters does not fit a checkpoint"};
+    const std::size_t m = planes_->outer_state(0).size();
+    if (m != 0 && m != n)
+      return {errc::unsupported, "checkpoints: an outer optimizer state of " + std::to_string(m) +
+                                     " floats for " + std::to_string(n) +
+                                     " parameters does not fit a checkpoint"};
     return {};
   }
   // Takes back a checkpoint's planes, outer state, inner step and sampler position.
@@ -346,59 +370,25 @@ class round_loop {
         auto src = ck.state.get(p);
         std::copy(src.begin(), src.end(), a.get(p).begin());
       }
-    if (!state_[0].empty() && ck.state.has(plane::outer_momentum)) {
+    auto& state = planes_->outer_state(0);
+    if (!state.empty() && ck.state.has(plane::outer_momentum)) {
       auto src = ck.state.get(plane::outer_momentum);
-      std::copy(src.begin(), src.end(), state_[0].begin());
+      std::copy(src.begin(), src.end(), state.begin());
     }
     l_->seek({ck.step, ck.sampler});
-  }
-
-  // Fragment p of plane `from` into out, its spans end to end; and back.
-  void gather(int p, std::span<const float> from, std::vector<float>& out) const {
-    std::size_t at = 0;
-    for (auto& s : frags_[std::size_t(p)].spans) {
-      std::copy_n(from.begin() + std::ptrdiff_t(s.offset), s.size,
-                  out.begin() + std::ptrdiff_t(at));
-      at += s.size;
-    }
-  }
-  void scatter(int p, const std::vector<float>& in, std::span<float> into) const {
-    std::size_t at = 0;
-    for (auto& s : frags_[std::size_t(p)].spans) {
-      std::copy_n(in.begin() + std::ptrdiff_t(at), s.size, into.begin() + std::ptrdiff_t(s.offset));
-      at += s.size;
-    }
-  }
-  // Fragment p's error-feedback residual: the learner's plane when p is one span, else its own.
-  slice<float> residual_of(int p) {
-    if (codecs_.empty() || !codecs_[std::size_t(p)].error_feedback()) return {};
-    const auto& f = frags_[std::size_t(p)];
-    if (f.spans.size() == 1)
-      return l_->state().get(plane::residual).sub(f.spans[0].offset, f.spans[0].size);
-    auto& r = residual_[std::size_t(p)];
-    return {r.data(), r.size()};
-  }
-
-  // Δ_p = g_p − θ_p into fresh_.
-  void measure(int p) {
-    auto& a = l_->state();
-    const auto th = a.get(plane::param), g = a.get(plane::anchor);
-    std::size_t at = 0;
-    for (auto& s : frags_[std::size_t(p)].spans)
-      for (std::size_t i = s.offset; i < s.offset + s.size; ++i) fresh_[at++] = g[i] - th[i];
   }
 
   // A send of fragment p: Δ_p measured; a one-round-late rule lands its last sync first and
   // applies it with the fresh Δ (the first round: σ·Δ alone); then Δ_p is launched (and landed
   // at once with lag 0).
   status send(int p, std::chrono::steady_clock::duration deadline, std::size_t& bytes) {
-    measure(p);
+    planes_->measure(p);
     if (plan_.next_round()) {
       if (flight_.in_flight()) {
         if (auto s = land(bytes); !s) return s;
-        apply(flying_, true, true);
+        planes_->apply(flying_, true, true);
       } else {
-        apply(p, false, true);
+        planes_->apply(p, false, true);
       }
     } else if (flight_.in_flight()) {  // unreachable with lag < c; a sync is never dropped
       if (auto s = land_and_apply(false, bytes); !s) return s;
@@ -408,22 +398,16 @@ class round_loop {
     return {};
   }
 
-  // Launches the reduction of fresh_ (fragment p's Δ) and, when the rule keeps g the same on
-  // every rank, of g's hash. Only the flight touches the transport, the codec, the residual,
-  // delta_ and mean_ until it lands.
+  // Launches the reduction of fragment p's measured Δ and, when the rule keeps g the same on
+  // every rank, the check of g's fingerprint. Only the flight touches the transport and the
+  // buffers of the reduction until it lands.
   void launch(int p, std::chrono::steady_clock::duration deadline) {
-    std::swap(delta_, fresh_);
-    const auto g = l_->state().get(plane::anchor);
-    const std::size_t n = frags_[std::size_t(p)].size();
     last_sent_[std::size_t(p)] = step_;
     flying_ = p;
     apply_at_ = step_ + plan_.lag;
-    flight_.launch(
-        *t_, codecs_.empty() ? nullptr : &codecs_[std::size_t(p)],
-        slice<const float>(delta_.data(), n), residual_of(p), slice<float>(mean_.data(), n),
-        plan_.identical() ? std::optional<std::uint64_t>(hash64(g.data(), g.size_bytes()))
-                          : std::nullopt,
-        what(), deadline, plan_.lag == 0 && !plan_.next_round());
+    const auto hash = plan_.identical() ? std::optional(planes_->fingerprint()) : std::nullopt;
+    flight_.launch(*t_, planes_->template reduce<T>(p), hash, what(), deadline,
+                   plan_.lag == 0 && !plan_.next_round());
   }
 
   status land(std::size_t& bytes) {
@@ -436,55 +420,22 @@ class round_loop {
   // Lands the flight and applies it; fresh_zero: a one-round-late rule's finish (Δ^fresh = 0).
   status land_and_apply(bool fresh_zero, std::size_t& bytes) {
     if (auto s = land(bytes); !s) return s;
-    if (fresh_zero) std::fill(fresh_.begin(), fresh_.end(), 0.0f);
-    apply(flying_, true, fresh_zero);
+    if (fresh_zero) planes_->clear_fresh();
+    planes_->apply(flying_, true, fresh_zero);
     return {};
-  }
-
-  // g_p ← OuterOpt_p(g_p, u) with u = mean Δ_p (landed; else 0) + σ·(fresh Δ_p − own Δ_p) (with
-  // fresh; own ← fresh), then θ_p ← α·θ_p + (1 − α)·g_p. No outer step when nothing landed and
-  // σ = 0 (a one-round-late rule's first round).
-  void apply(int p, bool landed, bool with_fresh) {
-    const std::size_t n = frags_[std::size_t(p)].size();
-    const float share = plan_.own_share;
-    const bool step = landed || share != 0.0f;
-    if (!landed) std::fill_n(mean_.begin(), n, 0.0f);
-    if (with_fresh && share != 0.0f) {
-      auto& own = own_[std::size_t(p)];
-      for (std::size_t i = 0; i < n; ++i) mean_[i] += (fresh_[i] - own[i]) * share;
-      std::copy_n(fresh_.begin(), n, own.begin());
-    }
-    auto& a = l_->state();
-    const auto th = a.get(plane::param), g = a.get(plane::anchor);
-    if (step) {
-      gather(p, g, scratch_);
-      outer_.step(std::span<float>(scratch_.data(), n), std::span<const float>(mean_.data(), n),
-                  state_[std::size_t(p)]);
-      scatter(p, scratch_, g);
-    }
-    const float al = plan_.alpha;
-    for (auto& s : frags_[std::size_t(p)].spans)
-      for (std::size_t i = s.offset; i < s.offset + s.size; ++i)
-        th[i] = al == 0.0f ? g[i] : al == 1.0f ? th[i] : al * th[i] + (1.0f - al) * g[i];
   }
 
   T* t_;
   L* l_;
-  O outer_;
   S sync_;
   std::string name_;  // the rule's, for errors
   std::vector<fragment> frags_;
-  std::vector<compress::module_codec> codecs_;
   long h_;
   status ok_;
+  status checkpointable_codec_;  // whether a checkpoint holds the codec's state
   sync_plan plan_{};
-  std::vector<std::vector<float>> state_;     // the outer state of each fragment
-  std::vector<std::vector<float>> own_;       // σ > 0: the own Δ in the mean in flight
-  std::vector<std::vector<float>> residual_;  // error feedback of a fragment of several spans
-  std::vector<float> delta_, mean_;           // the flight's: Δ_p and its mean
-  std::vector<float> fresh_;                  // Δ_p measured at a send
-  std::vector<float> scratch_;                // g_p end to end, for the outer step
-  std::vector<long> last_sent_;               // the step each fragment was last sent at
+  std::optional<planes_type> planes_;  // engaged when ok_ after construction
+  std::vector<long> last_sent_;        // the step each fragment was last sent at
   std::vector<sync_record> syncs_;
   int flying_ = 0;
   long apply_at_ = 0;

@@ -85,6 +85,32 @@ result<double> train_round(W& w, const worker_loop_options& o) {
 }
 }  // namespace detail
 
+// Waits until every module of w's path closed the round w pulled last, by `until`. Errors: the
+// store's (timeout, peer_lost …).
+template <class W, store::ModuleStore Store>
+requires PathWorker<W, Store> status wait_round(W& w, Store& store,
+                                                std::chrono::steady_clock::time_point until) {
+  for (int m : w.modules())
+    if (auto s = store.wait_closed(m, w.round(), until); !s) return s;
+  return {};
+}
+
+// One synchronous round of w with nothing around it (tests, a single worker): pull, H inner
+// steps, push, wait_round within round_deadline of the push. Errors: the pull's, the push's (a
+// late one included), the wait's, a device worker's failed CUDA call.
+template <class W, store::ModuleStore Store>
+requires PathWorker<W, Store> status
+sync_round(W& w, Store& store, std::chrono::steady_clock::duration round_deadline) {
+  if (auto s = w.pull(store); !s) return s;
+  try {
+    w.train();
+  } catch (const error_exception& e) {
+    return e.err;
+  }
+  if (auto s = w.push(store); !s) return s;
+  return wait_round(w, store, std::chrono::steady_clock::now() + round_deadline);
+}
+
 // A completed round of the worker.
 struct worker_round {
   long round = 0;      // the round it trained
@@ -131,9 +157,7 @@ run_worker(W& w, Store& store, const worker_loop_options& o,
       if (on_refused) on_refused(s.error());
       continue;
     }
-    const auto until = clock::now() + o.round_deadline;
-    for (int m : w.modules())
-      if (auto s = store.wait_closed(m, w.round(), until); !s) return s;
+    if (auto s = wait_round(w, store, clock::now() + o.round_deadline); !s) return s;
     const auto now = clock::now();
     if (on_round)
       if (auto s = on_round({w.round(), loss, std::chrono::duration<double>(now - t0).count(),
