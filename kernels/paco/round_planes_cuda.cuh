@@ -136,38 +136,33 @@ class round_planes<cuda, O> {
  public:
   using codec = kernels::device_mean;  // one per fragment, or none (fp32 through the host)
 
-  // Errors: codecs neither empty nor one per fragment; a fragment with both a codec and a
-  // device sum; a codec of another size than its fragment. Each names `rule`.
+  // Errors: a fragment with both a codec and a device sum (invalid_argument); codecs neither
+  // empty nor one per fragment, a codec of another size than its fragment (detail::codecs_fit).
+  // Each names `rule`.
   static status check(const std::vector<codec>& codecs, const std::vector<fragment>& frags,
                       const std::string& rule) {
-    if (!codecs.empty() && codecs.size() != frags.size())
-      return {errc::invalid_argument, rule + ": one device_mean per fragment, or none (" +
-                                          std::to_string(codecs.size()) + " for " +
-                                          std::to_string(frags.size()) + " fragments)"};
+    std::vector<std::optional<std::size_t>> sizes;
     for (std::size_t p = 0; p < codecs.size(); ++p) {
       if (codecs[p].codec && codecs[p].sum)
         return {errc::invalid_argument,
                 rule + ": fragment " + std::to_string(p) +
                     ": a device all-reduce carries fp32 Δ; a codec's payloads go over the "
                     "transport (give one or the other)"};
-      if (codecs[p].codec && codecs[p].codec->size() != frags[p].size())
-        return {errc::mismatch, rule + ": codec " + std::to_string(p) + " covers " +
-                                    std::to_string(codecs[p].codec->size()) +
-                                    " elements, its fragment " + std::to_string(frags[p].size())};
+      sizes.push_back(codecs[p].codec ? std::optional(codecs[p].codec->size()) : std::nullopt);
     }
-    return {};
+    return detail::codecs_fit(sizes, frags, rule);
   }
 
-  // Requires: l is a kernels::learner_cuda (state() on the device, context() its stream) that
-  // outlives the planes; frags cover its layout once; check(codecs, frags) is ok. Throws
+  // Requires: l is a kernels::learner_cuda (state() on the device, context() its stream) and
+  // frags outlive the planes; frags cover its layout once; check(codecs, frags) is ok. Throws
   // error_exception when the device has no room for the buffers or no second stream.
   template <class L>
-  round_planes(L& l, std::vector<fragment> frags, std::vector<codec> codecs, O outer,
+  round_planes(L& l, const std::vector<fragment>& frags, std::vector<codec> codecs, O outer,
                const sync_plan& plan)
       : a_(&l.state()),
         ctx_(&l.context()),
         flight_ctx_(kernels::cuda_context::make(l.context().device()).value_or_throw()),
-        frags_(std::move(frags)),
+        frags_(&frags),
         codecs_(std::move(codecs)),
         outer_(outer),
         plan_(plan) {
@@ -175,14 +170,14 @@ class round_planes<cuda, O> {
       a_->get(plane::anchor);
       std::size_t largest = 0;
       bool host_ring = codecs_.empty(), decodes = false;
-      for (std::size_t p = 0; p < frags_.size(); ++p) {
-        const std::size_t n = frags_[p].size();
+      for (std::size_t p = 0; p < frags.size(); ++p) {
+        const std::size_t n = frags[p].size();
         state_.emplace_back(outer_.state_size(n));
         own_.emplace_back(plan_.identical() ? 0 : n);
         const bool feedback =
             p < codecs_.size() && codecs_[p].codec && codecs_[p].codec->error_feedback();
-        if (feedback && frags_[p].spans.size() == 1) a_->get(plane::residual);
-        residual_.emplace_back(feedback && frags_[p].spans.size() > 1 ? n : 0);
+        if (feedback && frags[p].spans.size() == 1) a_->get(plane::residual);
+        residual_.emplace_back(feedback && frags[p].spans.size() > 1 ? n : 0);
         if (p < codecs_.size()) {
           host_ring = host_ring || (!codecs_[p].codec && !codecs_[p].sum);
           decodes = decodes || bool(codecs_[p].codec);
@@ -227,7 +222,7 @@ class round_planes<cuda, O> {
     const cudaStream_t st = ctx_->stream();
     const auto th = a_->get(plane::param), g = a_->get(plane::anchor);
     std::size_t at = 0;
-    for (auto& s : frags_[std::size_t(p)].spans) {
+    for (auto& s : frag(p).spans) {
       kernels::detail::difference_kernel<<<kernels::elementwise_blocks(s.size), 256, 0, st>>>(
           g.data() + s.offset, th.data() + s.offset, fresh_.data() + at, s.size);
       at += s.size;
@@ -250,7 +245,7 @@ class round_planes<cuda, O> {
       const cudaStream_t st = flight_ctx_.stream();
       cuda_check(cudaSetDevice(flight_ctx_.device()), "cudaSetDevice");  // the flight's thread
       cuda_check(cudaStreamWaitEvent(st, measured_, 0), "flight wait");
-      const std::size_t n = frags_[std::size_t(p)].size();
+      const std::size_t n = frag(p).size();
       const codec* how = codecs_.empty() ? nullptr : &codecs_[std::size_t(p)];
       status s;
       if (how && how->codec)
@@ -269,7 +264,7 @@ class round_planes<cuda, O> {
   void apply(int p, bool landed, bool with_fresh) {
     if (landed) book_flight();
     const cudaStream_t st = ctx_->stream();
-    const std::size_t n = frags_[std::size_t(p)].size();
+    const std::size_t n = frag(p).size();
     const float share = plan_.own_share;
     if (!landed) cuda_check(cudaMemsetAsync(mean_.data(), 0, n * sizeof(float), st), "u reset");
     if (with_fresh && share != 0.0f) {
@@ -278,7 +273,7 @@ class round_planes<cuda, O> {
       kernels::detail::launched("own share launch");
     }
     const auto th = a_->get(plane::param), g = a_->get(plane::anchor);
-    const auto& spans = frags_[std::size_t(p)].spans;
+    const auto& spans = frag(p).spans;
     if (landed || share != 0.0f) {
       spans_copy(spans, g.data(), scratch_.data(), true);
       outer_step(scratch_.data(), mean_.data(), state_[std::size_t(p)].data(), n, st);
@@ -339,13 +334,14 @@ class round_planes<cuda, O> {
       kernels::detail::launched("outer sgd launch");
     }
   }
+  const fragment& frag(int p) const { return (*frags_)[std::size_t(p)]; }
   void book_flight() {
     log_.d2h_bytes += flight_log_.d2h_bytes, log_.d2h_copies += flight_log_.d2h_copies;
     log_.h2d_bytes += flight_log_.h2d_bytes, log_.h2d_copies += flight_log_.h2d_copies;
     flight_log_ = {};
   }
   float* residual_of(int p) {
-    const auto& f = frags_[std::size_t(p)];
+    const auto& f = frag(p);
     if (!codecs_[std::size_t(p)].codec->error_feedback()) return nullptr;
     if (f.spans.size() == 1) return a_->get(plane::residual).data() + f.spans[0].offset;
     return residual_[std::size_t(p)].data();
@@ -417,9 +413,9 @@ class round_planes<cuda, O> {
   }
 
   arena<cuda>* a_;
-  kernels::cuda_context* ctx_;        // the learner's stream: measure, apply, fingerprint
-  kernels::cuda_context flight_ctx_;  // the reduction's
-  std::vector<fragment> frags_;
+  kernels::cuda_context* ctx_;          // the learner's stream: measure, apply, fingerprint
+  kernels::cuda_context flight_ctx_;    // the reduction's
+  const std::vector<fragment>* frags_;  // the loop's
   std::vector<codec> codecs_;
   O outer_;
   sync_plan plan_;

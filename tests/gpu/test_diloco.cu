@@ -27,6 +27,7 @@
 #include "paco/net/inproc.hpp"
 #include "paco/nn/gpt.hpp"
 #include "paco/round_planes_cuda.cuh"
+#include "paco/testing/drift_learner.hpp"
 #include "paco/train/diloco_allreduce.hpp"
 #include "paco/train/round_loop.hpp"
 
@@ -140,29 +141,9 @@ std::vector<double> rounds(const char* compress, int rounds, int H) {
   return losses;
 }
 
-// θ ← θ − c at every inner step (c per rank, dyadic), over the GPT layout: on the host, and on
-// the device with the same arithmetic (one subtraction a step).
-struct host_drift {
-  paco::arena<paco::host> a;
-  std::vector<float> c;
-  int h;
-  host_drift(const paco::param_layout& l, int rank, int h_) : a(l), h(h_) {
-    auto th = a.get(paco::plane::param);
-    c.resize(th.size());
-    for (std::size_t i = 0; i < th.size(); ++i) {
-      th[i] = float(int(i % 7) - 3);
-      c[i] = float(int((i * 5 + std::size_t(rank) * 3) % 9) - 4) / 64.0f;
-    }
-  }
-  paco::arena<paco::host>& state() { return a; }
-  double train(int n) {
-    auto th = a.get(paco::plane::param);
-    for (int s = 0; s < n; ++s)
-      for (std::size_t i = 0; i < th.size(); ++i) th[i] -= c[i];
-    return 0.0;
-  }
-  int steps_per_round() const { return h; }
-};
+// θ ← θ − c at every inner step (c per rank, dyadic), over the GPT layout: on the host
+// (testing::drift_learner), and on the device with the same arithmetic (one subtraction a step).
+using host_drift = paco::testing::drift_learner;
 
 template <int = 0>
 __global__ void drift_kernel(float* th, const float* c, std::size_t n, int steps) {

@@ -21,6 +21,7 @@
 #include "paco/nn/gpt.hpp"
 #include "paco/optim/optim.hpp"
 #include "paco/outer/outer.hpp"
+#include "paco/testing/drift_learner.hpp"
 #include "paco/testing/token_streams.hpp"
 #include "paco/train/path_worker.hpp"
 #include "paco/train/round_loop.hpp"
@@ -31,40 +32,7 @@ namespace {
 
 // ---- a learner with exact arithmetic ------------------------------------------------------------
 
-// θ ← θ − c at every inner step, c fixed per rank: Δ of a round of H steps is H·c whatever θ is.
-// Dyadic values keep every sum, mean and outer step exact, so closed forms compare with ==.
-struct drift_learner {
-  param_layout layout;
-  arena<host> a;
-  std::vector<float> c;
-  int h;
-  drift_learner(int rank, int h_, std::size_t tensors = 4)
-      : layout(make_layout(tensors)), a(layout), h(h_) {
-    auto th = a.get(plane::param);
-    c.resize(th.size());
-    for (std::size_t i = 0; i < th.size(); ++i) {
-      th[i] = float(int(i % 7) - 3);                                       // x_0: small integers
-      c[i] = float(int((i * 5 + std::size_t(rank) * 3) % 9) - 4) / 64.0f;  // per rank
-    }
-  }
-  static param_layout make_layout(std::size_t tensors) {
-    param_layout l;
-    for (std::size_t t = 0; t < tensors; ++t) {
-      std::string name = "t";  // (not "t" + to_string: GCC 12 warns -Wrestrict on it)
-      name += std::to_string(t);
-      l.add(name, 8);
-    }
-    return l;
-  }
-  arena<host>& state() { return a; }
-  double train(int n) {
-    auto th = a.get(plane::param);
-    for (int s = 0; s < n; ++s)
-      for (std::size_t i = 0; i < th.size(); ++i) th[i] -= c[i];
-    return 0.0;
-  }
-  int steps_per_round() const { return h; }
-};
+using testing::drift_learner;  // θ ← θ − c each step: exact arithmetic
 static_assert(train::Learner<drift_learner>);
 static_assert(!train::CheckpointedLearner<drift_learner>);
 

@@ -132,8 +132,6 @@ class round_loop {
     if (ok_) ok_ = planes_type::check(codecs, frags_, name_);
     if (!ok_) return;
     plan_ = *plan;
-    if constexpr (std::same_as<learner_backend<L>, host>)
-      if (!codecs.empty()) checkpointable_codec_ = checkpointable(codecs[0].spec());
     planes_.emplace(l, frags_, std::move(codecs), outer, plan_);
     planes_->begin();
     last_sent_.assign(frags_.size(), 0);
@@ -353,7 +351,8 @@ class round_loop {
               "checkpoints: the " + sync_.name() +
                   " rule keeps a sync in flight between rounds (or several fragments); only "
                   "blocking (and streaming with one fragment and no overlap) checkpoints"};
-    if (!checkpointable_codec_) return checkpointable_codec_;
+    if (!planes_->codecs().empty())
+      if (auto s = checkpointable(planes_->codecs()[0].spec()); !s) return s;
     const std::size_t n = l_->state().get(plane::param).size();
     const std::size_t m = planes_->outer_state(0).size();
     if (m != 0 && m != n)
@@ -432,7 +431,6 @@ class round_loop {
   std::vector<fragment> frags_;
   long h_;
   status ok_;
-  status checkpointable_codec_;  // whether a checkpoint holds the codec's state
   sync_plan plan_{};
   std::optional<planes_type> planes_;  // engaged when ok_ after construction
   std::vector<long> last_sent_;        // the step each fragment was last sent at

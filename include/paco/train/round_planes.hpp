@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,44 +51,50 @@ namespace paco::train {
 template <Backend B, outer::OuterOptimizer O>
 class round_planes;
 
+namespace detail {
+// Codecs for frags: none, or one per fragment, of its size (sizes[p]; a fragment whose mean
+// needs no codec has none). Errors: invalid_argument, mismatch, naming `rule`.
+inline status codecs_fit(const std::vector<std::optional<std::size_t>>& sizes,
+                         const std::vector<fragment>& frags, const std::string& rule) {
+  if (!sizes.empty() && sizes.size() != frags.size())
+    return {errc::invalid_argument, rule + ": one codec per fragment, or none (" +
+                                        std::to_string(sizes.size()) + " codecs for " +
+                                        std::to_string(frags.size()) + " fragments)"};
+  for (std::size_t p = 0; p < sizes.size(); ++p)
+    if (sizes[p] && *sizes[p] != frags[p].size())
+      return {errc::mismatch, rule + ": codec " + std::to_string(p) + " covers " +
+                                  std::to_string(*sizes[p]) + " elements, its fragment " +
+                                  std::to_string(frags[p].size())};
+  return {};
+}
+}  // namespace detail
+
 template <outer::OuterOptimizer O>
 class round_planes<host, O> {
  public:
   using codec = compress::module_codec;  // one per fragment, or none (fp32)
 
-  // Errors: codecs neither empty nor one per fragment of its size (invalid_argument, mismatch),
-  // naming `rule`.
+  // Errors: codecs neither empty nor one per fragment of its size (detail::codecs_fit).
   static status check(const std::vector<codec>& codecs, const std::vector<fragment>& frags,
                       const std::string& rule) {
-    if (!codecs.empty() && codecs.size() != frags.size())
-      return {errc::invalid_argument, rule + ": one codec per fragment, or none (" +
-                                          std::to_string(codecs.size()) + " codecs for " +
-                                          std::to_string(frags.size()) + " fragments)"};
-    for (std::size_t p = 0; p < codecs.size(); ++p)
-      if (codecs[p].size() != frags[p].size())
-        return {errc::mismatch, rule + ": codec " + std::to_string(p) + " covers " +
-                                    std::to_string(codecs[p].size()) + " elements, its fragment " +
-                                    std::to_string(frags[p].size())};
-    return {};
+    std::vector<std::optional<std::size_t>> sizes;
+    for (auto& c : codecs) sizes.push_back(c.size());
+    return detail::codecs_fit(sizes, frags, rule);
   }
 
-  // Requires: l.state() (an arena<host>) outlives the planes; frags cover its layout once;
-  // check(codecs, frags) is ok.
+  // Requires: l.state() (an arena<host>) and frags outlive the planes; frags cover the layout
+  // once; check(codecs, frags) is ok.
   template <class L>
-  round_planes(L& l, std::vector<fragment> frags, std::vector<codec> codecs, O outer,
+  round_planes(L& l, const std::vector<fragment>& frags, std::vector<codec> codecs, O outer,
                const sync_plan& plan)
-      : a_(&l.state()),
-        frags_(std::move(frags)),
-        codecs_(std::move(codecs)),
-        outer_(outer),
-        plan_(plan) {
+      : a_(&l.state()), frags_(&frags), codecs_(std::move(codecs)), outer_(outer), plan_(plan) {
     std::size_t largest = 0;
-    for (std::size_t p = 0; p < frags_.size(); ++p) {
-      const std::size_t n = frags_[p].size();
+    for (std::size_t p = 0; p < frags.size(); ++p) {
+      const std::size_t n = frags[p].size();
       state_.emplace_back(outer_.state_size(n), 0.0f);
       own_.emplace_back(plan_.identical() ? 0 : n, 0.0f);
       const bool feedback = p < codecs_.size() && codecs_[p].error_feedback();
-      residual_.emplace_back(feedback && frags_[p].spans.size() > 1 ? n : 0, 0.0f);
+      residual_.emplace_back(feedback && frags[p].spans.size() > 1 ? n : 0, 0.0f);
       largest = std::max(largest, n);
     }
     for (auto* b : {&delta_, &fresh_, &mean_, &scratch_}) b->resize(largest);
@@ -106,7 +113,7 @@ class round_planes<host, O> {
   void measure(int p) {
     const auto th = a_->get(plane::param), g = a_->get(plane::anchor);
     std::size_t at = 0;
-    for (auto& s : frags_[std::size_t(p)].spans)
+    for (auto& s : frag(p).spans)
       for (std::size_t i = s.offset; i < s.offset + s.size; ++i) fresh_[at++] = g[i] - th[i];
   }
   void clear_fresh() { std::fill(fresh_.begin(), fresh_.end(), 0.0f); }
@@ -114,7 +121,7 @@ class round_planes<host, O> {
   template <net::Transport T>
   auto reduce(int p) {
     std::swap(delta_, fresh_);
-    const std::size_t n = frags_[std::size_t(p)].size();
+    const std::size_t n = frag(p).size();
     compress::module_codec* c = codecs_.empty() ? nullptr : &codecs_[std::size_t(p)];
     return [c, d = slice<const float>(delta_.data(), n), r = residual_of(p),
             m = slice<float>(mean_.data(), n)](
@@ -123,7 +130,7 @@ class round_planes<host, O> {
   }
 
   void apply(int p, bool landed, bool with_fresh) {
-    const std::size_t n = frags_[std::size_t(p)].size();
+    const std::size_t n = frag(p).size();
     const float share = plan_.own_share;
     if (!landed) std::fill_n(mean_.begin(), n, 0.0f);
     if (with_fresh && share != 0.0f) {
@@ -139,11 +146,12 @@ class round_planes<host, O> {
       scatter(p, scratch_, g);
     }
     const float al = plan_.alpha;
-    for (auto& s : frags_[std::size_t(p)].spans)
+    for (auto& s : frag(p).spans)
       for (std::size_t i = s.offset; i < s.offset + s.size; ++i)
         th[i] = al == 0.0f ? g[i] : al == 1.0f ? th[i] : al * th[i] + (1.0f - al) * g[i];
   }
 
+  const std::vector<codec>& codecs() const noexcept { return codecs_; }
   // The outer optimizer's state of fragment p (a checkpoint holds fragment 0's).
   std::vector<float>& outer_state(std::size_t p) noexcept { return state_[p]; }
   const std::vector<float>& outer_state(std::size_t p) const noexcept { return state_[p]; }
@@ -155,7 +163,7 @@ class round_planes<host, O> {
   // Fragment p of plane `from` into out, its spans end to end; and back.
   void gather(int p, std::span<const float> from, std::vector<float>& out) const {
     std::size_t at = 0;
-    for (auto& s : frags_[std::size_t(p)].spans) {
+    for (auto& s : frag(p).spans) {
       std::copy_n(from.begin() + std::ptrdiff_t(s.offset), s.size,
                   out.begin() + std::ptrdiff_t(at));
       at += s.size;
@@ -163,7 +171,7 @@ class round_planes<host, O> {
   }
   void scatter(int p, const std::vector<float>& in, std::span<float> into) const {
     std::size_t at = 0;
-    for (auto& s : frags_[std::size_t(p)].spans) {
+    for (auto& s : frag(p).spans) {
       std::copy_n(in.begin() + std::ptrdiff_t(at), s.size, into.begin() + std::ptrdiff_t(s.offset));
       at += s.size;
     }
@@ -171,15 +179,17 @@ class round_planes<host, O> {
   // Fragment p's error-feedback residual: the arena's plane when p is one span, else its own.
   slice<float> residual_of(int p) {
     if (codecs_.empty() || !codecs_[std::size_t(p)].error_feedback()) return {};
-    const auto& f = frags_[std::size_t(p)];
+    const auto& f = frag(p);
     if (f.spans.size() == 1)
       return a_->get(plane::residual).sub(f.spans[0].offset, f.spans[0].size);
     auto& r = residual_[std::size_t(p)];
     return {r.data(), r.size()};
   }
 
+  const fragment& frag(int p) const { return (*frags_)[std::size_t(p)]; }
+
   arena<host>* a_;
-  std::vector<fragment> frags_;
+  const std::vector<fragment>* frags_;  // the loop's
   std::vector<codec> codecs_;
   O outer_;
   sync_plan plan_;
