@@ -55,15 +55,11 @@ double median(std::vector<double> v) {
 
 // Every record's round_s of worker w's log; into train_s, its round_s − sync_s.
 std::vector<double> round_seconds(const fs::path& dir, int w, std::vector<double>& train_s) {
-  std::vector<double> out;
-  std::ifstream f(dir / ("worker-" + std::to_string(w) + ".jsonl"));
-  for (std::string line; std::getline(f, line);) {
-    const auto j = json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.contains("round_s") || !j.contains("sync_s")) continue;
-    out.push_back(j["round_s"].get<double>());
-    train_s.push_back(out.back() - j["sync_s"].get<double>());
-  }
-  return out;
+  const auto round = paco::testing::worker_log_values(dir, w, "round_s");
+  const auto sync = paco::testing::worker_log_values(dir, w, "sync_s");
+  for (std::size_t i = 0; i < std::min(round.size(), sync.size()); ++i)
+    train_s.push_back(round[i] - sync[i]);
+  return round;
 }
 
 // One run of the small job with `extra` settings. Errors: a message (the run failed).

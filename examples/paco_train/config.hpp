@@ -94,9 +94,10 @@ struct dipaco_section {
 
 // How a DiPaCo job's workers sync through the module store (docs/02_dipaco.md).
 struct sync_section {
-  // blocking: every worker waits for its round to close. The overlapped rules (co2, eager,
-  // streaming, naive_delayed) run over an all-reduce (train::round_loop, example_diloco_ranks)
-  // and are not built for the module store yet: refused, saying so.
+  // blocking: every worker waits for its round to close. co2, eager, naive_delayed: a worker's
+  // push overlaps its next round's inner steps and the store's outer step reaches it one round
+  // late (train/worker_loop.hpp; host workers). streaming runs over an all-reduce only
+  // (train::round_loop, example_diloco_ranks): refused here, saying so.
   std::string mode = "blocking";
   // Workers of different speeds: each worker trains at most this long a round (0: H steps,
   // however long they take) and pushes what it trained, weighted by the share of H it reached,
@@ -122,6 +123,11 @@ struct launch_section {
   // Experiments with workers of different speeds: "W:F[,W:F …]" runs worker W F times slower
   // (F ≥ 1; it sleeps (F − 1) times its inner steps' time each round). Empty: none.
   std::string throttle;
+  // WAN experiments on one machine: every store <-> worker link, both ways, shaped by paco's
+  // per-link shaper (net::shaper_options) to this rate in megabits per second (0: unlimited) and
+  // this added one-way latency per frame.
+  double link_mbps = 0;
+  double link_latency_ms = 0;
 };
 
 struct train_config {
@@ -272,6 +278,8 @@ inline std::map<std::string, detail::field> fields(train_config& c) {
   add("launch.round_timeout_s", l.round_timeout_s);
   add("launch.peer_timeout_s", l.peer_timeout_s);
   add("launch.restarts", l.restarts);
+  add("launch.link_mbps", l.link_mbps);
+  add("launch.link_latency_ms", l.link_latency_ms);
   add("launch.tls", l.tls);
   add("launch.tls_ca", l.tls_ca);
   add("launch.tls_cert", l.tls_cert);
@@ -414,6 +422,10 @@ inline paco::status validate(const train_config& c) {
           range(c.launch.peer_timeout_s > 0.2 && c.launch.peer_timeout_s <= 1e6,
                 "launch.peer_timeout_s", "in (0.2, 1e6] (seconds)"),
           range(c.launch.restarts >= 0, "launch.restarts", "≥ 0"),
+          range(c.launch.link_mbps >= 0 && c.launch.link_mbps <= 1e6, "launch.link_mbps",
+                "in [0, 1e6] (megabits per second; 0: unlimited)"),
+          range(c.launch.link_latency_ms >= 0 && c.launch.link_latency_ms <= 60000,
+                "launch.link_latency_ms", "in [0, 60000] (milliseconds)"),
           range(!c.launch.tls || !c.launch.tls_ca.empty(), "launch.tls_ca",
                 "a CA certificate file when launch.tls = true"),
           range(d.lgreco_every >= 1 && d.lgreco_every <= 1000000, "dipaco.lgreco_every",
@@ -424,14 +436,18 @@ inline paco::status validate(const train_config& c) {
                 "sync.train_budget_s",
                 "0 (and launch.throttle empty) with train.device = \"cuda\"")})
       if (!s) return s;
-    if (c.sync.mode != "blocking") {
-      if (auto r = paco::train::parse_sync(c.sync.mode); !r)
-        return {errc::invalid_argument, "sync.mode: " + r.error().message};
+    auto rule = paco::train::parse_sync(c.sync.mode);
+    if (!rule) return {errc::invalid_argument, "sync.mode: " + rule.error().message};
+    if (rule->get_if<paco::train::streaming>())
+      return {errc::invalid_argument,
+              "sync.mode = \"streaming\": Streaming DiLoCo runs over an all-reduce "
+              "(example_diloco_ranks --sync streaming); through the module store: \"blocking\", "
+              "\"co2\", \"eager\" or \"naive_delayed\""};
+    if (c.sync.mode != "blocking" && t.device == "cuda")
       return {errc::invalid_argument,
               "sync.mode = \"" + c.sync.mode +
-                  "\": the overlapped rules run over an all-reduce (example_diloco_ranks --sync " +
-                  c.sync.mode + "); through the module store only \"blocking\" is built so far"};
-    }
+                  "\": the overlapped rules through the store run on host workers; with "
+                  "train.device = \"cuda\" use \"blocking\""};
     if (auto th = parse_throttle(c.launch.throttle, paths * d.workers_per_path); !th)
       return th.error();
     auto comp = paco::store::parse_compression(d.compress, std::size_t(d.lgreco_every));

@@ -186,6 +186,10 @@ inline std::string config_fingerprint(const train_config& cfg) {
     << " dipaco.weight_by_shard=" << d.weight_by_shard << " dipaco.prefix=" << d.prefix
     << " dipaco.compress=" << d.compress << " train.batch=" << cfg.train.batch
     << " train.seed=" << cfg.train.seed;
+  // An overlapped rule's checkpoint holds a round trained and not landed, a blocking one's a
+  // round already pushed: neither resumes under the other (blocking adds nothing, so checkpoints
+  // written before the overlapped rules existed still resume).
+  if (cfg.sync.mode != "blocking") o << " sync.mode=" << cfg.sync.mode;
   return o.str();
 }
 
@@ -202,6 +206,8 @@ inline net::tcp_options link_options(const train_config& cfg, int worker, int po
   o.peer_timeout = std::chrono::milliseconds(long(cfg.launch.peer_timeout_s * 1000));
   o.heartbeat_interval =
       std::chrono::milliseconds(std::max(50L, long(cfg.launch.peer_timeout_s * 100)));
+  o.shaper.rate_bytes_per_s = cfg.launch.link_mbps * 1e6 / 8;
+  o.shaper.latency = std::chrono::microseconds(long(cfg.launch.link_latency_ms * 1000));
   if (cfg.launch.tls) {
     o.tls = {.enabled = true,
              .ca_file = cfg.launch.tls_ca,
@@ -801,7 +807,9 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w, bool re
   }
   // The round loop (train/worker_loop.hpp): pull (retried while the path's modules sit at
   // different rounds), H inner steps, push (a refused late push is not fatal), wait; after each
-  // round a checkpoint of the inner optimizer state and a metrics record.
+  // round a checkpoint of the inner optimizer state and a metrics record. With an overlapped
+  // sync.mode the push runs behind the next round's steps, and the checkpoint after round r
+  // closed holds θ and θ_start of round r+1, trained and not yet landed (a resume lands them).
   // This worker's slowdown for experiments (launch.throttle; checked by validate) and its pushes
   // dropped because their round closed without them.
   const double throttle = [&] {
@@ -809,13 +817,21 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w, bool re
     return th && th->count(w) ? th->at(w) : 1.0;
   }();
   long late = 0;
+  // The sync rule (checked by validate) and, for eager's own share, the workers of each module.
+  std::vector<int> sharing;
+  for (int m : g.path_modules(p)) sharing.push_back(g.paths_through(m) * g.workers_per_path());
   const train::worker_loop_options lo{
       .rounds = cfg.dipaco.rounds,
       .round_deadline = std::chrono::milliseconds(long(cfg.launch.round_timeout_s * 2000)),
       .pull_tries = int(cfg.launch.round_timeout_s * 20) + 50,  // ≈ 2 round timeouts
       .completed = saved ? saved->round : -1,
       .train_budget = std::chrono::milliseconds(long(cfg.sync.train_budget_s * 1000)),
-      .throttle = throttle};
+      .throttle = throttle,
+      .sync = *train::parse_sync(cfg.sync.mode),
+      .sharing = sharing,
+      .resumed_loss = saved && saved->metadata.count("pending_loss")
+                          ? std::stod(saved->metadata.at("pending_loss"))
+                          : 0.0};
   // After each round: its checkpoint, then its log record, each retried, each fatal when it
   // cannot be written (the loop stops with the error; the process exits 4).
   bool write_failed = false;
@@ -823,7 +839,8 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w, bool re
     const std::size_t sent = bytes_before + client.bytes_sent();
     status s = io::with_retries(
         [&] {
-          return save(r.round, {{"bytes_sent", std::to_string(sent)}});
+          return save(r.round, {{"bytes_sent", std::to_string(sent)},
+                                {"pending_loss", std::to_string(r.pending_loss)}});
         },
         write_tries);
     if (s)

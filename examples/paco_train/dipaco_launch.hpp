@@ -270,7 +270,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   if (!data) return std::fprintf(stderr, "paco_train: %s\n", data.error().what().c_str()), 2;
   std::printf(
       "paco_train: DiPaCo grid %s: %d paths, %d modules, %d workers; %d rounds x %d inner "
-      "steps; pushes %s; Brown: %zu training / %zu validation documents\n",
+      "steps; sync %s; pushes %s; Brown: %zu training / %zu validation documents\n",
       [&] {
         std::string s;
         for (std::size_t i = 0; i < cfg.dipaco.grid.size(); ++i) {
@@ -281,7 +281,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
       }()
           .c_str(),
       g.paths(), g.modules(), g.workers(), cfg.dipaco.rounds, cfg.dipaco.inner_steps,
-      cfg.dipaco.compress.c_str(), data->train.size(), data->val.size());
+      cfg.sync.mode.c_str(), cfg.dipaco.compress.c_str(), data->train.size(), data->val.size());
   if (!resume) {
     std::error_code ec;
     for (int w = 1; w <= g.workers(); ++w) {

@@ -111,9 +111,19 @@ TEST_CASE("validate: each field's own range, upper bounds included", "[paco_trai
 
 TEST_CASE("load_config: the sync section and the throttle are checked by name",
           "[paco_train][config]") {
-  // The overlapped rules are the all-reduce's for now: refused through the store, saying so.
-  REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"co2\""}),
-              "through the module store only \"blocking\" is built so far"));
+  // co2, eager and naive_delayed run through the store on host workers; streaming is the
+  // all-reduce's: refused, saying so.
+  for (const char* mode : {"co2", "eager", "naive_delayed", "blocking"})
+    REQUIRE(load_config("", {"job.mode=\"dipaco\"", std::string("sync.mode=\"") + mode + "\""}));
+  REQUIRE(
+      load_config("", {"job.mode=\"dipaco\"", "launch.link_mbps=20", "launch.link_latency_ms=50"}));
+  REQUIRE(has(refusal({"job.mode=dipaco", "launch.link_mbps=-1"}), "launch.link_mbps must be"));
+  REQUIRE(has(refusal({"job.mode=dipaco", "launch.link_latency_ms=1e9"}),
+              "launch.link_latency_ms must be"));
+  REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"streaming\""}),
+              "Streaming DiLoCo runs over an all-reduce"));
+  REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"co2\"", "train.device=\"cuda\""}),
+              "run on host workers"));
   REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"fast\""}),
               "is not one of blocking, streaming, co2, eager, naive_delayed"));
   REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"delayed\""}), "'naive_delayed'"));

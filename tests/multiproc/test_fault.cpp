@@ -2,7 +2,8 @@
 // process and four worker processes over TCP; one worker is killed with SIGKILL at a random
 // moment; the launcher restarts it, it resumes from its checkpoint and rejoins; the run finishes,
 // and every module in the store's checkpoint hashes to the value the store announced when it
-// closed the module's last round (no module state lost or corrupted).
+// closed the module's last round (no module state lost or corrupted). The second trial runs the
+// overlapped co2 rule through the store.
 // Trials: PACO_FAULT_TRIALS (default 3; docs/results.md records a 20-trial run).
 #include <catch2/catch.hpp>
 
@@ -61,7 +62,10 @@ TEST_CASE("DiPaCo over TCP survives a worker killed at a random point", "[multip
         "dipaco.pretrain_steps=5", "--set", "launch.peer_timeout_s=1", "--set",
         "launch.round_timeout_s=30", "--set", "train.warmup=2",
         // The first trial also evaluates with re-routing every 32 bytes; the rest skip it.
-        "--set", trial == 0 ? "dipaco.reroute_every=32" : "dipaco.reroute_every=0"};
+        "--set", trial == 0 ? "dipaco.reroute_every=32" : "dipaco.reroute_every=0",
+        // The second trial syncs by co2 through the store: the killed worker resumes a round
+        // trained and not yet landed, with its push of the round before in flight or lost.
+        "--set", trial == 1 ? "sync.mode=\"co2\"" : "sync.mode=\"blocking\""};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

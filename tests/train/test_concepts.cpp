@@ -98,6 +98,8 @@ static_assert(!train::PathWorker<worker_without_push, testing::module_store_arch
 static_assert(!train::PathWorker<worker_without_tag, testing::module_store_archetype>);
 static_assert(
     train::PathWorker<train::path_worker<nn::gpt, optim::adamw>, store::local_store<outer::sgd>>);
+static_assert(train::OverlappingPathWorker<train::path_worker<nn::gpt, optim::adamw>,
+                                           store::local_store<outer::sgd>>);
 static_assert(!train::Model<nn::linear>);  // a Module is not a trainable Model
 static_assert(store::EncodedModuleStore<store::client<net::inproc>>);
 static_assert(store::EncodedModuleStore<store::local_store<outer::sgd>>);
@@ -161,6 +163,16 @@ TEST_CASE("the path-worker archetype is enough for the round loop", "[train][con
           }).ok());
   REQUIRE(rounds == 3);
   REQUIRE(w.round() == 3);
+  // A worker that cannot split its push from its steps is refused the overlapped rules, naming
+  // what it lacks (the device worker is one).
+  static_assert(!train::OverlappingPathWorker<testing::path_worker_archetype,
+                                              testing::module_store_archetype>);
+  testing::path_worker_archetype w2{.size = 4};
+  const auto s = train::run_worker(w2, store, {.rounds = 3, .sync = train::co2{}});
+  REQUIRE(!s.ok());
+  REQUIRE(s.error().code == errc::unsupported);
+  REQUIRE(s.error().message.find("overlap its inner steps") != std::string::npos);
+  REQUIRE(w2.pulls == 0);
 }
 
 TEST_CASE("the outer-optimizer archetype is enough for a store's rounds", "[train][concepts]") {

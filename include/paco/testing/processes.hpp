@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 extern char** environ;
 
 namespace paco::testing {
@@ -140,6 +142,19 @@ namespace paco::testing {
 // The exit code of a wait status: the exit status, 128 + the signal, or -1 (not exited).
 inline int exit_code(int st) {
   return st < 0 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
+}
+
+// One number of every record of worker w's log in a paco_train run directory (worker-W.jsonl):
+// the value under `key` of each record that has it, in order.
+inline std::vector<double> worker_log_values(const std::filesystem::path& dir, int w,
+                                             const std::string& key) {
+  std::vector<double> out;
+  std::ifstream f(dir / ("worker-" + std::to_string(w) + ".jsonl"));
+  for (std::string line; std::getline(f, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.contains(key) && j[key].is_number()) out.push_back(j[key]);
+  }
+  return out;
 }
 
 // A small DiPaCo run of paco_train in `dir` (small_dipaco_job's settings), for process tests.

@@ -9,6 +9,7 @@
 // as train::Model and train::LanguageModel.
 
 #include <concepts>
+#include <span>
 #include <vector>
 
 #include "paco/core/error.hpp"
@@ -29,6 +30,23 @@ concept PathWorker = store::ModuleStore<Store> && requires(W& w, const W& cw, St
   { w.push(s) } -> std::same_as<status>;
   { cw.round() } -> std::convertible_to<long>;
   { cw.modules() } -> std::convertible_to<const std::vector<int>&>;
+};
+
+// A path worker whose push can overlap its next inner steps (worker_loop's overlapped rules):
+// push split into prepare (measure and encode Δ into its own buffers) and send (push them, from
+// another thread while it trains), fetch (pull the path into a buffer of its own, on that thread
+// too) and take_fetched (θ ← what it fetched), and an overlapped landing, land(share): θ holds
+// the global modules; θ_l ← θ_l − share[l]·Δ_l, then θ becomes the next round's start. Models:
+// train::path_worker.
+template <class W, class Store>
+concept OverlappingPathWorker = PathWorker<W, Store> &&
+    requires(W& w, const W& cw, Store& s, std::span<const float> share) {
+  { w.prepare() } -> std::same_as<status>;
+  { cw.send(s) } -> std::same_as<status>;
+  { w.fetch(s) } -> std::same_as<status>;
+  w.take_fetched();
+  w.land(share);
+  w.restart_from_anchor();
 };
 // clang-format on
 

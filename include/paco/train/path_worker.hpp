@@ -5,6 +5,10 @@
 // Δ_m = θ_start,m − θ_end,m for every module m of its path, weighted by its shard's tokens
 // (scaled by the share of H it trained, when a time budget cut its round short).
 // The inner optimizer state stays with the worker across rounds (it is never synchronised).
+// push is prepare (measure and encode Δ into the worker's own buffers) then send (push them): an
+// overlapped rule (train/worker_loop.hpp) sends, and fetches the next global modules into a
+// buffer, from another thread while the worker trains on, then lands them with take_fetched and
+// land.
 //
 // With codecs (set_codecs: one compress::module_codec per level), each Δ_m is encoded first and
 // pushed as bytes (push_encoded); the error-feedback residual of module m stays here, in this
@@ -111,25 +115,26 @@ class path_worker {
   template <store::ModuleStore Store>
   status pull(Store& store) {
     auto th = arena_.get(plane::param);
-    long r = -1;
-    for (std::size_t l = 0; l < levels_.size(); ++l) {
-      auto span = std::span<float>(th.data() + levels_[l].offset, levels_[l].size);
-      auto got = store.pull(modules_[l], span);
-      if (!got) return got.error();
-      const auto [round, h] = *got;
-      if (hash64(span.data(), span.size_bytes()) != h)
-        return {errc::mismatch, "module " + std::to_string(modules_[l]) +
-                                    " arrived with a different hash than the store's"};
-      if (r >= 0 && round != r)
-        return {errc::mismatch,
-                "modules of worker " + std::to_string(id_) + " are at different rounds"};
-      r = round;
-    }
-    round_ = r;
+    if (auto s = pull_into(store, std::span<float>(th.data(), th.size())); !s) return s;
     pulled_step_ = loop_.step_count();
     auto an = arena_.get(plane::anchor);
     std::copy(th.begin(), th.end(), an.begin());
     return {};
+  }
+
+  // Pulls every module of the path into a buffer of its own (θ untouched), for take_fetched: an
+  // overlapped worker fetches the next global modules while it trains. Errors: as pull's.
+  template <store::ModuleStore Store>
+  status fetch(Store& store) {
+    fetched_.resize(arena_.get(plane::param).size());
+    return pull_into(store, std::span<float>(fetched_));
+  }
+  // θ ← the modules of the last fetch (their round is round()). Requires: a fetch succeeded.
+  void take_fetched() {
+    auto th = arena_.get(plane::param);
+    PACO_ASSERT(fetched_.size() == th.size(), "take_fetched after fetch");
+    for (const auto& lv : levels_)
+      std::copy_n(fetched_.data() + lv.offset, lv.size, th.data() + lv.offset);
   }
 
   // The weight of this worker's pushes for the round pulled last: its shard's tokens, scaled by
@@ -150,31 +155,55 @@ class path_worker {
   }
 
   // Pushes Δ = θ_start − θ for every module of the path, for the round pulled last: the fp32
-  // span, or its codec's payload. Every module is tried even if one push fails (e.g. its round
-  // closed without us); the first error is returned. With error feedback, the part of Δ a
-  // payload did not carry stays in the residual even if the store refuses the push.
+  // span, or its codec's payload (prepare, then send). Every module is tried even if one push
+  // fails (e.g. its round closed without us); the first error is returned. With error feedback,
+  // the part of Δ a payload did not carry stays in the residual even if the store refuses it.
   template <store::ModuleStore Store>
   status push(Store& store) {
+    if (auto s = prepare(); !s) return s;
+    return send(store);
+  }
+
+  // The first half of push: measures Δ = θ_start − θ of every module into this worker's own
+  // buffers (and encodes it, updating the residual, when it has codecs), with the weight of the
+  // steps trained since the pull. θ may then change (an overlapped worker trains on) while send
+  // pushes the buffers. Errors: a codec's.
+  status prepare() {
     auto th = arena_.get(plane::param);
     auto an = arena_.get(plane::anchor);
-    status first;
+    out_.resize(levels_.size());
+    out_weight_ = push_weight();
     for (std::size_t l = 0; l < levels_.size(); ++l) {
       const std::size_t o = levels_[l].offset, n = levels_[l].size;
-      delta_.resize(n);
-      for (std::size_t i = 0; i < n; ++i) delta_[i] = an[o + i] - th[o + i];
+      auto& d = out_[l].delta;
+      d.resize(n);
+      for (std::size_t i = 0; i < n; ++i) d[i] = an[o + i] - th[o + i];
+      if (codecs_.empty()) continue;
+      auto& c = codecs_[l];
+      const auto res = c.error_feedback() ? arena_.get(plane::residual).sub(o, n) : slice<float>{};
+      if (auto s = c.encode(slice<const float>(d.data(), n), res, out_[l].payload); !s) return s;
+      payload_bytes_ += out_[l].payload.size();
+    }
+    return {};
+  }
+
+  // The second half of push: pushes what prepare measured, for round() (an overlapped worker
+  // prepares round r's Δ, lands on the modules of round r, then sends). Requires: prepare
+  // succeeded since the last send. Reads only this worker's buffers and round, so it may run on
+  // another thread, followed there by a fetch, while this one trains (not while it pulls,
+  // prepares or lands).
+  template <store::ModuleStore Store>
+  status send(Store& store) const {
+    PACO_ASSERT(out_.size() == levels_.size(), "send after prepare");
+    status first;
+    for (std::size_t l = 0; l < levels_.size(); ++l) {
       status s;
       if (codecs_.empty()) {
-        s = store.push(modules_[l], id_, round_, std::span<const float>(delta_), push_weight());
+        s = store.push(modules_[l], id_, round_, std::span<const float>(out_[l].delta),
+                       out_weight_);
       } else if constexpr (store::EncodedModuleStore<Store>) {
-        auto& c = codecs_[l];
-        const auto res =
-            c.error_feedback() ? arena_.get(plane::residual).sub(o, n) : slice<float>{};
-        s = c.encode(slice<const float>(delta_.data(), n), res, payload_);
-        if (s) {
-          payload_bytes_ += payload_.size();
-          s = store.push_encoded(modules_[l], id_, round_, std::span<const std::byte>(payload_),
-                                 push_weight());
-        }
+        s = store.push_encoded(modules_[l], id_, round_,
+                               std::span<const std::byte>(out_[l].payload), out_weight_);
       } else {
         s = {errc::unsupported, "worker " + std::to_string(id_) +
                                     ": this store takes fp32 pushes only (no push_encoded)"};
@@ -184,7 +213,54 @@ class path_worker {
     return first;
   }
 
+  // An overlapped landing (train/worker_loop.hpp's overlapped rules): θ holds the global modules
+  // (pulled, take_fetched, or restart_from_anchor); applies θ_l ← θ_l − share[l]·Δ_l with Δ the
+  // last prepare's (uncompressed) measure, then makes this θ the next round's start (anchor) and
+  // weighs the next push from this inner step. Requires: prepare since the last landing;
+  // share.size() == the levels.
+  void land(std::span<const float> share) {
+    PACO_ASSERT(share.size() == levels_.size() && out_.size() == levels_.size(),
+                "land after prepare, one share per level");
+    auto th = arena_.get(plane::param);
+    for (std::size_t l = 0; l < levels_.size(); ++l) {
+      if (share[l] == 0.0f) continue;
+      const std::size_t o = levels_[l].offset;
+      const auto& d = out_[l].delta;
+      for (std::size_t i = 0; i < d.size(); ++i) th[o + i] -= share[l] * d[i];
+    }
+    auto an = arena_.get(plane::anchor);
+    std::copy(th.begin(), th.end(), an.begin());
+    pulled_step_ = loop_.step_count();
+  }
+  // θ ← θ_start: the global modules of the round pulled last, when nothing is in flight to land.
+  void restart_from_anchor() {
+    auto th = arena_.get(plane::param);
+    auto an = arena_.get(plane::anchor);
+    std::copy(an.begin(), an.end(), th.begin());
+  }
+
  private:
+  // Every module of the path into dst (the plane's layout); round_ ← their round.
+  template <store::ModuleStore Store>
+  status pull_into(Store& store, std::span<float> dst) {
+    long r = -1;
+    for (std::size_t l = 0; l < levels_.size(); ++l) {
+      auto span = dst.subspan(levels_[l].offset, levels_[l].size);
+      auto got = store.pull(modules_[l], span);
+      if (!got) return got.error();
+      const auto [round, h] = *got;
+      if (hash64(span.data(), span.size_bytes()) != h)
+        return {errc::mismatch, "module " + std::to_string(modules_[l]) +
+                                    " arrived with a different hash than the store's"};
+      if (r >= 0 && round != r)
+        return {errc::mismatch,
+                "modules of worker " + std::to_string(id_) + " are at different rounds"};
+      r = round;
+    }
+    round_ = r;
+    return {};
+  }
+
   int id_;
   const Model& model_;
   std::vector<path::level_span> levels_;
@@ -194,10 +270,15 @@ class path_worker {
   arena<host> arena_;
   train::inner_loop<Model, InnerOpt> loop_;
   double shard_tokens_;
-  long pulled_step_ = 0;  // the inner step at the last pull
-  std::vector<float> delta_;
+  long pulled_step_ = 0;  // the inner step at the last pull (or overlapped landing)
+  struct outgoing {
+    std::vector<float> delta;        // Δ of the level's module (capacity reused)
+    std::vector<std::byte> payload;  // its codec's payload, with codecs
+  };
+  std::vector<outgoing> out_;   // one per level: what the last prepare measured
+  std::vector<float> fetched_;  // the modules of the last fetch (the plane's layout)
+  double out_weight_ = 0;
   std::vector<compress::module_codec> codecs_;  // one per level, or none (fp32 pushes)
-  std::vector<std::byte> payload_;              // the last encoded payload (capacity reused)
   std::size_t payload_bytes_ = 0;
   long round_ = 0;
   double last_loss_ = 0;

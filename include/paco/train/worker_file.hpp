@@ -122,14 +122,15 @@ result<worker_checkpoint> load_worker_file(const std::filesystem::path& file, co
   return ck;
 }
 
-// Gives w back the inner optimizer's moments, when both w and the checkpoint keep one the
+// Gives w back θ and θ_start (a blocking worker's next pull overwrites both; an overlapped one
+// lands on them), the inner optimizer's moments, when both w and the checkpoint keep one the
 // error-feedback residual, and when the file records it the sampler's position. Requires: w
 // was built with start_step = ck.step for the same model.
 template <class Model, class InnerOpt>
 void restore_worker_state(const worker_checkpoint& ck, train::path_worker<Model, InnerOpt>& w) {
   if (auto it = ck.metadata.find("sampler"); it != ck.metadata.end())
     if (auto at = rng::from_hex(it->second)) w.seek({ck.step, *at});
-  for (auto pl : {plane::moment1, plane::moment2, plane::residual}) {
+  for (auto pl : {plane::param, plane::anchor, plane::moment1, plane::moment2, plane::residual}) {
     if (!ck.state.has(pl)) continue;
     if (pl == plane::residual && !w.state().has(pl)) continue;
     auto src = ck.state.get(pl);

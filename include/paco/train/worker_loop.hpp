@@ -18,6 +18,28 @@
 //               returns (a checkpoint that could not be written) ends the loop with that error:
 //               a worker that cannot save its state must not train on as if it had
 //
+// Overlapped rules (worker_loop_options::sync: co2, eager, naive_delayed; train/sync.hpp), the
+// same rules round_loop runs over an all-reduce, here through the store with no change to its
+// protocol. A round's sync runs on a background thread (the flight: push Δ_r, wait until round r
+// closed, fetch the global modules G_{r+1} = the store's outer step on round r's mean) while the
+// next round's inner steps run from the worker's live θ; at the end of round r:
+//
+//     join      the flight of round r−1 (a late refusal of its push: on_refused)
+//     on_round  (round r−1 closed: the caller checkpoints θ and θ_start as trained, not landed)
+//     measure   Δ_r = θ_start − θ (encoded, with codecs)
+//     land      θ ← G_r − σ_l·Δ_r per level (G_r: what the flight fetched), θ_start ← θ
+//     fly       push Δ_r for round r, wait, fetch, in the background; train round r+1
+//
+// The first round lands on the modules it pulled (nothing in flight); after the last push the
+// worker waits for its flight and takes the global modules. A resumed worker (o.completed ≥ 0,
+// its θ and θ_start a checkpoint's) starts at measure, pulling G itself. σ is the rule's own share:
+// 1 for co2 (each worker goes on from its own progress; the late mean replaces it), 1/k_l for eager
+// (k_l: the workers training level l's module, worker_loop_options::sharing), 0 for naive_delayed
+// (restart from G_r, which lacks the worker's round r). With outer SGD at rate 1 on the store this
+// is round_loop's co2 / eager / naive_delayed (the all-reduce form applies its outer optimizer to
+// the worker's own Δ too, so with momentum the two forms differ; docs/02_dipaco.md). Streaming
+// (fragments) is not built through the store: run_worker refuses it.
+//
 // Resume is the caller's part: restore the worker's arena planes and its inner step
 // (inner_config::start_step) from its checkpoint before calling; the store says the round. A
 // store whose modules are behind the round the checkpoint completed (its own checkpoint is older
@@ -26,12 +48,15 @@
 
 #include <chrono>
 #include <functional>
+#include <future>
 #include <thread>
+#include <vector>
 
 #include "paco/core/error.hpp"
 #include "paco/store/concepts.hpp"
 #include "paco/train/concepts.hpp"
 #include "paco/train/path_worker.hpp"
+#include "paco/train/sync.hpp"
 
 namespace paco::train {
 
@@ -49,6 +74,13 @@ struct worker_loop_options {
   // Experiments: after each inner step the worker sleeps (throttle − 1) times as long as the
   // step took, so it runs `throttle` times slower (≥ 1).
   double throttle = 1;
+  // The sync rule: blocking, or an overlapped one (co2, eager, naive_delayed; see above).
+  sync_choice sync = blocking{};
+  // Per level of the path, how many workers train its module (eager's σ = 1/k; needed by eager).
+  std::vector<int> sharing;
+  // An overlapped worker resumed from a checkpoint: the mean loss of the round it had trained
+  // and not landed (worker_round::pending_loss of the round it completed), to report with it.
+  double resumed_loss = 0;
 };
 
 namespace detail {
@@ -113,17 +145,153 @@ sync_round(W& w, Store& store, std::chrono::steady_clock::duration round_deadlin
 
 // A completed round of the worker.
 struct worker_round {
-  long round = 0;      // the round it trained
-  double loss = 0;     // mean inner loss over its H steps
-  double seconds = 0;  // train (and throttle) + push + wait
-  double sync_s = 0;   // of which push + wait: the time the worker spent on the sync
+  long round = 0;   // the round it trained
+  double loss = 0;  // mean inner loss over its H steps
+  // Since the previous report (the first: since the loop began): pull, train (and throttle),
+  // push, wait — under every rule the time between two rounds, so that rules compare.
+  double seconds = 0;
+  double sync_s = 0;  // of which not training: the time the worker spent on the sync
+  // Overlapped rules: the mean loss of the round trained since, not yet landed (a checkpoint
+  // taken now holds it; worker_loop_options::resumed_loss gives it back).
+  double pending_loss = 0;
 };
 
-// Runs w against store until the path's modules reach o.rounds. on_round after every round whose
-// push was accepted and closed; on_refused with the store's refusal of a late push (optional).
+namespace detail {
+// Pulls w's path, again every o.pull_retry while its modules sit at different rounds (up to
+// o.pull_tries). Errors: the last pull's.
+template <class W, store::ModuleStore Store>
+status pull_path(W& w, Store& store, const worker_loop_options& o) {
+  status pulled;
+  for (int tries = 0; tries < std::max(1, o.pull_tries); ++tries) {
+    pulled = w.pull(store);
+    if (pulled.ok() || pulled.error().code != errc::mismatch) break;
+    std::this_thread::sleep_for(o.pull_retry);
+  }
+  return pulled;
+}
+
+// The error of a store behind the worker's checkpoint (its round ≤ the one completed).
+inline status store_behind(long at, long completed) {
+  return {errc::mismatch,
+          "the store holds this path at round " + std::to_string(at) +
+              " but this worker's checkpoint completed round " + std::to_string(completed) +
+              ": the store's state is older than the worker's (restored from an older "
+              "checkpoint, or started anew without --resume); resume the store from its "
+              "latest checkpoint"};
+}
+
+// σ per level of w's path under an overlapped rule (plan(k_l) for level l). Errors: the rule's;
+// invalid_argument when it depends on k and o.sharing does not give one k ≥ 1 per level.
+inline result<std::vector<float>> own_shares(const worker_loop_options& o, std::size_t levels,
+                                             int h) {
+  std::vector<float> share(levels);
+  const bool per_k = o.sync.get_if<eager>() != nullptr;
+  if (per_k && o.sharing.size() != levels)
+    return error(errc::invalid_argument,
+                 o.sync.name() +
+                     " through the store needs the workers sharing each level's "
+                     "module (worker_loop_options::sharing): " +
+                     std::to_string(o.sharing.size()) + " given for " + std::to_string(levels) +
+                     " levels");
+  for (std::size_t l = 0; l < levels; ++l) {
+    auto p = o.sync.plan(per_k ? o.sharing[l] : 1, 1, h);
+    if (!p) return p.error();
+    share[l] = p->own_share;
+  }
+  return share;
+}
+
+// The overlapped round loop (see the file comment). Requires: share has one σ per level.
+template <class W, store::ModuleStore Store>
+requires OverlappingPathWorker<W, Store> status
+run_overlapped(W& w, Store& store, const worker_loop_options& o, const std::vector<float>& share,
+               const std::function<status(const worker_round&)>& on_round,
+               const std::function<void(const error&)>& on_refused) {
+  using clock = std::chrono::steady_clock;
+  const auto secs = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  // What runs behind the inner steps: the push of round `sent`, the wait for its close, the fetch
+  // of the next global modules (again while they sit at different rounds).
+  struct flown {
+    status pushed, after;
+  };
+  const auto fly = [&w, &store, &o](long sent) {
+    flown f{w.send(store), {}};
+    if (!f.pushed && f.pushed.error().code != errc::mismatch) return f;
+    const auto until = clock::now() + o.round_deadline;
+    for (int m : w.modules())
+      if (f.after = store.wait_closed(m, sent, until); !f.after) return f;
+    for (int tries = 0; tries < std::max(1, o.pull_tries); ++tries) {
+      f.after = w.fetch(store);
+      if (f.after.ok() || f.after.error().code != errc::mismatch) break;
+      std::this_thread::sleep_for(o.pull_retry);
+    }
+    return f;
+  };
+  // A resumed worker's θ and θ_start are its checkpoint's: a round trained, not yet landed.
+  const bool resumed = o.completed >= 0;
+  if (!resumed) {
+    if (auto s = pull_path(w, store, o); !s) return s;
+    if (w.round() >= o.rounds) return {};
+  }
+  std::future<flown> flight;
+  long sent = -1;
+  double sent_loss = 0;
+  double loss = o.resumed_loss;  // the loss of the round trained last, not yet landed
+  auto last = clock::now();
+  // Joins the flight and reports the round it closed (on_round).
+  const auto land_flight = [&]() -> status {
+    const auto t0 = clock::now();
+    const flown f = flight.get();
+    if (!f.pushed) {
+      if (f.pushed.error().code != errc::mismatch) return f.pushed;
+      if (on_refused) on_refused(f.pushed.error());
+    }
+    if (!f.after) return f.after;
+    const auto now = clock::now();
+    const worker_round r{sent, sent_loss, secs(now - last), secs(now - t0), loss};
+    last = now;
+    return on_round ? on_round(r) : status{};
+  };
+  for (bool first = true;; first = false) {
+    if (!(first && resumed)) {
+      auto l = train_round(w, o);
+      if (!l) return l.error();
+      loss = *l;
+    }
+    if (flight.valid())
+      if (auto s = land_flight(); !s) return s;
+    if (auto s = w.prepare(); !s) return s;
+    if (first && resumed) {
+      if (auto s = pull_path(w, store, o); !s) return s;
+      if (w.round() <= o.completed) return store_behind(w.round(), o.completed);
+    } else if (first) {
+      w.restart_from_anchor();  // the modules it pulled: nothing was in flight
+    } else {
+      w.take_fetched();
+    }
+    if (w.round() >= o.rounds) return {};  // θ = the global modules
+    w.land(share);
+    sent = w.round();
+    sent_loss = loss;
+    flight = std::async(std::launch::async, fly, sent);
+    if (sent + 1 >= o.rounds) {  // the last round: nothing more to train
+      if (auto s = land_flight(); !s) return s;
+      w.take_fetched();
+      w.land(std::vector<float>(share.size(), 0.0f));  // θ_start ← θ = the global modules
+      return {};
+    }
+  }
+}
+}  // namespace detail
+
+// Runs w against store until the path's modules reach o.rounds, under o.sync. on_round after
+// every round whose push was accepted and closed (overlapped rules: every round once it closed,
+// sync_s the time spent waiting for its flight); on_refused
+// with the store's refusal of a late push (optional).
 // Returns: ok when the run is over for this path; the store's or the pull's error otherwise
 // (mismatch when the modules stayed at different rounds for every try, or when the store is
-// behind o.completed); on_round's error.
+// behind o.completed); on_round's error; unsupported for streaming with an overlap or a mix, and
+// for an overlapped rule with a worker that is not an OverlappingPathWorker; the rule's.
 // W is any PathWorker: train::path_worker, or kernels::path_worker_cuda on a GPU.
 template <class W, store::ModuleStore Store>
 requires PathWorker<W, Store> status
@@ -131,27 +299,36 @@ run_worker(W& w, Store& store, const worker_loop_options& o,
            const std::function<status(const worker_round&)>& on_round = {},
            const std::function<void(const error&)>& on_refused = {}) {
   using clock = std::chrono::steady_clock;
-  for (bool first = true;; first = false) {
-    status pulled;
-    for (int tries = 0; tries < std::max(1, o.pull_tries); ++tries) {
-      pulled = w.pull(store);
-      if (pulled.ok() || pulled.error().code != errc::mismatch) break;
-      std::this_thread::sleep_for(o.pull_retry);
+  // The rule's shape (H only bounds streaming's τ, which the store refuses whatever it is).
+  constexpr int any_h = 1 << 20;
+  auto plan = o.sync.plan(1, 1, any_h);
+  if (!plan) return plan.error();
+  if (plan->next_round()) {
+    if constexpr (OverlappingPathWorker<W, Store>) {
+      auto share = detail::own_shares(o, w.modules().size(), any_h);
+      if (!share) return share.error();
+      return detail::run_overlapped(w, store, o, *share, on_round, on_refused);
+    } else {
+      return {errc::unsupported, o.sync.name() +
+                                     " through the store needs a worker whose push can overlap "
+                                     "its inner steps (the host path_worker)"};
     }
-    if (!pulled) return pulled;
-    if (first && w.round() <= o.completed)
-      return {errc::mismatch,
-              "the store holds this path at round " + std::to_string(w.round()) +
-                  " but this worker's checkpoint completed round " + std::to_string(o.completed) +
-                  ": the store's state is older than the worker's (restored from an older "
-                  "checkpoint, or started anew without --resume); resume the store from its "
-                  "latest checkpoint"};
+  }
+  if (plan->lag != 0 || plan->alpha != 0.0f)
+    return {errc::unsupported, o.sync.name() +
+                                   " with an overlap or a mix runs over an all-reduce "
+                                   "(train::round_loop); through the store only blocking and "
+                                   "co2, eager, naive_delayed are built"};
+  const auto secs = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  auto last = clock::now();
+  for (bool first = true;; first = false) {
+    if (auto s = detail::pull_path(w, store, o); !s) return s;
+    if (first && w.round() <= o.completed) return detail::store_behind(w.round(), o.completed);
     if (w.round() >= o.rounds) return {};
     const auto t0 = clock::now();
     auto trained = detail::train_round(w, o);
     if (!trained) return trained.error();
-    const double loss = *trained;
-    const auto t_sync = clock::now();
+    const double loss = *trained, train_s = secs(clock::now() - t0);
     if (auto s = w.push(store); !s) {
       if (s.error().code != errc::mismatch) return s;
       if (on_refused) on_refused(s.error());
@@ -159,11 +336,10 @@ run_worker(W& w, Store& store, const worker_loop_options& o,
     }
     if (auto s = wait_round(w, store, clock::now() + o.round_deadline); !s) return s;
     const auto now = clock::now();
+    const double seconds = secs(now - last);
+    last = now;
     if (on_round)
-      if (auto s = on_round({w.round(), loss, std::chrono::duration<double>(now - t0).count(),
-                             std::chrono::duration<double>(now - t_sync).count()});
-          !s)
-        return s;
+      if (auto s = on_round({w.round(), loss, seconds, seconds - train_s}); !s) return s;
   }
 }
 
