@@ -126,7 +126,7 @@ class path_worker {
   // overlapped worker fetches the next global modules while it trains. Errors: as pull's.
   template <store::ModuleStore Store>
   status fetch(Store& store) {
-    fetched_.resize(arena_.get(plane::param).size());
+    fetched_.resize(arena_.layout().total());  // no allocation on this (maybe another) thread
     return pull_into(store, std::span<float>(fetched_));
   }
   // θ ← the modules of the last fetch (their round is round()). Requires: a fetch succeeded.

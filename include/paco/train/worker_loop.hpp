@@ -32,7 +32,11 @@
 //
 // The first round lands on the modules it pulled (nothing in flight); after the last push the
 // worker waits for its flight and takes the global modules. A resumed worker (o.completed ≥ 0,
-// its θ and θ_start a checkpoint's) starts at measure, pulling G itself. σ is the rule's own share:
+// its θ and θ_start a checkpoint's: round completed+1 trained, not landed) fetches G itself and
+// lands as above if round completed+1 is still open; if it closed while the worker was down (with
+// the pending push or without it, which cannot be known) the pending Δ is dropped, as a late
+// push is, and the worker starts afresh from G. A flight in progress when a round's steps fail
+// is waited for (at most its deadlines) before the error returns. σ is the rule's own share:
 // 1 for co2 (each worker goes on from its own progress; the late mean replaces it), 1/k_l for eager
 // (k_l: the workers training level l's module, worker_loop_options::sharing), 0 for naive_delayed
 // (restart from G_r, which lacks the worker's round r). With outer SGD at rate 1 on the store this
@@ -201,6 +205,19 @@ inline result<std::vector<float>> own_shares(const worker_loop_options& o, std::
   return share;
 }
 
+// Fetches w's path into its buffer, again every o.pull_retry while its modules sit at different
+// rounds (up to o.pull_tries). Errors: the last fetch's.
+template <class W, store::ModuleStore Store>
+status fetch_path(W& w, Store& store, const worker_loop_options& o) {
+  status got;
+  for (int tries = 0; tries < std::max(1, o.pull_tries); ++tries) {
+    got = w.fetch(store);
+    if (got.ok() || got.error().code != errc::mismatch) break;
+    std::this_thread::sleep_for(o.pull_retry);
+  }
+  return got;
+}
+
 // The overlapped round loop (see the file comment). Requires: share has one σ per level.
 template <class W, store::ModuleStore Store>
 requires OverlappingPathWorker<W, Store> status
@@ -209,8 +226,9 @@ run_overlapped(W& w, Store& store, const worker_loop_options& o, const std::vect
                const std::function<void(const error&)>& on_refused) {
   using clock = std::chrono::steady_clock;
   const auto secs = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  const std::vector<float> none(share.size(), 0.0f);
   // What runs behind the inner steps: the push of round `sent`, the wait for its close, the fetch
-  // of the next global modules (again while they sit at different rounds).
+  // of the next global modules.
   struct flown {
     status pushed, after;
   };
@@ -220,16 +238,29 @@ run_overlapped(W& w, Store& store, const worker_loop_options& o, const std::vect
     const auto until = clock::now() + o.round_deadline;
     for (int m : w.modules())
       if (f.after = store.wait_closed(m, sent, until); !f.after) return f;
-    for (int tries = 0; tries < std::max(1, o.pull_tries); ++tries) {
-      f.after = w.fetch(store);
-      if (f.after.ok() || f.after.error().code != errc::mismatch) break;
-      std::this_thread::sleep_for(o.pull_retry);
-    }
+    f.after = fetch_path(w, store, o);
     return f;
   };
-  // A resumed worker's θ and θ_start are its checkpoint's: a round trained, not yet landed.
-  const bool resumed = o.completed >= 0;
-  if (!resumed) {
+  // Where the global modules of the next landing come from: the modules pulled at the start
+  // (nothing was in flight: the anchor), or what the flight fetched.
+  bool from_anchor = true;
+  // A resumed worker's θ and θ_start are its checkpoint's: round completed+1 trained, not landed.
+  bool trained = o.completed >= 0;
+  if (trained) {
+    if (auto s = fetch_path(w, store, o); !s) return s;
+    if (w.round() <= o.completed) return store_behind(w.round(), o.completed);
+    from_anchor = false;
+    if (w.round() > o.completed + 1 || w.round() >= o.rounds) {
+      // The round of the pending Δ closed while the worker was down, with its push or without
+      // it (which cannot be known): the Δ is dropped, as a late push is, never pushed into a
+      // later round. The worker starts afresh from the global modules.
+      w.take_fetched();
+      w.land(none);
+      if (w.round() >= o.rounds) return {};
+      trained = false;
+      from_anchor = true;
+    }
+  } else {
     if (auto s = pull_path(w, store, o); !s) return s;
     if (w.round() >= o.rounds) return {};
   }
@@ -237,10 +268,10 @@ run_overlapped(W& w, Store& store, const worker_loop_options& o, const std::vect
   long sent = -1;
   double sent_loss = 0;
   double loss = o.resumed_loss;  // the loss of the round trained last, not yet landed
+  double train_s = 0;            // its training time
   auto last = clock::now();
   // Joins the flight and reports the round it closed (on_round).
   const auto land_flight = [&]() -> status {
-    const auto t0 = clock::now();
     const flown f = flight.get();
     if (!f.pushed) {
       if (f.pushed.error().code != errc::mismatch) return f.pushed;
@@ -248,27 +279,29 @@ run_overlapped(W& w, Store& store, const worker_loop_options& o, const std::vect
     }
     if (!f.after) return f.after;
     const auto now = clock::now();
-    const worker_round r{sent, sent_loss, secs(now - last), secs(now - t0), loss};
+    const double seconds = secs(now - last);
+    const worker_round r{sent, sent_loss, seconds, std::max(0.0, seconds - train_s), loss};
     last = now;
+    train_s = 0;
     return on_round ? on_round(r) : status{};
   };
-  for (bool first = true;; first = false) {
-    if (!(first && resumed)) {
+  for (;;) {
+    if (!trained) {
+      const auto t0 = clock::now();
       auto l = train_round(w, o);
       if (!l) return l.error();
       loss = *l;
+      train_s = secs(clock::now() - t0);
     }
+    trained = false;
     if (flight.valid())
       if (auto s = land_flight(); !s) return s;
     if (auto s = w.prepare(); !s) return s;
-    if (first && resumed) {
-      if (auto s = pull_path(w, store, o); !s) return s;
-      if (w.round() <= o.completed) return store_behind(w.round(), o.completed);
-    } else if (first) {
-      w.restart_from_anchor();  // the modules it pulled: nothing was in flight
-    } else {
+    if (from_anchor)
+      w.restart_from_anchor();  // the modules pulled at the start: nothing was in flight
+    else
       w.take_fetched();
-    }
+    from_anchor = false;
     if (w.round() >= o.rounds) return {};  // θ = the global modules
     w.land(share);
     sent = w.round();
@@ -277,7 +310,7 @@ run_overlapped(W& w, Store& store, const worker_loop_options& o, const std::vect
     if (sent + 1 >= o.rounds) {  // the last round: nothing more to train
       if (auto s = land_flight(); !s) return s;
       w.take_fetched();
-      w.land(std::vector<float>(share.size(), 0.0f));  // θ_start ← θ = the global modules
+      w.land(none);  // θ_start ← θ = the global modules
       return {};
     }
   }
@@ -285,8 +318,8 @@ run_overlapped(W& w, Store& store, const worker_loop_options& o, const std::vect
 }  // namespace detail
 
 // Runs w against store until the path's modules reach o.rounds, under o.sync. on_round after
-// every round whose push was accepted and closed (overlapped rules: every round once it closed,
-// sync_s the time spent waiting for its flight); on_refused
+// every round whose push was accepted and closed (overlapped rules: every round once it closed);
+// on_refused
 // with the store's refusal of a late push (optional).
 // Returns: ok when the run is over for this path; the store's or the pull's error otherwise
 // (mismatch when the modules stayed at different rounds for every try, or when the store is
@@ -321,6 +354,7 @@ run_worker(W& w, Store& store, const worker_loop_options& o,
                                    "co2, eager, naive_delayed are built"};
   const auto secs = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
   auto last = clock::now();
+  double train_s = 0;  // training time since the last report (a refused round's included)
   for (bool first = true;; first = false) {
     if (auto s = detail::pull_path(w, store, o); !s) return s;
     if (first && w.round() <= o.completed) return detail::store_behind(w.round(), o.completed);
@@ -328,7 +362,8 @@ run_worker(W& w, Store& store, const worker_loop_options& o,
     const auto t0 = clock::now();
     auto trained = detail::train_round(w, o);
     if (!trained) return trained.error();
-    const double loss = *trained, train_s = secs(clock::now() - t0);
+    const double loss = *trained;
+    train_s += secs(clock::now() - t0);
     if (auto s = w.push(store); !s) {
       if (s.error().code != errc::mismatch) return s;
       if (on_refused) on_refused(s.error());
@@ -336,10 +371,11 @@ run_worker(W& w, Store& store, const worker_loop_options& o,
     }
     if (auto s = wait_round(w, store, clock::now() + o.round_deadline); !s) return s;
     const auto now = clock::now();
-    const double seconds = secs(now - last);
+    const double seconds = secs(now - last), sync_s = seconds - train_s;
     last = now;
+    train_s = 0;
     if (on_round)
-      if (auto s = on_round({w.round(), loss, seconds, seconds - train_s}); !s) return s;
+      if (auto s = on_round({w.round(), loss, seconds, sync_s}); !s) return s;
   }
 }
 
