@@ -23,6 +23,7 @@
 #include "paco/io/text_corpus.hpp"
 #include "paco/nn/gpt.hpp"
 #include "paco/optim/adamw.hpp"
+#include "paco/outer/co2.hpp"
 #include "paco/path/path_plan.hpp"
 #include "paco/store/compression.hpp"
 #include "paco/train/sync.hpp"
@@ -77,8 +78,14 @@ struct dipaco_section {
   int rounds = 8;            // outer steps
   int inner_steps = 100;     // H
   int pretrain_steps = 200;  // shared base model (also the router's feature extractor)
+  // The store's outer optimizer: "nesterov" (DiLoCo's: lr, momentum) or "co2" (CO2's
+  // heavy-ball momentum on Δ/p, then clipping: outer/co2.hpp; lr α, momentum β).
+  std::string outer = "nesterov";
   float outer_lr = 0.7f;
   float outer_momentum = 0.9f;
+  float outer_gap_penalty = 1.0f;     // co2: p, the staleness-gap penalty (Δ enters as Δ/p)
+  std::string outer_clip = "none";    // co2: none | element | norm (of the momentum)
+  float outer_clip_threshold = 1.0f;  // co2: φ
   std::string path_rescale = "none";  // none | sqrt_paths | inv_sqrt_paths
   bool weight_by_shard = true;
   int prefix = 32;  // routing prefix (bytes)
@@ -96,9 +103,12 @@ struct dipaco_section {
 struct sync_section {
   // blocking: every worker waits for its round to close. co2, eager, naive_delayed: a worker's
   // push overlaps its next round's inner steps and the store's outer step reaches it one round
-  // late (train/worker_loop.hpp; host workers). streaming runs over an all-reduce only
-  // (train::round_loop, example_diloco_ranks): refused here, saying so.
+  // late (train/worker_loop.hpp; host workers). streaming: Streaming DiLoCo with the path's
+  // modules as fragments, level l synced in slot l of every H inner steps, each sync landing
+  // overlap_steps later, mixed in with alpha (host workers; no train budget).
   std::string mode = "blocking";
+  int overlap_steps = 0;  // streaming: τ, in [0, H / levels)
+  float alpha = 0.0f;     // streaming: θ ← α·θ + (1 − α)·G on landing, in [0, 1]
   // Workers of different speeds: each worker trains at most this long a round (0: H steps,
   // however long they take) and pushes what it trained, weighted by the share of H it reached,
   // so a slow worker neither holds its partners' rounds nor is left out of them. A push that
@@ -260,8 +270,12 @@ inline std::map<std::string, detail::field> fields(train_config& c) {
   add("dipaco.rounds", d.rounds);
   add("dipaco.inner_steps", d.inner_steps);
   add("dipaco.pretrain_steps", d.pretrain_steps);
+  add("dipaco.outer", d.outer);
   add("dipaco.outer_lr", d.outer_lr);
   add("dipaco.outer_momentum", d.outer_momentum);
+  add("dipaco.outer_gap_penalty", d.outer_gap_penalty);
+  add("dipaco.outer_clip", d.outer_clip);
+  add("dipaco.outer_clip_threshold", d.outer_clip_threshold);
   add("dipaco.path_rescale", d.path_rescale);
   add("dipaco.weight_by_shard", d.weight_by_shard);
   add("dipaco.prefix", d.prefix);
@@ -270,6 +284,8 @@ inline std::map<std::string, detail::field> fields(train_config& c) {
   add("dipaco.lgreco_every", d.lgreco_every);
   add("sync.mode", c.sync.mode);
   add("sync.train_budget_s", c.sync.train_budget_s);
+  add("sync.overlap_steps", c.sync.overlap_steps);
+  add("sync.alpha", c.sync.alpha);
   auto& l = c.launch;
   add("launch.throttle", l.throttle);
   add("launch.mode", l.mode);
@@ -351,7 +367,7 @@ inline paco::status validate(const train_config& c) {
   }
   if (c.model.vocab != 256)
     return {errc::invalid_argument, "model.vocab must be 256 (the byte tokenizer)"};
-  auto range = [](bool ok, const char* k, const char* r) {
+  auto range = [](bool ok, const char* k, const std::string& r) {
     return ok ? paco::status{}
               : paco::status(errc::invalid_argument, std::string(k) + " must be " + r);
   };
@@ -438,11 +454,38 @@ inline paco::status validate(const train_config& c) {
       if (!s) return s;
     auto rule = paco::train::parse_sync(c.sync.mode);
     if (!rule) return {errc::invalid_argument, "sync.mode: " + rule.error().message};
-    if (rule->get_if<paco::train::streaming>())
+    if (rule->get_if<paco::train::streaming>()) {
+      const int levels = int(d.grid.size());
+      if (d.inner_steps % levels != 0)
+        return {errc::invalid_argument,
+                "dipaco.inner_steps must be a multiple of the grid's " + std::to_string(levels) +
+                    " levels with sync.mode = \"streaming\" (the levels' modules are its "
+                    "fragments, one synced every H / levels steps)"};
+      for (const auto& s :
+           {range(c.sync.overlap_steps >= 0 && c.sync.overlap_steps < d.inner_steps / levels,
+                  "sync.overlap_steps",
+                  "in [0, dipaco.inner_steps / levels = " + std::to_string(d.inner_steps / levels) +
+                      ") with sync.mode = \"streaming\""),
+            range(c.sync.alpha >= 0 && c.sync.alpha <= 1, "sync.alpha", "in [0, 1]"),
+            range(c.sync.train_budget_s == 0, "sync.train_budget_s",
+                  "0 with sync.mode = \"streaming\" (a budget would break its schedule)")})
+        if (!s) return s;
+    }
+    if (!(d.outer == "nesterov" || d.outer == "co2"))
       return {errc::invalid_argument,
-              "sync.mode = \"streaming\": Streaming DiLoCo runs over an all-reduce "
-              "(example_diloco_ranks --sync streaming); through the module store: \"blocking\", "
-              "\"co2\", \"eager\" or \"naive_delayed\""};
+              "dipaco.outer: '" + d.outer + "' is not one of nesterov, co2"};
+    if (auto clip = paco::outer::parse_co2_clip(d.outer_clip); !clip)
+      return {errc::invalid_argument,
+              "dipaco.outer_clip: '" + d.outer_clip + "' is not one of none, element, norm"};
+    for (const auto& s :
+         {range(std::isfinite(d.outer_gap_penalty) && d.outer_gap_penalty > 0,
+                "dipaco.outer_gap_penalty", "a finite number > 0"),
+          range(std::isfinite(d.outer_clip_threshold) && d.outer_clip_threshold > 0,
+                "dipaco.outer_clip_threshold", "a finite number > 0"),
+          range(d.outer == "co2" || (d.outer_gap_penalty == 1.0f && d.outer_clip == "none"),
+                "dipaco.outer_gap_penalty",
+                "1 (and dipaco.outer_clip \"none\") unless dipaco.outer = \"co2\"")})
+      if (!s) return s;
     if (c.sync.mode != "blocking" && t.device == "cuda")
       return {errc::invalid_argument,
               "sync.mode = \"" + c.sync.mode +

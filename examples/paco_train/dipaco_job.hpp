@@ -136,8 +136,26 @@ inline std::string random_token() {
   return b;
 }
 
-inline outer::nesterov outer_of(const train_config& cfg) {
-  return {.lr = cfg.dipaco.outer_lr, .momentum = cfg.dipaco.outer_momentum};
+// The store's outer optimizer, one type for every choice of dipaco.outer.
+using store_outer = outer::one_of<outer::nesterov, outer::co2>;
+
+// dipaco.outer with its fields (checked by validate).
+inline store_outer outer_of(const train_config& cfg) {
+  const auto& d = cfg.dipaco;
+  if (d.outer == "co2")
+    return outer::co2{.lr = d.outer_lr,
+                      .momentum = d.outer_momentum,
+                      .gap_penalty = d.outer_gap_penalty,
+                      .clip = outer::parse_co2_clip(d.outer_clip).value_or_throw(),
+                      .clip_threshold = d.outer_clip_threshold};
+  return outer::nesterov{.lr = d.outer_lr, .momentum = d.outer_momentum};
+}
+
+// sync.mode with its fields (checked by validate).
+inline train::sync_choice sync_of(const train_config& cfg) {
+  return train::parse_sync(cfg.sync.mode, train::streaming{.overlap = cfg.sync.overlap_steps,
+                                                           .alpha = cfg.sync.alpha})
+      .value_or_throw();
 }
 
 // The run's plan: the configured grid over the model's levels, workers_per_path workers per
@@ -190,6 +208,13 @@ inline std::string config_fingerprint(const train_config& cfg) {
   // round already pushed: neither resumes under the other (blocking adds nothing, so checkpoints
   // written before the overlapped rules existed still resume).
   if (cfg.sync.mode != "blocking") o << " sync.mode=" << cfg.sync.mode;
+  if (cfg.sync.mode == "streaming")
+    o << " sync.overlap_steps=" << cfg.sync.overlap_steps << " sync.alpha=" << cfg.sync.alpha;
+  // Likewise the outer optimizer: nesterov, the only one before dipaco.outer, adds nothing.
+  if (d.outer != "nesterov")
+    o << " dipaco.outer=" << d.outer << " dipaco.outer_gap_penalty=" << d.outer_gap_penalty
+      << " dipaco.outer_clip=" << d.outer_clip
+      << " dipaco.outer_clip_threshold=" << d.outer_clip_threshold;
   return o.str();
 }
 
@@ -429,7 +454,7 @@ inline status export_paths(const train_config& cfg, const run_dir& rd, const fs:
   nn::gpt model(cfg.model);
   arena<host> base(model.layout());
   if (auto s = load_base(cfg, rd, model, base); !s) return s;
-  store::module_store<outer::nesterov> store(g.module_table(), outer_of(cfg));
+  store::module_store<store_outer> store(g.module_table(), outer_of(cfg));
   if (auto s = load_store(cfg, rd, g, store); !s) return s;
   fs::create_directories(out);
   const float* b = base.get(plane::param).data();
@@ -509,7 +534,7 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume, bo
   auto routing = read_routing(rd);
   if (!routing)
     return std::fprintf(stderr, "store: %s\n", routing.error().what().c_str()), exit_bad_input;
-  store::module_store<outer::nesterov> store(
+  store::module_store<store_outer> store(
       g.module_table(), outer_of(cfg),
       {.weight_by_shard = cfg.dipaco.weight_by_shard,
        .rescale = *outer::parse_path_rescale(cfg.dipaco.path_rescale)});
@@ -578,8 +603,8 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume, bo
   // A round's close is checkpointed before any worker hears of it; a checkpoint that cannot be
   // written (after retries) stops the store: serving on would lose every round since.
   std::optional<error> write_failed;
-  store::server<net::asio_tcp, outer::nesterov>* serving = nullptr;
-  store::server<net::asio_tcp, outer::nesterov> server(
+  store::server<net::asio_tcp, store_outer>* serving = nullptr;
+  store::server<net::asio_tcp, store_outer> server(
       std::map<int, store::worker_link<net::asio_tcp>>{}, store, mods,
       {.round_timeout = std::chrono::milliseconds(long(cfg.launch.round_timeout_s * 1000)),
        .on_close =
@@ -657,7 +682,7 @@ static_assert(train::PathWorker<device_worker_ref, store::client<net::asio_tcp>>
 inline bool store_finished_path(const train_config& cfg, const run_dir& rd,
                                 const path::path_plan& g, int p) {
   if (!fs::exists(rd.store())) return false;
-  store::module_store<outer::nesterov> st(g.module_table(), outer_of(cfg));
+  store::module_store<store_outer> st(g.module_table(), outer_of(cfg));
   if (!load_store(cfg, rd, g, st)) return false;
   for (int m : g.path_modules(p))
     if (st.round(m) < cfg.dipaco.rounds) return false;
@@ -827,7 +852,7 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w, bool re
       .completed = saved ? saved->round : -1,
       .train_budget = std::chrono::milliseconds(long(cfg.sync.train_budget_s * 1000)),
       .throttle = throttle,
-      .sync = *train::parse_sync(cfg.sync.mode),
+      .sync = sync_of(cfg),
       .sharing = sharing,
       .resumed_loss = saved && saved->metadata.count("pending_loss")
                           ? std::stod(saved->metadata.at("pending_loss"))

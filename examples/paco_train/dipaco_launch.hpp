@@ -160,7 +160,7 @@ inline result<bool> verify_resume(const train_config& cfg, const run_dir& rd,
                                         "' is missing while workers have checkpoints");
     return false;
   }
-  store::module_store<outer::nesterov> store(g.module_table(), outer_of(cfg));
+  store::module_store<store_outer> store(g.module_table(), outer_of(cfg));
   if (auto s = load_store(cfg, rd, g, store); !s)
     return error(s.error().code, "--resume: " + s.error().message);
   if (auto s = check_store_not_behind(rd, g, store, *completed); !s)
@@ -172,7 +172,7 @@ inline result<bool> verify_resume(const train_config& cfg, const run_dir& rd,
 // (every process also exited 0: none failed a checkpoint or log write). Errors name the module.
 inline status check_run_whole(const train_config& cfg, const run_dir& rd,
                               const path::path_plan& g) {
-  store::module_store<outer::nesterov> store(g.module_table(), outer_of(cfg));
+  store::module_store<store_outer> store(g.module_table(), outer_of(cfg));
   if (auto s = load_store(cfg, rd, g, store); !s) return s;
   for (int m = 0; m < g.modules(); ++m)
     if (store.round(m) != cfg.dipaco.rounds)
@@ -270,7 +270,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   if (!data) return std::fprintf(stderr, "paco_train: %s\n", data.error().what().c_str()), 2;
   std::printf(
       "paco_train: DiPaCo grid %s: %d paths, %d modules, %d workers; %d rounds x %d inner "
-      "steps; sync %s; pushes %s; Brown: %zu training / %zu validation documents\n",
+      "steps; sync %s; outer %s; pushes %s; Brown: %zu training / %zu validation documents\n",
       [&] {
         std::string s;
         for (std::size_t i = 0; i < cfg.dipaco.grid.size(); ++i) {
@@ -281,7 +281,8 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
       }()
           .c_str(),
       g.paths(), g.modules(), g.workers(), cfg.dipaco.rounds, cfg.dipaco.inner_steps,
-      cfg.sync.mode.c_str(), cfg.dipaco.compress.c_str(), data->train.size(), data->val.size());
+      cfg.sync.mode.c_str(), cfg.dipaco.outer.c_str(), cfg.dipaco.compress.c_str(),
+      data->train.size(), data->val.size());
   if (!resume) {
     std::error_code ec;
     for (int w = 1; w <= g.workers(); ++w) {
@@ -535,7 +536,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   // ---- evaluation: every path on the validation documents routed to it ----
   std::printf("paco_train: evaluating every path on its routed validation documents...\n");
   nn::gpt model(cfg.model);
-  store::module_store<outer::nesterov> store(g.module_table(), outer_of(cfg));
+  store::module_store<store_outer> store(g.module_table(), outer_of(cfg));
   if (auto s = load_store(cfg, rd, g, store); !s)
     return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
   auto val_route = (*routing)["val_route"].get<std::vector<int>>();

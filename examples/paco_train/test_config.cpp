@@ -111,17 +111,37 @@ TEST_CASE("validate: each field's own range, upper bounds included", "[paco_trai
 
 TEST_CASE("load_config: the sync section and the throttle are checked by name",
           "[paco_train][config]") {
-  // co2, eager and naive_delayed run through the store on host workers; streaming is the
-  // all-reduce's: refused, saying so.
-  for (const char* mode : {"co2", "eager", "naive_delayed", "blocking"})
+  // Every rule runs through the store on host workers; streaming's τ, α and H are checked
+  // against the grid's levels (its fragments).
+  for (const char* mode : {"co2", "eager", "naive_delayed", "blocking", "streaming"})
     REQUIRE(load_config("", {"job.mode=\"dipaco\"", std::string("sync.mode=\"") + mode + "\""}));
   REQUIRE(
       load_config("", {"job.mode=\"dipaco\"", "launch.link_mbps=20", "launch.link_latency_ms=50"}));
   REQUIRE(has(refusal({"job.mode=dipaco", "launch.link_mbps=-1"}), "launch.link_mbps must be"));
   REQUIRE(has(refusal({"job.mode=dipaco", "launch.link_latency_ms=1e9"}),
               "launch.link_latency_ms must be"));
-  REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"streaming\""}),
-              "Streaming DiLoCo runs over an all-reduce"));
+  REQUIRE(load_config("", {"job.mode=dipaco", "sync.mode=\"streaming\"", "sync.overlap_steps=49",
+                           "sync.alpha=0.5"}));  // H = 100 over 2 levels: τ < 50
+  REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"streaming\"", "sync.overlap_steps=50"}),
+              "sync.overlap_steps must be in [0, dipaco.inner_steps / levels = 50)"));
+  REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"streaming\"", "sync.alpha=1.5"}),
+              "sync.alpha must be in [0, 1]"));
+  REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"streaming\"", "dipaco.inner_steps=99"}),
+              "dipaco.inner_steps must be a multiple of the grid's 2 levels"));
+  REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"streaming\"", "sync.train_budget_s=2"}),
+              "sync.train_budget_s must be 0 with sync.mode = \"streaming\""));
+  // The store's outer optimizer.
+  REQUIRE(load_config("", {"job.mode=dipaco", "dipaco.outer=\"co2\"", "dipaco.outer_lr=1",
+                           "dipaco.outer_momentum=0.2", "dipaco.outer_clip=\"element\"",
+                           "dipaco.outer_gap_penalty=2"}));
+  REQUIRE(has(refusal({"job.mode=dipaco", "dipaco.outer=\"adam\""}),
+              "dipaco.outer: 'adam' is not one of nesterov, co2"));
+  REQUIRE(has(refusal({"job.mode=dipaco", "dipaco.outer=\"co2\"", "dipaco.outer_clip=\"max\""}),
+              "dipaco.outer_clip: 'max' is not one of none, element, norm"));
+  REQUIRE(has(refusal({"job.mode=dipaco", "dipaco.outer=\"co2\"", "dipaco.outer_gap_penalty=0"}),
+              "dipaco.outer_gap_penalty must be a finite number > 0"));
+  REQUIRE(has(refusal({"job.mode=dipaco", "dipaco.outer_clip=\"element\""}),
+              "unless dipaco.outer = \"co2\""));
   REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"co2\"", "train.device=\"cuda\""}),
               "run on host workers"));
   REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"fast\""}),

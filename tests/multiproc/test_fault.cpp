@@ -64,8 +64,15 @@ TEST_CASE("DiPaCo over TCP survives a worker killed at a random point", "[multip
         // The first trial also evaluates with re-routing every 32 bytes; the rest skip it.
         "--set", trial == 0 ? "dipaco.reroute_every=32" : "dipaco.reroute_every=0",
         // The second trial syncs by co2 through the store: the killed worker resumes a round
-        // trained and not yet landed, with its push of the round before in flight or lost.
-        "--set", trial == 1 ? "sync.mode=\"co2\"" : "sync.mode=\"blocking\""};
+        // trained and not yet landed, with its push of the round before in flight or lost. The
+        // third streams (two levels as fragments, τ = 10 of 30 steps a slot): it resumes from a
+        // cycle's end, its modules' syncs staggered.
+        "--set",
+        trial == 1   ? "sync.mode=\"co2\""
+        : trial == 2 ? "sync.mode=\"streaming\""
+                     : "sync.mode=\"blocking\""};
+    if (trial == 2)
+      args.insert(args.end(), {"--set", "sync.overlap_steps=10", "--set", "sync.alpha=0.5"});
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

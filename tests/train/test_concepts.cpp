@@ -100,6 +100,8 @@ static_assert(
     train::PathWorker<train::path_worker<nn::gpt, optim::adamw>, store::local_store<outer::sgd>>);
 static_assert(train::OverlappingPathWorker<train::path_worker<nn::gpt, optim::adamw>,
                                            store::local_store<outer::sgd>>);
+static_assert(train::StreamingPathWorker<train::path_worker<nn::gpt, optim::adamw>,
+                                         store::local_store<outer::sgd>>);
 static_assert(!train::Model<nn::linear>);  // a Module is not a trainable Model
 static_assert(store::EncodedModuleStore<store::client<net::inproc>>);
 static_assert(store::EncodedModuleStore<store::local_store<outer::sgd>>);
@@ -172,6 +174,13 @@ TEST_CASE("the path-worker archetype is enough for the round loop", "[train][con
   REQUIRE(!s.ok());
   REQUIRE(s.error().code == errc::unsupported);
   REQUIRE(s.error().message.find("overlap its inner steps") != std::string::npos);
+  // Nor can it stream: it syncs its path as a whole.
+  static_assert(
+      !train::StreamingPathWorker<testing::path_worker_archetype, testing::module_store_archetype>);
+  const auto st = train::run_worker(w2, store, {.rounds = 3, .sync = train::streaming{}});
+  REQUIRE(!st.ok());
+  REQUIRE(st.error().code == errc::unsupported);
+  REQUIRE(st.error().message.find("one module at a time") != std::string::npos);
   REQUIRE(w2.pulls == 0);
 }
 

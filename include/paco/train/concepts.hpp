@@ -9,6 +9,7 @@
 // as train::Model and train::LanguageModel.
 
 #include <concepts>
+#include <cstddef>
 #include <span>
 #include <vector>
 
@@ -47,6 +48,22 @@ concept OverlappingPathWorker = PathWorker<W, Store> &&
   w.take_fetched();
   w.land(share);
   w.restart_from_anchor();
+};
+
+// A path worker that syncs one module at a time (Streaming DiLoCo through the store, the
+// path's modules as its fragments): prepare_level and send_level (push level l's Δ for a given
+// round, from another thread while it trains), fetch_level (level l's module into a buffer of its
+// own; returns its round) and mix_level (θ_start,l ← G_l, θ_l ← α·θ_l + (1 − α)·G_l), with
+// train(n) and H (steps_per_round) for the staggered schedule. Models: train::path_worker.
+template <class W, class Store>
+concept StreamingPathWorker = PathWorker<W, Store> &&
+    requires(W& w, const W& cw, Store& s, std::size_t l, long round, float alpha, int n) {
+  { w.prepare_level(l) } -> std::same_as<status>;
+  { cw.send_level(s, l, round) } -> std::same_as<status>;
+  { w.fetch_level(s, l) } -> std::same_as<result<long>>;
+  w.mix_level(l, alpha);
+  { w.train(n) } -> std::convertible_to<double>;
+  { cw.steps_per_round() } -> std::convertible_to<int>;
 };
 // clang-format on
 

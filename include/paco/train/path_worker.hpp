@@ -169,21 +169,30 @@ class path_worker {
   // steps trained since the pull. θ may then change (an overlapped worker trains on) while send
   // pushes the buffers. Errors: a codec's.
   status prepare() {
+    out_.resize(levels_.size());
+    for (std::size_t l = 0; l < levels_.size(); ++l)
+      if (auto s = prepare_level(l); !s) return s;
+    return {};
+  }
+
+  // prepare for level l's module alone (Streaming DiLoCo through the store sends one module at a
+  // time): Δ_l = θ_start,l − θ_l into the level's buffer, encoded with its codec, with the
+  // weight of the steps trained since the pull. Errors: the codec's.
+  status prepare_level(std::size_t l) {
+    PACO_ASSERT(l < levels_.size(), "a level of the path");
     auto th = arena_.get(plane::param);
     auto an = arena_.get(plane::anchor);
     out_.resize(levels_.size());
     out_weight_ = push_weight();
-    for (std::size_t l = 0; l < levels_.size(); ++l) {
-      const std::size_t o = levels_[l].offset, n = levels_[l].size;
-      auto& d = out_[l].delta;
-      d.resize(n);
-      for (std::size_t i = 0; i < n; ++i) d[i] = an[o + i] - th[o + i];
-      if (codecs_.empty()) continue;
-      auto& c = codecs_[l];
-      const auto res = c.error_feedback() ? arena_.get(plane::residual).sub(o, n) : slice<float>{};
-      if (auto s = c.encode(slice<const float>(d.data(), n), res, out_[l].payload); !s) return s;
-      payload_bytes_ += out_[l].payload.size();
-    }
+    const std::size_t o = levels_[l].offset, n = levels_[l].size;
+    auto& d = out_[l].delta;
+    d.resize(n);
+    for (std::size_t i = 0; i < n; ++i) d[i] = an[o + i] - th[o + i];
+    if (codecs_.empty()) return {};
+    auto& c = codecs_[l];
+    const auto res = c.error_feedback() ? arena_.get(plane::residual).sub(o, n) : slice<float>{};
+    if (auto s = c.encode(slice<const float>(d.data(), n), res, out_[l].payload); !s) return s;
+    payload_bytes_ += out_[l].payload.size();
     return {};
   }
 
@@ -196,21 +205,58 @@ class path_worker {
   status send(Store& store) const {
     PACO_ASSERT(out_.size() == levels_.size(), "send after prepare");
     status first;
-    for (std::size_t l = 0; l < levels_.size(); ++l) {
-      status s;
-      if (codecs_.empty()) {
-        s = store.push(modules_[l], id_, round_, std::span<const float>(out_[l].delta),
-                       out_weight_);
-      } else if constexpr (store::EncodedModuleStore<Store>) {
-        s = store.push_encoded(modules_[l], id_, round_,
-                               std::span<const std::byte>(out_[l].payload), out_weight_);
-      } else {
-        s = {errc::unsupported, "worker " + std::to_string(id_) +
-                                    ": this store takes fp32 pushes only (no push_encoded)"};
-      }
-      if (!s && first.ok()) first = s;
-    }
+    for (std::size_t l = 0; l < levels_.size(); ++l)
+      if (auto s = send_level(store, l, round_); !s && first.ok()) first = s;
     return first;
+  }
+
+  // send for level l's module alone, for `round` (under Streaming DiLoCo the modules of a path
+  // sit at different rounds between their staggered syncs). Requires: prepare_level(l) (or
+  // prepare) since l's last send. Thread-safe as send is.
+  template <store::ModuleStore Store>
+  status send_level(Store& store, std::size_t l, long round) const {
+    PACO_ASSERT(l < out_.size(), "send_level after prepare_level");
+    if (codecs_.empty())
+      return store.push(modules_[l], id_, round, std::span<const float>(out_[l].delta),
+                        out_weight_);
+    if constexpr (store::EncodedModuleStore<Store>) {
+      return store.push_encoded(modules_[l], id_, round,
+                                std::span<const std::byte>(out_[l].payload), out_weight_);
+    } else {
+      return {errc::unsupported, "worker " + std::to_string(id_) +
+                                     ": this store takes fp32 pushes only (no push_encoded)"};
+    }
+  }
+
+  // Pulls level l's module alone into the fetch buffer (θ untouched), hash-checked; returns its
+  // round. May run on another thread while this one trains. Errors: the store's; mismatch for a
+  // copy whose hash differs from the store's.
+  template <store::ModuleStore Store>
+  result<long> fetch_level(Store& store, std::size_t l) {
+    PACO_ASSERT(l < levels_.size(), "a level of the path");
+    fetched_.resize(arena_.layout().total());  // sized once, before the flights
+    auto span = std::span<float>(fetched_).subspan(levels_[l].offset, levels_[l].size);
+    auto got = store.pull(modules_[l], span);
+    if (!got) return got.error();
+    if (hash64(span.data(), span.size_bytes()) != got->hash)
+      return error(errc::mismatch, "module " + std::to_string(modules_[l]) +
+                                       " arrived with a different hash than the store's");
+    return got->round;
+  }
+
+  // Streaming DiLoCo's landing of level l (ALGORITHMS.md §6.1): θ_start,l ← G_l (the module
+  // fetch_level brought) and θ_l ← α·θ_l + (1 − α)·G_l. Requires: fetch_level(l) succeeded.
+  void mix_level(std::size_t l, float alpha) {
+    PACO_ASSERT(l < levels_.size() && fetched_.size() == arena_.layout().total(),
+                "mix_level after fetch_level");
+    auto th = arena_.get(plane::param);
+    auto an = arena_.get(plane::anchor);
+    const std::size_t o = levels_[l].offset, n = levels_[l].size;
+    for (std::size_t i = o; i < o + n; ++i) {
+      const float g = fetched_[i];
+      an[i] = g;
+      th[i] = alpha == 0.0f ? g : alpha == 1.0f ? th[i] : alpha * th[i] + (1.0f - alpha) * g;
+    }
   }
 
   // An overlapped landing (train/worker_loop.hpp's overlapped rules): θ holds the global modules

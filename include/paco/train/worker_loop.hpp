@@ -41,8 +41,19 @@
 // (k_l: the workers training level l's module, worker_loop_options::sharing), 0 for naive_delayed
 // (restart from G_r, which lacks the worker's round r). With outer SGD at rate 1 on the store this
 // is round_loop's co2 / eager / naive_delayed (the all-reduce form applies its outer optimizer to
-// the worker's own Δ too, so with momentum the two forms differ; docs/02_dipaco.md). Streaming
-// (fragments) is not built through the store: run_worker refuses it.
+// the worker's own Δ too, so with momentum the two forms differ; docs/02_dipaco.md).
+//
+// Streaming DiLoCo through the store (sync = streaming{τ, α}): the fragments are the path's
+// modules, level l's synced in slot l of every cycle of H inner steps (c = H/L steps a slot, L
+// levels; every worker of a module syncs it in the same slot). Slot l sends Δ_l = θ_start,l − θ_l
+// for its module's round on a background thread, trains τ more steps (τ < c), then waits for
+// that round to close and lands the store's new module G_l: θ_start,l ← G_l,
+// θ_l ← α·θ_l + (1 − α)·G_l. The first cycle sends nothing; after the last, every level sends at
+// once and θ ← G, so each module is synced `rounds` times — train::round_loop's streaming rule
+// with the store's outer step. A cycle reports the round its syncs closed (on_round); a
+// checkpoint taken then has nothing in flight, and a resumed worker goes on with the next cycle
+// if its modules still sit at round completed+1, else starts afresh from G. A train budget is
+// refused (it would break the schedule); one fragment with τ = 0 and α = 0 is blocking.
 //
 // Resume is the caller's part: restore the worker's arena planes and its inner step
 // (inner_config::start_step) from its checkpoint before calling; the store says the round. A
@@ -50,6 +61,7 @@
 // than the worker's: restored from a backup, or reset by a store started anew) is an error at
 // the first pull (worker_loop_options::completed), never a silent replay of trained rounds.
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <future>
@@ -315,16 +327,142 @@ run_overlapped(W& w, Store& store, const worker_loop_options& o, const std::vect
     }
   }
 }
+
+// `n` inner steps of w under o's throttle; the sum of their losses.
+template <class W>
+double train_steps(W& w, int n, const worker_loop_options& o) {
+  using clock = std::chrono::steady_clock;
+  if (n <= 0) return 0;
+  if (o.throttle <= 1) return w.train(n) * n;
+  double sum = 0;
+  for (int i = 0; i < n; ++i) {
+    const auto s0 = clock::now();
+    sum += w.train(1);
+    std::this_thread::sleep_for(
+        std::chrono::duration_cast<clock::duration>((clock::now() - s0) * (o.throttle - 1)));
+  }
+  return sum;
+}
+
+// Streaming DiLoCo through the store (see the file comment); plan: the streaming rule's, for the
+// path's levels as fragments and w's H.
+template <class W, store::ModuleStore Store>
+requires StreamingPathWorker<W, Store> status
+run_streaming(W& w, Store& store, const worker_loop_options& o, const sync_plan& plan,
+              const std::function<status(const worker_round&)>& on_round,
+              const std::function<void(const error&)>& on_refused) {
+  using clock = std::chrono::steady_clock;
+  const auto secs = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  const std::size_t levels = w.modules().size();
+  const int h = w.steps_per_round(), c = h / int(levels), tau = plan.lag;
+  // next[l]: the round of level l's next send (the round of its module in the store).
+  std::vector<long> next(levels);
+  const auto lowest = [&] { return *std::min_element(next.begin(), next.end()); };
+  // A cycle that sends nothing: θ_start was just pulled, nothing is trained to send.
+  bool warm = true;
+  if (o.completed >= 0) {
+    // A resumed worker: θ and θ_start are its checkpoint's, taken at the end of a cycle with
+    // nothing in flight; its modules should sit at round completed+1.
+    bool on_time = true;
+    for (std::size_t l = 0; l < levels; ++l) {
+      auto r = w.fetch_level(store, l);
+      if (!r) return r.error();
+      if (*r <= o.completed) return store_behind(*r, o.completed);
+      on_time = on_time && *r == o.completed + 1;
+    }
+    warm = !on_time;
+  }
+  if (warm) {  // a fresh start, or rounds closed while the worker was down: start from G
+    if (auto s = pull_path(w, store, o); !s) return s;
+  }
+  std::fill(next.begin(), next.end(), warm ? w.round() : o.completed + 1);
+  if (lowest() >= o.rounds) return {};
+  // What runs behind τ inner steps: level l's push for `round`, the wait for its close, the
+  // fetch of its module.
+  struct flown {
+    status pushed, after;
+    long round = -1;
+  };
+  const auto fly = [&w, &store, &o](std::size_t l, long round) {
+    flown f{w.send_level(store, l, round), {}};
+    if (!f.pushed && f.pushed.error().code != errc::mismatch) return f;
+    f.after = store.wait_closed(w.modules()[l], round, clock::now() + o.round_deadline);
+    if (!f.after) return f;
+    auto got = w.fetch_level(store, l);
+    if (!got)
+      f.after = got.error();
+    else
+      f.round = *got;
+    return f;
+  };
+  // Joins level l's flight and lands it: θ_start,l ← G_l, θ_l ← α·θ_l + (1 − α)·G_l.
+  const auto land = [&](std::future<flown>& flight, std::size_t l, float alpha) -> status {
+    const flown f = flight.get();
+    if (!f.pushed) {
+      if (f.pushed.error().code != errc::mismatch) return f.pushed;
+      if (on_refused) on_refused(f.pushed.error());
+    }
+    if (!f.after) return f.after;
+    w.mix_level(l, alpha);
+    next[l] = f.round;
+    return {};
+  };
+  auto last = clock::now();
+  double train_s = 0;
+  for (;;) {
+    // One cycle of H inner steps: slot l (c steps) sends level l first (unless warm) and lands it
+    // τ steps later.
+    double loss = 0;
+    for (std::size_t l = 0; l < levels; ++l) {
+      int left = c;
+      if (!warm && next[l] < o.rounds) {
+        if (auto s = w.prepare_level(l); !s) return s;
+        auto flight = std::async(std::launch::async, fly, l, next[l]);
+        const auto t0 = clock::now();
+        loss += train_steps(w, tau, o);  // (a throw waits for the flight: ~future)
+        train_s += secs(clock::now() - t0);
+        left -= tau;
+        if (auto s = land(flight, l, plan.alpha); !s) return s;
+      }
+      const auto t0 = clock::now();
+      loss += train_steps(w, left, o);
+      train_s += secs(clock::now() - t0);
+    }
+    loss /= h;
+    const auto report = [&](long round) -> status {
+      const auto now = clock::now();
+      const double seconds = secs(now - last);
+      const worker_round r{round, loss, seconds, std::max(0.0, seconds - train_s)};
+      last = now;
+      train_s = 0;
+      return on_round ? on_round(r) : status{};
+    };
+    if (!warm)  // every level's sync of this cycle landed: their rounds closed
+      if (auto s = report(lowest() - 1); !s) return s;
+    warm = false;
+    if (lowest() + 1 >= o.rounds) {
+      // The last sends: every level trained since its last landing, at once; θ ← G.
+      for (std::size_t l = 0; l < levels; ++l) {
+        if (next[l] >= o.rounds) continue;
+        if (auto s = w.prepare_level(l); !s) return s;
+        auto flight = std::async(std::launch::async, fly, l, next[l]);
+        if (auto s = land(flight, l, 0.0f); !s) return s;
+      }
+      return report(o.rounds - 1);
+    }
+  }
+}
 }  // namespace detail
 
 // Runs w against store until the path's modules reach o.rounds, under o.sync. on_round after
-// every round whose push was accepted and closed (overlapped rules: every round once it closed);
-// on_refused
-// with the store's refusal of a late push (optional).
+// every round whose push was accepted and closed (overlapped rules: every round once it closed;
+// streaming: every cycle whose syncs closed); on_refused with the store's refusal of a late push
+// (optional).
 // Returns: ok when the run is over for this path; the store's or the pull's error otherwise
 // (mismatch when the modules stayed at different rounds for every try, or when the store is
-// behind o.completed); on_round's error; unsupported for streaming with an overlap or a mix, and
-// for an overlapped rule with a worker that is not an OverlappingPathWorker; the rule's.
+// behind o.completed); on_round's error; unsupported for an overlapped rule with a worker that is
+// not an OverlappingPathWorker, for streaming with one that is not a StreamingPathWorker or with
+// a train budget; invalid_argument for streaming's τ, α or an H that the levels do not divide.
 // W is any PathWorker: train::path_worker, or kernels::path_worker_cuda on a GPU.
 template <class W, store::ModuleStore Store>
 requires PathWorker<W, Store> status
@@ -332,7 +470,25 @@ run_worker(W& w, Store& store, const worker_loop_options& o,
            const std::function<status(const worker_round&)>& on_round = {},
            const std::function<void(const error&)>& on_refused = {}) {
   using clock = std::chrono::steady_clock;
-  // The rule's shape (H only bounds streaming's τ, which the store refuses whatever it is).
+  if (o.sync.get_if<streaming>()) {
+    if constexpr (StreamingPathWorker<W, Store>) {
+      auto plan = o.sync.plan(1, w.modules().size(), w.steps_per_round());
+      if (!plan)
+        return {errc::invalid_argument, plan.error().message +
+                                            " (through the store the fragments are "
+                                            "the path's modules, one per level)"};
+      if (o.train_budget > clock::duration::zero())
+        return {errc::unsupported,
+                "streaming through the store keeps every worker on one schedule of staggered "
+                "syncs: a train budget would cut it (use co2, eager or blocking)"};
+      return detail::run_streaming(w, store, o, *plan, on_round, on_refused);
+    } else {
+      return {errc::unsupported, o.sync.name() +
+                                     " through the store needs a worker that syncs one module "
+                                     "at a time (the host path_worker)"};
+    }
+  }
+  // The rule's shape (H does not matter to the one-fragment rules).
   constexpr int any_h = 1 << 20;
   auto plan = o.sync.plan(1, 1, any_h);
   if (!plan) return plan.error();
@@ -347,11 +503,6 @@ run_worker(W& w, Store& store, const worker_loop_options& o,
                                      "its inner steps (the host path_worker)"};
     }
   }
-  if (plan->lag != 0 || plan->alpha != 0.0f)
-    return {errc::unsupported, o.sync.name() +
-                                   " with an overlap or a mix runs over an all-reduce "
-                                   "(train::round_loop); through the store only blocking and "
-                                   "co2, eager, naive_delayed are built"};
   const auto secs = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
   auto last = clock::now();
   double train_s = 0;  // training time since the last report (a refused round's included)
