@@ -1,374 +1,279 @@
-// bench/run overlap: DiLoCo against its overlapped forms (CO2 as its authors' code runs it,
-// eager updates, Streaming DiLoCo, and the naive one-round-delayed update) on the Brown corpus, two
-// ranks joined by real TCP sockets (asio_tcp on loopback) whose links are shaped slow enough that
-// communication matters.
-//
-// Every row starts from the same base model (pretrained on all training text), trains the same
-// two random shards with the same seeds, inner steps and rounds, and is scored by the one
-// scorer (whole documents, bits per byte):
-// Every row is train::round_loop with one sync rule (train/sync.hpp):
-//   diloco  blocking: H inner steps, then the fp32 ring all-reduce of Δ, then the
-//           outer Nesterov step (0.7, 0.9) — the inner steps wait for the link.
-//   co2     co2: the all-reduce of round t runs while round
-//           t+1's inner steps do; each rank goes on from its own θ and the mean lands one round
-//           late as a correction (its own stale Δ swapped for the mean), by outer::co2 with the
-//           GPT-2 script's β = 0.2 and element clipping at 1, or by DiLoCo's Nesterov step.
-//   naive_delayed  naive_delayed (Kale et al.'s baseline; paco's "co2" rows
-//           before 2026-11-26): every rank restarts from the global model and the mean Δ is
-//           applied one round late, by outer::co2 with β = 0.2 and clipping at 1, fairscale's
-//           β = 0.5, fairseq's β = 0 at α = 1 and at α = 0.5, or DiLoCo's Nesterov step.
-//   eager   eager: the same overlap, each rank's own fresh Δ
-//           standing in for its share of the mean (Kale et al. 2025), with DiLoCo's Nesterov
-//           step or CO2's β = 0.2 clip 1.
-//   streaming streaming: three fragments (embedding and head; the blocks strided
-//           in two), one synced every H/3 steps, each every H, its all-reduce running behind
-//           τ = 5 or τ = H/3 − 1 inner steps, mixed in with α = 0.5, DiLoCo's Nesterov step.
-// The overlapped row is chosen on validation and all rows are reported on test. The links run at
-// the rate that makes one fp32 all-reduce of Δ last --comm-ratio times the H inner steps (measured
-// on this machine before the rows start), the regime CO2 was made for.
-// LAST line: {"bench":"overlap","rows":[...],"chosen":..,"round_time_ratio":..,...}.
+// bench/run overlap: every sync rule like for like, through paco_train's multi-process job (one
+// store and four worker processes over TCP on this machine, every store <-> worker link shaped by
+// paco's per-link shaper, launch.link_mbps) for two trainers:
+//   dipaco  the grid 2x2: four paths, each module shared by two; two levels a path
+//   diloco  one path of four workers (P = 4), cut into four levels of one module each (the grid
+//           1x1x1x1: the same model and, under an element-wise outer step, the same maths as one
+//           module; four fragments for streaming)
+// and two regimes of the same inner steps: few (--rounds x --inner: 12 x 40) and many
+// (--many-rounds x --many-inner: 120 x 4). Every row runs the same job (testing::small_dipaco_job
+// with a GPT of d = 64, 4 layers, ctx 128, batch 8, a base model of 50 steps; the same seeds and
+// routing) and is scored by the job's one scorer on the test documents (dipaco.eval_split; no
+// setting here is chosen on them); rows differ only in sync.mode, the store's outer step, the
+// codec and the link:
+//   compute_only        blocking over unshaped loopback: what a round costs with a free link
+//   blocking            push, wait, pull, then the next inner steps; Nesterov (0.7, 0.9)
+//   blocking_co2outer   blocking with CO2's outer step (outer::co2: lr 1, β 0.2, element clipping
+//                       at 1; the official GPT-2 script's settings)
+//   co2                 CO2 as its authors' code runs it (each worker goes on from its own θ, the
+//                       round's push, wait and pull behind the next round's steps) with CO2's
+//                       outer step and a constant staleness penalty p = 2 (the paper's
+//                       data-dependent Λ could not be recovered; 2 is a stated constant, not tuned)
+//   co2_no_penalty      the same with p = 1 (what the official code runs by default)
+//   co2_nesterov        the co2 rule under blocking's Nesterov step
+//   eager               eager updates (Nesterov): the own Δ stands in for its share 1/k
+//   streaming_fP        Streaming DiLoCo (Nesterov), the path's P modules as fragments, each
+//                       landing τ = H/(2P) steps after its push, mixed in with α = 0.5
+//   streaming_fP_int4   the same, pushes as 4-bit integers with error feedback
+//   naive_delayed       Kale et al.'s naive one-step-delayed rule (Nesterov), for the ablation
+//   throttled           blocking with worker 4 running 4x slower and every worker's round cut at
+//                       1.2 x compute_only's training time (sync.train_budget_s)
+// The link runs at the rate at which one round's fp32 push up and pull down take --comm-ratio
+// (0.5) x the inner steps' time (from compute_only), so that blocking costs about 1.5x.
+// Per row:
+//   wall_ratio      median round time (every worker's log round_s after its first round; the
+//                   throttled row: workers 1-3) / compute_only's
+//   bpb             routed test bits/byte of the results table
+//   bytes           bytes the workers sent
+//   peak_Bps        the most bytes one worker put on the wire within any window of a quarter of
+//                   compute_only's round of inner steps, per second (store::peak_rate over its
+//                   pushes; the largest over the workers): how bursty the sync is
+//   dp_bytes_ratio  how many times fewer bytes per worker than a data-parallel run of the same
+//                   steps would send (ring all-reduce of the fp32 gradient every step)
+// The throttled row adds others_ratio (the blocking row's median round time over its workers
+// 1-3's) and deadline_closes (rounds the store closed by deadline).
+// LAST line: {"bench":"overlap","rows":[{"trainer":"diloco"|"dipaco","regime":"few"|"many",
+// "name":..,"wall_ratio":..,"bpb":..,"bytes":..,"peak_Bps":..,"dp_bytes_ratio":..},..],...}.
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <numeric>
-#include <thread>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "paco/io/io.hpp"
-#include "paco/net/asio_tcp.hpp"
-#include "paco/net/free_port.hpp"
-#include "paco/nn/nn.hpp"
-#include "paco/optim/optim.hpp"
-#include "paco/outer/outer.hpp"
-#include "paco/path/level_map.hpp"
-#include "paco/route/route.hpp"
-#include "paco/train/dense_run.hpp"
-#include "paco/train/inner_loop.hpp"
-#include "paco/train/path_worker.hpp"
-#include "paco/train/round_loop.hpp"
+#include "paco/store/metered.hpp"
+#include "paco/testing/processes.hpp"
 
-using namespace paco;
-using clk = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
 
 namespace {
 
-struct options {
-  int d = 128, ctx = 128, layers = 4, heads = 4, batch = 16;
-  int rounds = 8;      // outer rounds
-  int inner = 100;     // H
-  int pretrain = 300;  // base model steps
-  double comm_ratio = 1.0;
-  float lr = 2e-3f, min_lr = 2e-4f;
-  std::uint64_t seed = 1;
-  std::vector<std::string> methods{"diloco", "co2", "eager", "streaming",
-                                   "naive_delayed"};  // rows to run
-};
-
-using outer_t = outer::one_of<outer::nesterov, outer::co2>;
-
-struct variant {
-  std::string method, outer_name;
-  outer_t outer;
-  train::sync_choice rule = train::blocking{};
-  int tau = 0;         // streaming: τ (−1: H/P − 1)
-  float alpha = 0.5f;  // streaming: α
-};
-
 struct row {
-  variant v;
-  double val_bpb = 0, test_bpb = 0, round_s = 0, hidden = 0, wait_s = 0, comm_s = 0, wall_s = 0;
-  double bytes_sent = 0;
+  std::string trainer, regime, name;
+  double link_mbps = 0, round_s = 0, train_s = 0, sync_s = 0, bpb = 0, bytes = 0, wall_s = 0;
+  double wall_ratio = 0, peak_Bps = 0, dp_bytes_ratio = 0, others_ratio = 0;
+  int deadline_closes = 0;
+  long late = 0;
 };
-
-double secs(clk::duration d) {
-  return std::chrono::duration<double>(d).count();
-}
 
 double median(std::vector<double> v) {
+  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
+  return v[v.size() / 2];
 }
+
+std::string num(double x) {
+  std::ostringstream o;
+  o.precision(10);
+  o << x;
+  return o.str();
+}
+
+// One run of the job with `extra` settings into r; `timed` workers (1-based) count in its round
+// times; peak_window: seconds. Errors: a message (the run failed).
+std::string run(row& r, int rounds, int inner, const std::vector<std::string>& extra, int timed,
+                double peak_window, bool keep) {
+  paco::testing::small_dipaco_run job{
+      PACO_SOURCE_DIR, PACO_BINARY_DIR,
+      fs::temp_directory_path() / ("paco_overlap_" + r.trainer + "_" + r.regime + "_" + r.name)};
+  job.rounds = rounds;
+  job.round_timeout_s = 120;
+  fs::remove_all(job.dir);
+  // A model big enough that a round's inner steps take seconds on two cores (the small job's is
+  // too small for the link to matter), scored on the test documents.
+  std::vector<std::string> args{"--set", "dipaco.inner_steps=" + std::to_string(inner),
+                                "--set", "model.d=64",
+                                "--set", "model.layers=4",
+                                "--set", "model.heads=4",
+                                "--set", "model.ctx=128",
+                                "--set", "train.batch=8",
+                                "--set", "dipaco.pretrain_steps=50",
+                                "--set", "dipaco.eval_split=\"test\""};
+  if (r.trainer == "diloco")
+    args.insert(args.end(),
+                {"--set", "dipaco.grid=[1,1,1,1]", "--set", "dipaco.workers_per_path=4"});
+  for (auto& kv : extra) args.insert(args.end(), {"--set", kv});
+  std::printf("overlap: %s %s %s (link %s Mbit/s) ...\n", r.trainer.c_str(), r.regime.c_str(),
+              r.name.c_str(), r.link_mbps > 0 ? num(r.link_mbps).c_str() : "unshaped");
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto [code, out] = job.run(args, {}, std::chrono::minutes(30));
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (code != 0) return "exit " + std::to_string(code) + "; output in " + job.out().string();
+  auto rep = paco::testing::read_job(job.dir, out, 4);
+  if (!rep) return rep.error().message;
+  std::vector<double> round_s, sync_s, train_s;
+  for (int w = 0; w < timed; ++w) {
+    const auto& rs = rep->round_s[std::size_t(w)];
+    const auto& ss = rep->sync_s[std::size_t(w)];
+    // The first round holds the start-up (connect, first pull): left out.
+    for (std::size_t i = 1; i < std::min(rs.size(), ss.size()); ++i) {
+      round_s.push_back(rs[i]);
+      sync_s.push_back(ss[i]);
+      train_s.push_back(rs[i] - ss[i]);
+    }
+  }
+  r.round_s = median(round_s);
+  r.sync_s = median(sync_s);
+  r.train_s = median(train_s);
+  r.bpb = rep->bpb;
+  r.bytes = rep->bytes;
+  r.dp_bytes_ratio = rep->bytes > 0 ? rep->dp_bytes_per_worker / (rep->bytes / 4) : 0;
+  r.deadline_closes = rep->deadline_closes;
+  r.late = rep->late;
+  if (peak_window > 0)
+    for (const auto& p : rep->pushes)
+      r.peak_Bps = std::max(r.peak_Bps, paco::store::peak_rate(p, peak_window));
+  if (!keep) {
+    fs::remove_all(job.dir);
+    fs::remove(job.out());
+  }
+  return "";
+}
+
+const std::vector<std::string> all_rows{
+    "blocking",  "blocking_co2outer", "co2",           "co2_no_penalty", "co2_nesterov", "eager",
+    "streaming", "streaming_int4",    "naive_delayed", "throttled"};
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  options o;
-  CLI::App app{
-      "DiLoCo vs its overlapped forms over shaped TCP on Brown: bits per byte and round time"};
-  app.add_option("--rounds", o.rounds, "outer rounds")->check(CLI::Range(2, 1000));
-  app.add_option("--inner", o.inner, "inner steps per round (H)")->check(CLI::Range(1, 100000));
-  app.add_option("--pretrain", o.pretrain, "steps of the shared base model")
-      ->check(CLI::Range(1, 1000000));
-  app.add_option("--comm-ratio", o.comm_ratio,
-                 "link rate: an fp32 all-reduce of Δ lasts this many times the H inner steps")
-      ->check(CLI::Range(0.05, 20.0));
-  app.add_option("--d", o.d);
-  app.add_option("--ctx", o.ctx);
-  app.add_option("--layers", o.layers);
-  app.add_option("--batch", o.batch);
-  app.add_option("--seed", o.seed, "shards, initialisation and sampling");
-  app.add_option("--methods", o.methods,
-                 "rows to run: diloco (always), co2, eager, streaming, naive_delayed")
+  int rounds = 12, inner = 40, many_rounds = 120, many_inner = 4;
+  double comm_ratio = 0.5;
+  std::vector<std::string> trainers{"dipaco", "diloco"}, regimes{"few", "many"}, names = all_rows;
+  bool keep = false;
+  CLI::App app{"every sync rule through paco_train's store over shaped TCP, like for like"};
+  app.add_option("--rounds", rounds, "rounds of the few-round regime")->check(CLI::Range(3, 10000));
+  app.add_option("--inner", inner, "H of the few-round regime")->check(CLI::Range(1, 100000));
+  app.add_option("--many-rounds", many_rounds, "rounds of the many-round regime")
+      ->check(CLI::Range(3, 10000));
+  app.add_option("--many-inner", many_inner, "H of the many-round regime")
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--comm-ratio", comm_ratio,
+                 "link rate: a round's fp32 push and pull take this many times its inner steps")
+      ->check(CLI::Range(0.01, 100.0));
+  app.add_option("--trainers", trainers, "dipaco, diloco")
       ->delimiter(',')
-      ->check(CLI::IsMember({"diloco", "co2", "eager", "streaming", "naive_delayed"}));
+      ->check(CLI::IsMember({"dipaco", "diloco"}));
+  app.add_option("--regimes", regimes, "few, many")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"few", "many"}));
+  app.add_option("--rows", names, "rows besides compute_only (which sets the link)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(all_rows));
+  app.add_flag("--keep", keep, "keep every run's directory and output");
   CLI11_PARSE(app, argc, argv);
-  const int K = 2;
-  const auto t_all = clk::now();
+  const auto t_all = std::chrono::steady_clock::now();
 
-  // ---- data: Brown; two random shards of the training documents; validation and test ----
-  auto corpus = io::load_brown(io::default_brown_dir());
-  if (!corpus) {
-    std::fprintf(stderr, "overlap: %s\n", corpus.error().what().c_str());
-    return 2;
-  }
-  io::byte_tokenizer tok;
-  std::vector<std::vector<std::int32_t>> train;
-  for (auto& d : corpus->subset(io::split::train).docs) train.push_back(tok.encode(d.text));
-  const auto [shards, all] = io::deal_random_shards(train, K, o.seed * 977 + 3);
-  const auto val = route::scored_docs::of(corpus->subset(io::split::validation));
-  const auto test = route::scored_docs::of(corpus->subset(io::split::test));
-  std::printf(
-      "Brown: %zu training documents in %d random shards, %zu validation and %zu test "
-      "documents (scored whole)\n",
-      train.size(), K, val.size(), test.size());
-
-  nn::gpt model({.vocab = 256, .ctx = o.ctx, .d = o.d, .layers = o.layers, .heads = o.heads});
-  const std::size_t n = model.param_count();
-  std::printf(
-      "model: GPT d=%d layers=%d heads=%d ctx=%d, %.2fM parameters; %d ranks, %d rounds "
-      "x H=%d, batch %d\n",
-      o.d, o.layers, o.heads, o.ctx, double(n) / 1e6, K, o.rounds, o.inner, o.batch);
-
-  // ---- the shared base model ----
-  arena<host> base(model.layout());
-  model.init(base, o.seed);
-  {
-    io::progress bar("base model", o.pretrain);
-    train::dense_run(model, base, all,
-                     {.batch = o.batch,
-                      .ctx = o.ctx,
-                      .grad_clip = 1.0f,
-                      .schedule = {.lr = o.lr, .min_lr = o.lr, .warmup = 50, .total = o.pretrain},
-                      .threads = 2},
-                     optim::adamw{.lr = o.lr}, o.pretrain, o.seed + 1, 1000,
-                     [&](long t, double l) { bar.update(t, "loss", l); });
-    bar.finish();
-  }
-  const std::vector<float> theta0(base.get(plane::param).begin(), base.get(plane::param).end());
-
-  auto ws = model.make_workspace({o.batch, o.ctx});
-  const auto rule = route::sliding_window::make(o.ctx).value_or_throw();  // the one scorer
-  auto bpb = [&](const route::scored_docs& docs, const std::vector<float>& theta) {
-    const std::vector<const float*> one{theta.data()};
-    return route::routed_nll(model, one, docs.spans, std::vector<int>(docs.size(), 0), rule, ws)
-        .bits_per_token();
-  };
-  std::printf("base model: val %.4f bpb, scorer %s\n", bpb(val, theta0), rule.name().c_str());
-
-  const auto levels = *path::split_gpt_levels(model.layout(), o.layers, 1);  // one module
-  const train::inner_config icfg{
-      .batch = o.batch,
-      .ctx = o.ctx,
-      .steps = o.inner,
-      .grad_clip = 1.0f,
-      .schedule = {.lr = o.lr, .min_lr = o.min_lr, .warmup = 50, .total = long(o.rounds) * o.inner},
-      .threads = 1};
-  const optim::adamw inner{.lr = o.lr};
-
-  // ---- the link: an fp32 ring all-reduce of Δ (4n bytes sent per rank at k = 2) lasts
-  // comm_ratio x the H inner steps of one rank, both ranks training at once ----
-  double inner_s = 0;
-  {
-    std::vector<double> t(K);
-    std::vector<std::thread> th;
-    for (int r = 0; r < K; ++r)
-      th.emplace_back([&, r] {
-        train::path_worker<nn::gpt, optim::adamw> w(r, model, levels, {0}, inner, icfg,
-                                                    shards[std::size_t(r)], 7);
-        auto p = w.state().get(plane::param);
-        std::copy(theta0.begin(), theta0.end(), p.begin());
-        const int steps = std::max(5, o.inner / 5);
-        const auto t0 = clk::now();
-        w.train(steps);
-        t[std::size_t(r)] = secs(clk::now() - t0) * double(o.inner) / steps;
-      });
-    for (auto& x : th) x.join();
-    inner_s = std::max(t[0], t[1]);
-  }
-  const double ring_bytes = double(collectives::allreduce_ring.cost(4 * n, K).bytes);
-  const double rate = ring_bytes / (o.comm_ratio * inner_s);
-  std::printf(
-      "H inner steps take %.2f s per rank; links shaped to %.2f Mbit/s, so an fp32 "
-      "all-reduce of Δ (%.2f MB sent per rank) takes about %.2f s\n",
-      inner_s, rate * 8 / 1e6, ring_bytes / 1e6, ring_bytes / rate);
-
-  // Streaming DiLoCo's fragments: the embedding and the head, then the blocks strided in two.
-  const auto frags =
-      *train::gpt_fragments(model.layout(), o.layers, 2, train::fragment_order::strided);
-  if (o.inner % int(frags.size()) != 0) {
-    std::fprintf(stderr, "overlap: --inner must be a multiple of the %zu fragments\n",
-                 frags.size());
-    return 2;
-  }
-  const std::vector<variant> variants{
-      {"diloco", "nesterov 0.7/0.9", outer::nesterov{}},
-      {"co2", "co2 b=0.2 clip=1",
-       outer::co2{.momentum = 0.2f, .clip = outer::co2::clip_mode::element}, train::co2{}},
-      {"co2", "nesterov 0.7/0.9", outer::nesterov{}, train::co2{}},
-      {"naive_delayed", "co2 b=0.2 clip=1",
-       outer::co2{.momentum = 0.2f, .clip = outer::co2::clip_mode::element},
-       train::naive_delayed{}},
-      {"naive_delayed", "co2 b=0.5", outer::co2{.momentum = 0.5f}, train::naive_delayed{}},
-      {"naive_delayed", "co2 b=0", outer::co2{.momentum = 0.0f}, train::naive_delayed{}},
-      {"naive_delayed", "co2 a=0.5 b=0", outer::co2{.lr = 0.5f, .momentum = 0.0f},
-       train::naive_delayed{}},
-      {"naive_delayed", "nesterov 0.7/0.9", outer::nesterov{}, train::naive_delayed{}},
-      {"eager", "nesterov 0.7/0.9", outer::nesterov{}, train::eager{}},
-      {"eager", "co2 b=0.2 clip=1",
-       outer::co2{.momentum = 0.2f, .clip = outer::co2::clip_mode::element}, train::eager{}},
-      {"streaming", "nesterov 0.7/0.9, tau=5", outer::nesterov{}, train::streaming{}, 5},
-      {"streaming", "nesterov 0.7/0.9, tau=c-1", outer::nesterov{}, train::streaming{}, -1},
-  };
   std::vector<row> rows;
-  for (const auto& v : variants) {
-    if (v.method != "diloco" &&
-        std::find(o.methods.begin(), o.methods.end(), v.method) == o.methods.end())
-      continue;
-    row r{v};
-    const auto t0 = clk::now();
-    const int port = net::free_loopback_port();
-    std::vector<status> errs(K);
-    std::vector<double> round_end;  // rank 0
-    std::vector<float> theta;
-    train::diloco_traffic traffic;
-    train::overlap_stats overlap;
-    io::progress bar((v.method + ", " + v.outer_name).c_str(), o.rounds);
-    std::vector<std::thread> th;
-    for (int k = 0; k < K; ++k)
-      th.emplace_back([&, k] {
-        net::tcp_options to;
-        to.rank = k;
-        to.size = K;
-        to.coordinator = "127.0.0.1:" + std::to_string(port);
-        to.token = "overlap-bench";
-        to.shaper.rate_bytes_per_s = rate;
-        auto t = net::asio_tcp::connect(to);
-        if (!t) return void(errs[std::size_t(k)] = t.error());
-        train::path_worker<nn::gpt, optim::adamw> w(k, model, levels, {0}, inner, icfg,
-                                                    shards[std::size_t(k)],
-                                                    o.seed + 100 + std::uint64_t(k));
-        auto p = w.state().get(plane::param);
-        std::copy(theta0.begin(), theta0.end(), p.begin());
-        const auto start = clk::now();
-        auto on_round = [&](const train::round_end& e) {
-          if (k != 0) return;
-          round_end.push_back(secs(clk::now() - start));
-          bar.update(e.round + 1, "inner loss", e.loss);
-        };
-        const auto deadline = std::chrono::minutes(10);
-        train::sync_choice rule = v.rule;
-        if (v.method == "streaming")
-          rule = train::streaming{.overlap = v.tau >= 0 ? v.tau : o.inner / int(frags.size()) - 1,
-                                  .alpha = v.alpha};
-        train::round_loop<net::asio_tcp, train::path_worker<nn::gpt, optim::adamw>, outer_t> rep(
-            **t, w, v.outer, rule,
-            v.method == "streaming" ? frags : train::whole_plane(model.layout()));
-        status s = rep.run(o.rounds, deadline, on_round);
-        if (s) s = rep.finish(deadline);
-        if (k == 0) {
-          round_end.back() = secs(clk::now() - start);  // the last round ends with finish()
-          traffic = rep.traffic();
-          overlap = rep.overlap();
+  for (const auto& trainer : trainers) {
+    for (const auto& [regime, r_count, h] :
+         {std::tuple{std::string("few"), rounds, inner},
+          std::tuple{std::string("many"), many_rounds, many_inner}}) {
+      if (std::find(regimes.begin(), regimes.end(), regime) == regimes.end()) continue;
+      row base{trainer, regime, "compute_only"};
+      if (auto e = run(base, r_count, h, {}, 4, 0, keep); !e.empty())
+        return std::fprintf(stderr, "overlap: %s\n", e.c_str()), 1;
+      base.wall_ratio = 1;
+      const double window = base.train_s / 4;  // a quarter of a round's inner steps
+      // The rate at which a round's push up and pull down (each about bytes / (4 workers ×
+      // rounds) on its link) take comm_ratio × the inner steps' time.
+      const double per_round = base.bytes / (4.0 * r_count);
+      const double mbps = 2 * per_round * 8 / 1e6 / (comm_ratio * std::max(1e-3, base.train_s));
+      const int fragments = trainer == "dipaco" ? 2 : 4;  // the levels of a path
+      const std::size_t first = rows.size();
+      rows.push_back(base);
+      for (const auto& name : names) {
+        std::vector<std::string> set{"launch.link_mbps=" + num(mbps)};
+        const bool co2outer =
+            name == "blocking_co2outer" || name == "co2" || name == "co2_no_penalty";
+        const std::string mode = name == "blocking_co2outer" || name == "throttled" ? "blocking"
+                                 : name.starts_with("co2")                          ? "co2"
+                                 : name.starts_with("streaming")                    ? "streaming"
+                                                                                    : name;
+        set.push_back("sync.mode=\"" + mode + "\"");
+        if (co2outer)
+          set.insert(set.end(),
+                     {"dipaco.outer=\"co2\"", "dipaco.outer_lr=1", "dipaco.outer_momentum=0.2",
+                      "dipaco.outer_clip=\"element\"", "dipaco.outer_clip_threshold=1",
+                      std::string("dipaco.outer_gap_penalty=") + (name == "co2" ? "2" : "1")});
+        std::string label = name;
+        if (mode == "streaming") {
+          if (h % fragments != 0)
+            return std::fprintf(stderr, "overlap: H = %d is not a multiple of the %d levels\n", h,
+                                fragments),
+                   2;
+          set.insert(set.end(),
+                     {"sync.overlap_steps=" + std::to_string(h / fragments / 2), "sync.alpha=0.5"});
+          label = "streaming_f" + std::to_string(fragments);
+          if (name == "streaming_int4") {
+            set.push_back("dipaco.compress=\"int4\"");
+            label += "_int4";
+          }
         }
-        errs[std::size_t(k)] = s;
-        if (k == 0) theta.assign(p.begin(), p.end());
-      });
-    for (auto& x : th) x.join();
-    bar.finish();
-    for (auto& e : errs)
-      if (!e) {
-        std::fprintf(stderr, "overlap: %s (%s): %s\n", v.method.c_str(), v.outer_name.c_str(),
-                     e.error().what().c_str());
-        return 3;
+        if (name == "throttled")
+          set.insert(set.end(),
+                     {"launch.throttle=\"4:4\"",
+                      "sync.train_budget_s=" + num(std::max(0.001, 1.2 * base.train_s))});
+        row r{trainer, regime, label, mbps};
+        if (auto e = run(r, r_count, h, set, name == "throttled" ? 3 : 4, window, keep); !e.empty())
+          return std::fprintf(stderr, "overlap: %s\n", e.c_str()), 1;
+        r.wall_ratio = base.round_s > 0 ? r.round_s / base.round_s : 0;
+        rows.push_back(r);
       }
-    std::vector<double> per_round;
-    for (std::size_t i = 0; i < round_end.size(); ++i)
-      per_round.push_back(round_end[i] - (i ? round_end[i - 1] : 0.0));
-    r.round_s = median(per_round);
-    r.wall_s = secs(clk::now() - t0);
-    r.bytes_sent = double(traffic.bytes_sent);
-    const bool overlapped = v.method != "diloco";
-    r.hidden = overlapped ? overlap.hidden() : 0.0;
-    r.wait_s = overlap.wait_s;
-    r.comm_s = overlap.comm_s;
-    r.val_bpb = bpb(val, theta);
-    r.test_bpb = bpb(test, theta);
-    std::printf("%-9s %-26s val %.4f  test %.4f bpb; round %.2f s (median); %.2f MB sent",
-                v.method.c_str(), v.outer_name.c_str(), r.val_bpb, r.test_bpb, r.round_s,
-                r.bytes_sent / 1e6);
-    if (overlapped)
-      std::printf("; %.0f%% of %.1f s communication hidden", 100 * r.hidden, r.comm_s);
-    std::printf("\n");
-    rows.push_back(r);
+      // The throttled row against blocking on the same link.
+      for (std::size_t i = first; i < rows.size(); ++i)
+        if (rows[i].name == "throttled")
+          for (std::size_t j = first; j < rows.size(); ++j)
+            if (rows[j].name == "blocking" && rows[i].round_s > 0)
+              rows[i].others_ratio = rows[j].round_s / rows[i].round_s;
+    }
   }
-
-  // ---- the overlapped row chosen on validation; the table on test ----
-  const row* dil = &rows[0];  // DiLoCo, the first row, always runs
-  if (rows.size() < 2) {
-    std::fprintf(stderr, "overlap: --methods names no overlapped row\n");
-    return 2;
-  }
-  const row* chosen = nullptr;
-  for (auto& r : rows)
-    if (r.v.method != "diloco" && (!chosen || r.val_bpb < chosen->val_bpb)) chosen = &r;
-  io::table table({"method", "outer step", "val bpb", "test bpb", "round s", "hidden", "MB sent"});
-  nlohmann::json jr = nlohmann::json::array();
+  json out{{"bench", "overlap"}, {"comm_ratio", comm_ratio}};
+  std::printf("\n%-7s %-5s %-18s %9s %8s %8s %8s %8s %9s %11s %8s %7s\n", "trainer", "regime",
+              "row", "link Mb/s", "round s", "ratio", "sync s", "bpb", "MB sent", "peak MB/s",
+              "DP/ours", "wall s");
   auto r4 = [](double x) { return std::round(x * 1e4) / 1e4; };
-  for (auto& r : rows) {
-    table.add({r.v.method + (&r == chosen ? " *" : ""), r.v.outer_name, io::cell(r.val_bpb, 4),
-               io::cell(r.test_bpb, 4), io::cell(r.round_s, 2),
-               r.v.method != "diloco" ? io::cell(100 * r.hidden, 0, "%") : std::string("-"),
-               io::cell(r.bytes_sent / 1e6, 2)});
-    jr.push_back({{"method", r.v.method},
-                  {"outer", r.v.outer_name},
-                  {"val_bpb", r4(r.val_bpb)},
-                  {"test_bpb", r4(r.test_bpb)},
-                  {"round_s", r4(r.round_s)},
-                  {"hidden", r4(r.hidden)},
-                  {"comm_s", r4(r.comm_s)},
-                  {"wait_s", r4(r.wait_s)},
-                  {"bytes_sent", std::llround(r.bytes_sent)},
-                  {"wall_s", std::round(r.wall_s * 10) / 10}});
+  for (const auto& r : rows) {
+    std::printf("%-7s %-5s %-18s %9.2f %8.3f %8.3f %8.3f %8.4f %9.2f %11.3f %8.0f %7.1f\n",
+                r.trainer.c_str(), r.regime.c_str(), r.name.c_str(), r.link_mbps, r.round_s,
+                r.wall_ratio, r.sync_s, r.bpb, r.bytes / 1e6, r.peak_Bps / 1e6, r.dp_bytes_ratio,
+                r.wall_s);
+    json j{{"trainer", r.trainer},
+           {"regime", r.regime},
+           {"name", r.name},
+           {"wall_ratio", r4(r.wall_ratio)},
+           {"bpb", r.bpb},
+           {"bytes", std::llround(r.bytes)},
+           {"peak_Bps", std::llround(r.peak_Bps)},
+           {"dp_bytes_ratio", std::round(r.dp_bytes_ratio * 10) / 10},
+           {"round_s", r4(r.round_s)},
+           {"sync_s", r4(r.sync_s)},
+           {"link_mbps", r4(r.link_mbps)},
+           {"wall_s", std::round(r.wall_s * 10) / 10}};
+    if (r.name == "throttled")
+      j.update({{"others_ratio", r4(r.others_ratio)},
+                {"deadline_closes", r.deadline_closes},
+                {"late", r.late}});
+    out["rows"].push_back(j);
   }
-  std::printf("\n");
-  table.print(stdout);
-  const double ratio = chosen->round_s / dil->round_s;
-  std::printf(
-      "\n%s (%s, chosen on validation) against DiLoCo: round time %.2fx, test %+.4f bpb; "
-      "%.0f s in all\n",
-      chosen->v.method.c_str(), chosen->v.outer_name.c_str(), ratio,
-      chosen->test_bpb - dil->test_bpb, secs(clk::now() - t_all));
-  nlohmann::json out = {{"bench", "overlap"},
-                        {"rows", jr},
-                        {"chosen", chosen->v.method + ", " + chosen->v.outer_name},
-                        {"round_time_ratio", r4(ratio)},
-                        {"test_bpb_delta", r4(chosen->test_bpb - dil->test_bpb)},
-                        {"config",
-                         {{"ranks", K},
-                          {"rounds", o.rounds},
-                          {"inner", o.inner},
-                          {"d", o.d},
-                          {"layers", o.layers},
-                          {"ctx", o.ctx},
-                          {"batch", o.batch},
-                          {"params", n},
-                          {"comm_ratio", o.comm_ratio},
-                          {"link_mbit_s", std::round(rate * 8 / 1e4) / 100},
-                          {"inner_s", r4(inner_s)}}}};
+  std::printf("(%.0f s in all)\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t_all).count());
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }

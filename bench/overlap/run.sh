@@ -1,21 +1,13 @@
 #!/usr/bin/env bash
-# about: DiLoCo vs CO2, eager updates, Streaming DiLoCo and the naive delayed update (sync overlapped with inner steps) on Brown
-# Two ranks (threads) joined by asio_tcp on loopback, each link shaped so that a fp32 all-reduce
-# of Δ takes --comm-ratio times the H inner steps. Rows: DiLoCo (Nesterov 0.7/0.9); CO2 as its
-# authors' code runs it with two outer optimizers; eager updates with two; Streaming DiLoCo (3
-# strided fragments, α = 0.5) with τ = 5 and τ = H/P − 1; the naive one-round-delayed update
-# (Kale et al.'s baseline) with five. The overlapped row is chosen on validation and
-# every row is reported on test. LAST line:
-# {"bench":"overlap","rows":[{"method","outer","val_bpb","test_bpb","round_s","hidden",...}],
-#  "chosen":..,"round_time_ratio":..,"test_bpb_delta":..,"config":{...}}.
-# Usage: bench/run overlap [--rounds 8] [--inner 100] [--comm-ratio 1.0] [--pretrain 300]
-#        [--seed 1] [--methods diloco,co2,eager,streaming,naive_delayed]
+# about: every sync rule (blocking, co2, eager, streaming, naive delayed; two outer steps; a throttled worker) through paco_train's store over shaped TCP, DiPaCo 2x2 and DiLoCo P=4
+# Invoked by `bench/run overlap [--rounds 12] [--inner 40] [--many-rounds 120] [--many-inner 4]
+# [--comm-ratio 0.5] [--trainers dipaco,diloco] [--regimes few,many] [--rows ...] [--keep]`
+# (PACO_ROOT, PACO_BUILD_DIR set, cmake configured). LAST line: one JSON object,
+# {"bench":"overlap","rows":[{"trainer","regime","name","wall_ratio","bpb","bytes","peak_Bps",
+#  "dp_bytes_ratio",...},..],...}.
 set -euo pipefail
 : "${PACO_ROOT:?run through bench/run}" "${PACO_BUILD_DIR:?run through bench/run}"
-cmake --build "$PACO_BUILD_DIR" --target bench_overlap >&2
-if [[ -z "${PACO_KEEP_OPENBLAS_CORETYPE:-}" ]] && grep -q avx512f /proc/cpuinfo; then
-  export OPENBLAS_CORETYPE=SKYLAKEX
-fi
-echo "machine: $(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1), $(nproc) cpus;" \
-     "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto}"
+cmake --build "$PACO_BUILD_DIR" --target bench_overlap paco_train >&2
+echo "machine: $(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1), $(nproc) cpus" >&2
+export PACO_TOKEN="${PACO_TOKEN:-bench-overlap}"
 exec "$PACO_BUILD_DIR/bench/overlap/bench_overlap" "$@"

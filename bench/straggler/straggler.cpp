@@ -24,8 +24,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -53,15 +51,6 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Every record's round_s of worker w's log; into train_s, its round_s − sync_s.
-std::vector<double> round_seconds(const fs::path& dir, int w, std::vector<double>& train_s) {
-  const auto round = paco::testing::worker_log_values(dir, w, "round_s");
-  const auto sync = paco::testing::worker_log_values(dir, w, "sync_s");
-  for (std::size_t i = 0; i < std::min(round.size(), sync.size()); ++i)
-    train_s.push_back(round[i] - sync[i]);
-  return round;
-}
-
 // One run of the small job with `extra` settings. Errors: a message (the run failed).
 std::string run(row& r, int rounds, double round_timeout_s, const std::vector<std::string>& extra,
                 bool keep) {
@@ -77,30 +66,22 @@ std::string run(row& r, int rounds, double round_timeout_s, const std::vector<st
   const auto [code, out] = job.run(args, {}, std::chrono::minutes(30));
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (code != 0) return "exit " + std::to_string(code) + "; output in " + job.out().string();
-  std::vector<double> others, train_s, slow_train_s;
-  for (int w = 1; w <= 3; ++w) {
-    const auto s = round_seconds(job.dir, w, train_s);
-    others.insert(others.end(), s.begin(), s.end());
-  }
-  const auto slow = round_seconds(job.dir, 4, slow_train_s);
+  auto rep = paco::testing::read_job(job.dir, out, 4);
+  if (!rep) return rep.error().message;
+  std::vector<double> others, train_s;
+  for (int w = 0; w < 4; ++w)
+    for (std::size_t i = 0; i < std::min(rep->round_s[w].size(), rep->sync_s[w].size()); ++i) {
+      if (w < 3) others.push_back(rep->round_s[w][i]);
+      if (w < 3) train_s.push_back(rep->round_s[w][i] - rep->sync_s[w][i]);
+    }
   r.median_train_s = median(train_s);
   r.median_round_s = median(others);
   r.others_rounds_per_s = r.median_round_s > 0 ? 1.0 / r.median_round_s : 0;
-  r.slow_rounds_per_s = median(slow) > 0 ? 1.0 / median(slow) : 0;
-  // store.log: "module M round R closed with a/b pushes after X s[ (deadline)], …"
-  static const std::regex close_re(
-      R"(closed with \d+/\d+ pushes after ([0-9.]+) s( \(deadline\))?)");
-  const std::string log = paco::testing::slurp(job.dir / "store.log");
-  for (auto it = std::sregex_iterator(log.begin(), log.end(), close_re);
-       it != std::sregex_iterator(); ++it) {
-    r.max_open_s = std::max(r.max_open_s, std::stod((*it)[1]));
-    if ((*it)[2].matched) ++r.deadline_closes;
-  }
-  static const std::regex bpb_re(R"(all \(routed\)[^0-9\n]*[0-9]+[^0-9\n]+([0-9]+\.[0-9]+))");
-  std::smatch m;
-  if (std::regex_search(out, m, bpb_re)) r.bpb = std::stod(m[1]);
-  static const std::regex late_re(R"((\d+) late pushes dropped)");
-  if (std::regex_search(log, m, late_re)) r.late = std::stol(m[1]);
+  r.slow_rounds_per_s = median(rep->round_s[3]) > 0 ? 1.0 / median(rep->round_s[3]) : 0;
+  r.max_open_s = rep->max_open_s;
+  r.deadline_closes = rep->deadline_closes;
+  r.late = rep->late;
+  r.bpb = rep->bpb;
   if (!keep) {
     fs::remove_all(job.dir);
     fs::remove(job.out());

@@ -97,6 +97,9 @@ struct dipaco_section {
   // unless the string ends in "+noef". powersgd and sign_prune need the all-reduce DiLoCo.
   std::string compress = "fp32";
   int lgreco_every = 4;  // L-GreCo: rounds between choices of each tensor's level (F)
+  // The documents the results table scores: "validation" (settings are chosen on it) or "test"
+  // (figures reported after the settings were chosen; the router routes them the same way).
+  std::string eval_split = "validation";
 };
 
 // How a DiPaCo job's workers sync through the module store (docs/02_dipaco.md).
@@ -282,6 +285,7 @@ inline std::map<std::string, detail::field> fields(train_config& c) {
   add("dipaco.reroute_every", d.reroute_every);
   add("dipaco.compress", d.compress);
   add("dipaco.lgreco_every", d.lgreco_every);
+  add("dipaco.eval_split", d.eval_split);
   add("sync.mode", c.sync.mode);
   add("sync.train_budget_s", c.sync.train_budget_s);
   add("sync.overlap_steps", c.sync.overlap_steps);
@@ -471,6 +475,9 @@ inline paco::status validate(const train_config& c) {
                   "0 with sync.mode = \"streaming\" (a budget would break its schedule)")})
         if (!s) return s;
     }
+    if (!(d.eval_split == "validation" || d.eval_split == "test"))
+      return {errc::invalid_argument,
+              "dipaco.eval_split: '" + d.eval_split + "' is not one of validation, test"};
     if (!(d.outer == "nesterov" || d.outer == "co2"))
       return {errc::invalid_argument,
               "dipaco.outer: '" + d.outer + "' is not one of nesterov, co2"};

@@ -4,7 +4,8 @@
 //   launcher  prepares the run directory (a shared base model, the routing of every document),
 //             starts one store process and one process per worker on this machine, shows a
 //             progress line per path, restarts a crashed worker, and at the end evaluates every
-//             path on the validation documents routed to it and prints the results table.
+//             path on the documents of dipaco.eval_split routed to it and prints the results
+//             table.
 //   store     owns every module of the grid; one TCP link per worker (a worker that restarts
 //             reconnects on its link); checkpoints the modules after every round close.
 //   worker    trains one path: pull (hash-checked), H inner steps, push Δ (encoded with
@@ -98,8 +99,9 @@ struct run_dir {
   fs::path log(const std::string& role) const { return dir / (role + ".log"); }
 };
 
-// ---- data: Brown documents, tokenized, train / validation split ----
+// ---- data: Brown documents, tokenized: the training split and the one the table scores ----
 struct job_data {
+  // val: the documents of dipaco.eval_split (validation unless the run reports on test).
   std::vector<std::vector<std::int32_t>> train, val;
 };
 
@@ -109,7 +111,8 @@ inline result<job_data> load_job_data(const train_config& cfg) {
   io::byte_tokenizer tok;
   job_data j;
   for (auto& doc : c->subset(io::split::train).docs) j.train.push_back(tok.encode(doc.text));
-  for (auto& doc : c->subset(io::split::validation).docs) j.val.push_back(tok.encode(doc.text));
+  const auto eval = cfg.dipaco.eval_split == "test" ? io::split::test : io::split::validation;
+  for (auto& doc : c->subset(eval).docs) j.val.push_back(tok.encode(doc.text));
   return j;
 }
 
@@ -204,6 +207,8 @@ inline std::string config_fingerprint(const train_config& cfg) {
     << " dipaco.weight_by_shard=" << d.weight_by_shard << " dipaco.prefix=" << d.prefix
     << " dipaco.compress=" << d.compress << " train.batch=" << cfg.train.batch
     << " train.seed=" << cfg.train.seed;
+  // The routing file holds a route per scored document: another split is another run.
+  if (d.eval_split != "validation") o << " dipaco.eval_split=" << d.eval_split;
   // An overlapped rule's checkpoint holds a round trained and not landed, a blocking one's a
   // round already pushed: neither resumes under the other (blocking adds nothing, so checkpoints
   // written before the overlapped rules existed still resume).
@@ -860,8 +865,14 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w, bool re
   // After each round: its checkpoint, then its log record, each retried, each fatal when it
   // cannot be written (the loop stops with the error; the process exits 4).
   bool write_failed = false;
+  // Every push's time and bytes, for the log: how bursty the wire is (store/metered.hpp).
+  store::metered metered(client);
   const auto on_round = [&](const train::worker_round& r) -> status {
     const std::size_t sent = bytes_before + client.bytes_sent();
+    json pushes = json::array();
+    for (const auto& q : metered.take())
+      pushes.push_back(
+          {std::round(q.start_s * 1e4) / 1e4, std::round(q.end_s * 1e4) / 1e4, q.bytes});
     status s = io::with_retries(
         [&] {
           return save(r.round, {{"bytes_sent", std::to_string(sent)},
@@ -881,7 +892,8 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w, bool re
                                {"codec", comp.name()},
                                {"round_s", r.seconds},
                                {"sync_s", r.sync_s},
-                               {"late", late}});
+                               {"late", late},
+                               {"pushes", pushes}});
           },
           write_tries);
     write_failed = !s;
@@ -894,9 +906,9 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w, bool re
   status st;
   if (dev) {
     device_worker_ref ref(*dev);
-    st = train::run_worker(ref, client, lo, on_round, on_refused);
+    st = train::run_worker(ref, metered, lo, on_round, on_refused);
   } else {
-    st = train::run_worker(*host, client, lo, on_round, on_refused);
+    st = train::run_worker(*host, metered, lo, on_round, on_refused);
   }
   if (!st) {
     std::fprintf(stderr, "worker %d: %s\n", w, st.error().what().c_str());

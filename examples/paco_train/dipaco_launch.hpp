@@ -270,7 +270,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   if (!data) return std::fprintf(stderr, "paco_train: %s\n", data.error().what().c_str()), 2;
   std::printf(
       "paco_train: DiPaCo grid %s: %d paths, %d modules, %d workers; %d rounds x %d inner "
-      "steps; sync %s; outer %s; pushes %s; Brown: %zu training / %zu validation documents\n",
+      "steps; sync %s; outer %s; pushes %s; Brown: %zu training / %zu %s documents\n",
       [&] {
         std::string s;
         for (std::size_t i = 0; i < cfg.dipaco.grid.size(); ++i) {
@@ -282,7 +282,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
           .c_str(),
       g.paths(), g.modules(), g.workers(), cfg.dipaco.rounds, cfg.dipaco.inner_steps,
       cfg.sync.mode.c_str(), cfg.dipaco.outer.c_str(), cfg.dipaco.compress.c_str(),
-      data->train.size(), data->val.size());
+      data->train.size(), data->val.size(), cfg.dipaco.eval_split.c_str());
   if (!resume) {
     std::error_code ec;
     for (int w = 1; w <= g.workers(); ++w) {
@@ -533,8 +533,10 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   const double train_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
 
-  // ---- evaluation: every path on the validation documents routed to it ----
-  std::printf("paco_train: evaluating every path on its routed validation documents...\n");
+  // ---- evaluation: every path on the documents of dipaco.eval_split routed to it ----
+  const std::string split = cfg.dipaco.eval_split;
+  const std::string tag = split == "test" ? "test" : "val";
+  std::printf("paco_train: evaluating every path on its routed %s documents...\n", split.c_str());
   nn::gpt model(cfg.model);
   store::module_store<store_outer> store(g.module_table(), outer_of(cfg));
   if (auto s = load_store(cfg, rd, g, store); !s)
@@ -597,7 +599,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
     for (int m : g.worker_modules(w - 1))
       fp32_bytes +=
           double(cfg.dipaco.rounds) * double(store::wire::push_bytes(4 * g.span_of(m).size));
-  io::table table({"path", "val docs", "val bits/byte", "sent (" + comp.name() + ")"});
+  io::table table({"path", tag + " docs", tag + " bits/byte", "sent (" + comp.name() + ")"});
   for (int p = 0; p < g.paths(); ++p) {
     double b = 0;
     for (auto& [w, j] : rec)

@@ -130,6 +130,9 @@ TEST_CASE("load_config: the sync section and the throttle are checked by name",
               "dipaco.inner_steps must be a multiple of the grid's 2 levels"));
   REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"streaming\"", "sync.train_budget_s=2"}),
               "sync.train_budget_s must be 0 with sync.mode = \"streaming\""));
+  REQUIRE(load_config("", {"job.mode=dipaco", "dipaco.eval_split=\"test\""}));
+  REQUIRE(has(refusal({"job.mode=dipaco", "dipaco.eval_split=\"train\""}),
+              "dipaco.eval_split: 'train' is not one of validation, test"));
   // The store's outer optimizer.
   REQUIRE(load_config("", {"job.mode=dipaco", "dipaco.outer=\"co2\"", "dipaco.outer_lr=1",
                            "dipaco.outer_momentum=0.2", "dipaco.outer_clip=\"element\"",

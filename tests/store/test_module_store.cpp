@@ -11,6 +11,8 @@
 #include "paco/path/level_map.hpp"
 #include "paco/path/module_grid.hpp"
 #include "paco/path/path_plan.hpp"
+#include "paco/store/local_store.hpp"
+#include "paco/store/metered.hpp"
 #include "paco/store/module_store.hpp"
 #include "paco/store/store_file.hpp"
 
@@ -114,4 +116,30 @@ TEST_CASE("store_file: a store checkpoint round-trips and says what its vectors 
   REQUIRE(!other_grid.ok());
   REQUIRE(other_grid.error().message.find("another grid") != std::string::npos);
   std::filesystem::remove(file);
+}
+
+TEST_CASE("metered: forwards to its store and records every push; the peak rate of a timeline",
+          "[store]") {
+  local_store<outer::sgd> inner({{0, 3, 1}}, outer::sgd{.lr = 1.0f});
+  metered m(inner);
+  static_assert(EncodedModuleStore<metered<local_store<outer::sgd>>>);
+  std::vector<float> theta(3);
+  REQUIRE(m.pull(0, theta).ok());
+  REQUIRE(m.push(0, 0, 0, std::vector<float>{1, 1, 1}, 1.0).ok());
+  REQUIRE(m.wait_closed(0, 0, std::chrono::steady_clock::now()).ok());
+  REQUIRE(inner.store().round(0) == 1);                              // it reached the store
+  REQUIRE(!m.push(0, 0, 0, std::vector<float>{1, 1, 1}, 1.0).ok());  // late: refused, counted
+  auto got = m.take();
+  REQUIRE(got.size() == 2);
+  REQUIRE(got[0].bytes == wire::push_bytes(12));
+  REQUIRE(got[0].end_s >= got[0].start_s);
+  REQUIRE(got[1].start_s >= got[0].end_s);
+  REQUIRE(m.take().empty());
+
+  // A timeline by hand: 100 bytes over [0, 1), 100 over [2, 2.5), 40 at the instant 4.
+  const std::vector<push_record> t{{0, 1, 100}, {2, 2.5, 100}, {4, 4, 40}};
+  REQUIRE(peak_rate(t, 1.0) == Approx(100.0));      // either push alone fills a window of 1 s
+  REQUIRE(peak_rate(t, 0.5) == Approx(200.0));      // the second in half a second
+  REQUIRE(peak_rate(t, 3.0) == Approx(200.0 / 3));  // [0, 3) or [1.5, 4.5): 200 bytes
+  REQUIRE(peak_rate(t, 10.0) == Approx(24.0));      // everything in one window
 }

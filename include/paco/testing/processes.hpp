@@ -10,16 +10,21 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "paco/core/error.hpp"
+#include "paco/store/metered.hpp"
 
 extern char** environ;
 
@@ -155,6 +160,61 @@ inline std::vector<double> worker_log_values(const std::filesystem::path& dir, i
     if (!j.is_discarded() && j.contains(key) && j[key].is_number()) out.push_back(j[key]);
   }
   return out;
+}
+
+// What a finished paco_train DiPaCo run left, for benchmarks: per worker (index w − 1) its log's
+// round_s and sync_s (every record) and its pushes (store::metered's [start_s, end_s, bytes]);
+// from store.log the rounds closed by their deadline, the longest a round stayed open and the
+// late pushes dropped; from the launcher's output the routed bits/byte and the bytes of the
+// results table, and the bytes a data-parallel run of the same steps would send per worker.
+struct job_report {
+  std::vector<std::vector<double>> round_s, sync_s;
+  std::vector<std::vector<store::push_record>> pushes;
+  double bpb = 0, bytes = 0, dp_bytes_per_worker = 0, max_open_s = 0;
+  int deadline_closes = 0;
+  long late = 0;
+};
+
+// The report of the run in `dir` with `workers` workers whose launcher printed `out`. Errors:
+// not_found when the output holds no results table (the run did not finish).
+inline result<job_report> read_job(const std::filesystem::path& dir, const std::string& out,
+                                   int workers) {
+  job_report r;
+  for (int w = 1; w <= workers; ++w) {
+    r.round_s.push_back(worker_log_values(dir, w, "round_s"));
+    r.sync_s.push_back(worker_log_values(dir, w, "sync_s"));
+    auto& pushes = r.pushes.emplace_back();
+    std::ifstream f(dir / ("worker-" + std::to_string(w) + ".jsonl"));
+    for (std::string line; std::getline(f, line);) {
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.contains("pushes")) continue;
+      for (const auto& p : j["pushes"])
+        pushes.push_back(
+            {p.at(0).get<double>(), p.at(1).get<double>(), p.at(2).get<std::size_t>()});
+    }
+  }
+  // store.log: "module M round R closed with a/b pushes after X s[ (deadline)], …"
+  static const std::regex close_re(
+      R"(closed with \d+/\d+ pushes after ([0-9.]+) s( \(deadline\))?)");
+  const std::string log = slurp(dir / "store.log");
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), close_re);
+       it != std::sregex_iterator(); ++it) {
+    r.max_open_s = std::max(r.max_open_s, std::stod((*it)[1]));
+    if ((*it)[2].matched) ++r.deadline_closes;
+  }
+  std::smatch m;
+  static const std::regex late_re(R"((\d+) late pushes dropped)");
+  if (std::regex_search(log, m, late_re)) r.late = std::stol(m[1]);
+  // "| all (routed) |  61 |  3.8265 |  4.217 MB |"
+  static const std::regex all_re(
+      R"(all \(routed\) *\| *[0-9]+ *\| *([0-9]+\.[0-9]+) *\| *([0-9.]+) MB)");
+  if (!std::regex_search(out, m, all_re))
+    return error(errc::not_found, "no results table in the output of the run in " + dir.string());
+  r.bpb = std::stod(m[1]);
+  r.bytes = std::stod(m[2]) * 1e6;
+  static const std::regex dp_re(R"(data-parallel run of the same steps would send ([0-9.]+) MB)");
+  if (std::regex_search(out, m, dp_re)) r.dp_bytes_per_worker = std::stod(m[1]) * 1e6;
+  return r;
 }
 
 // A small DiPaCo run of paco_train in `dir` (small_dipaco_job's settings), for process tests.
