@@ -484,14 +484,14 @@ inline paco::status validate(const train_config& c) {
     if (auto clip = paco::outer::parse_co2_clip(d.outer_clip); !clip)
       return {errc::invalid_argument,
               "dipaco.outer_clip: '" + d.outer_clip + "' is not one of none, element, norm"};
-    for (const auto& s :
-         {range(std::isfinite(d.outer_gap_penalty) && d.outer_gap_penalty > 0,
-                "dipaco.outer_gap_penalty", "a finite number > 0"),
-          range(std::isfinite(d.outer_clip_threshold) && d.outer_clip_threshold > 0,
-                "dipaco.outer_clip_threshold", "a finite number > 0"),
-          range(d.outer == "co2" || (d.outer_gap_penalty == 1.0f && d.outer_clip == "none"),
-                "dipaco.outer_gap_penalty",
-                "1 (and dipaco.outer_clip \"none\") unless dipaco.outer = \"co2\"")})
+    for (const auto& s : {range(std::isfinite(d.outer_gap_penalty) && d.outer_gap_penalty > 0,
+                                "dipaco.outer_gap_penalty", "a finite number > 0"),
+                          range(std::isfinite(d.outer_clip_threshold) && d.outer_clip_threshold > 0,
+                                "dipaco.outer_clip_threshold", "a finite number > 0"),
+                          range(d.outer == "co2" || d.outer_gap_penalty == 1.0f,
+                                "dipaco.outer_gap_penalty", "1 unless dipaco.outer = \"co2\""),
+                          range(d.outer == "co2" || d.outer_clip == "none", "dipaco.outer_clip",
+                                "\"none\" unless dipaco.outer = \"co2\"")})
       if (!s) return s;
     if (c.sync.mode != "blocking" && t.device == "cuda")
       return {errc::invalid_argument,

@@ -840,6 +840,8 @@ inline int run_worker(const train_config& cfg, const run_dir& rd, int w, bool re
   // round a checkpoint of the inner optimizer state and a metrics record. With an overlapped
   // sync.mode the push runs behind the next round's steps, and the checkpoint after round r
   // closed holds θ and θ_start of round r+1, trained and not yet landed (a resume lands them).
+  // Under streaming a round is a cycle of H steps whose staggered per-level syncs closed round
+  // r; its checkpoint has nothing in flight, and each level resumes on its own.
   // This worker's slowdown for experiments (launch.throttle; checked by validate) and its pushes
   // dropped because their round closed without them.
   const double throttle = [&] {

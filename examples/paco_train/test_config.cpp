@@ -144,7 +144,9 @@ TEST_CASE("load_config: the sync section and the throttle are checked by name",
   REQUIRE(has(refusal({"job.mode=dipaco", "dipaco.outer=\"co2\"", "dipaco.outer_gap_penalty=0"}),
               "dipaco.outer_gap_penalty must be a finite number > 0"));
   REQUIRE(has(refusal({"job.mode=dipaco", "dipaco.outer_clip=\"element\""}),
-              "unless dipaco.outer = \"co2\""));
+              "dipaco.outer_clip must be \"none\" unless dipaco.outer = \"co2\""));
+  REQUIRE(has(refusal({"job.mode=dipaco", "dipaco.outer_gap_penalty=2"}),
+              "dipaco.outer_gap_penalty must be 1 unless dipaco.outer = \"co2\""));
   REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"co2\"", "train.device=\"cuda\""}),
               "run on host workers"));
   REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"fast\""}),

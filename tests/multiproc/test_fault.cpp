@@ -3,7 +3,8 @@
 // moment; the launcher restarts it, it resumes from its checkpoint and rejoins; the run finishes,
 // and every module in the store's checkpoint hashes to the value the store announced when it
 // closed the module's last round (no module state lost or corrupted). The second trial runs the
-// overlapped co2 rule through the store.
+// overlapped co2 rule through the store, the third Streaming DiLoCo (the levels' modules as
+// fragments).
 // Trials: PACO_FAULT_TRIALS (default 3; docs/results.md records a 20-trial run).
 #include <catch2/catch.hpp>
 

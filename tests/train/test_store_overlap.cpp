@@ -7,6 +7,13 @@
 //   (train::round_loop, a second implementation of the rule) under outer SGD at rate 1;
 // - a worker stopped after a round and resumed from its checkpoint ends with the same bits as
 //   one that never stopped.
+// Streaming DiLoCo through the store (the path's modules as fragments):
+// - one module with τ = 0 and α = 0 is blocking through the store, bit for bit (the blocking
+//   loop, a second implementation);
+// - two workers over two levels equal round_loop's Streaming DiLoCo with the level spans as its
+//   fragments (the all-reduce form, a second implementation of the schedule);
+// - a worker stopped after round 1, or after the last but one, and resumed ends bit for bit,
+//   reporting every round once with the losses of the run that never stopped.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -392,32 +399,56 @@ TEST_CASE("store streaming: a worker resumed from its checkpoint goes on bit for
   const train::worker_loop_options o{.rounds = rounds,
                                      .sync = train::streaming{.overlap = 1, .alpha = 0.5f}};
   auto straight_store = s.store(1, outer::nesterov{});
+  std::vector<train::worker_round> straight;
   {
     auto w = s.worker(0);
-    REQUIRE(train::run_worker(*w, *straight_store, o).ok());
+    REQUIRE(train::run_worker(*w, *straight_store, o, [&](const train::worker_round& r) {
+              straight.push_back(r);
+              return status{};
+            }).ok());
   }
+  REQUIRE(straight.size() == std::size_t(rounds));  // every round reported once
   const auto file = std::filesystem::temp_directory_path() /
                     ("paco_streaming_" + std::to_string(::getpid()) + ".safetensors");
   const train::worker_identity me{.run = "r", .worker = 0, .path = 0};
-  auto st = s.store(1, outer::nesterov{});
-  {
-    auto w = s.worker(0);
-    const auto stopped = train::run_worker(*w, *st, o, [&](const train::worker_round& r) {
-      REQUIRE(train::save_worker_file(file, s.model, *w, r.round, "cfg", me).ok());
-      return r.round == 1 ? status{errc::cancelled, "stop"} : status{};
-    });
-    REQUIRE(!stopped.ok());
+  // Stopped after round 1, and after the last but one (its resume owes only the last sends).
+  for (const long stop : {1L, long(rounds) - 2}) {
+    INFO("stopped after round " << stop);
+    auto st = s.store(1, outer::nesterov{});
+    double pending = 0;
+    {
+      auto w = s.worker(0);
+      const auto stopped = train::run_worker(*w, *st, o, [&](const train::worker_round& r) {
+        REQUIRE(train::save_worker_file(file, s.model, *w, r.round, "cfg", me).ok());
+        pending = r.pending_loss;
+        return r.round == stop ? status{errc::cancelled, "stop"} : status{};
+      });
+      REQUIRE(!stopped.ok());
+    }
+    auto ck = train::load_worker_file(file, s.model, "cfg", me);
+    REQUIRE(ck.ok());
+    REQUIRE(ck->round == stop);
+    auto c = s.icfg;
+    c.start_step = ck->step;
+    auto again = s.worker(0, c);
+    train::restore_worker_state(*ck, *again);
+    auto resumed = o;
+    resumed.completed = ck->round;
+    resumed.resumed_loss = pending;
+    std::vector<train::worker_round> rest;
+    REQUIRE(train::run_worker(*again, *st, resumed, [&](const train::worker_round& r) {
+              rest.push_back(r);
+              return status{};
+            }).ok());
+    REQUIRE(path_of(s, *st) == path_of(s, *straight_store));
+    const auto p = again->state().get(plane::param);
+    REQUIRE(path_of(s, *st) == std::vector<float>(p.begin(), p.end()));  // it ends on G
+    // The rounds after the stop, each once, with the losses of the run that never stopped.
+    REQUIRE(rest.size() == std::size_t(rounds - 1 - stop));
+    for (std::size_t i = 0; i < rest.size(); ++i) {
+      REQUIRE(rest[i].round == straight[std::size_t(stop) + 1 + i].round);
+      REQUIRE(rest[i].loss == straight[std::size_t(stop) + 1 + i].loss);
+    }
   }
-  auto ck = train::load_worker_file(file, s.model, "cfg", me);
-  REQUIRE(ck.ok());
-  REQUIRE(ck->round == 1);
-  auto c = s.icfg;
-  c.start_step = ck->step;
-  auto again = s.worker(0, c);
-  train::restore_worker_state(*ck, *again);
-  auto resumed = o;
-  resumed.completed = ck->round;
-  REQUIRE(train::run_worker(*again, *st, resumed).ok());
-  REQUIRE(path_of(s, *st) == path_of(s, *straight_store));
   std::filesystem::remove(file);
 }

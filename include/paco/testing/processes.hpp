@@ -207,7 +207,7 @@ inline result<job_report> read_job(const std::filesystem::path& dir, const std::
   if (std::regex_search(log, m, late_re)) r.late = std::stol(m[1]);
   // "| all (routed) |  61 |  3.8265 |  4.217 MB |"
   static const std::regex all_re(
-      R"(all \(routed\) *\| *[0-9]+ *\| *([0-9]+\.[0-9]+) *\| *([0-9.]+) MB)");
+      R"(all \(routed\) *\| *[0-9]+ *\| *([0-9]+\.[0-9]+|-?nan|-?inf) *\| *([0-9.]+) MB)");
   if (!std::regex_search(out, m, all_re))
     return error(errc::not_found, "no results table in the output of the run in " + dir.string());
   r.bpb = std::stod(m[1]);

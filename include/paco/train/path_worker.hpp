@@ -18,6 +18,7 @@
 // EncodedModuleStore. Models: local_store (threads of one process), store::client (a store
 // service over any Transport). Model models train::Model, InnerOpt optim::InnerOptimizer.
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -183,6 +184,7 @@ class path_worker {
     auto th = arena_.get(plane::param);
     auto an = arena_.get(plane::anchor);
     out_.resize(levels_.size());
+    fetched_.resize(arena_.layout().total());  // here, before a flight's fetch_level
     out_weight_ = push_weight();
     const std::size_t o = levels_[l].offset, n = levels_[l].size;
     auto& d = out_[l].delta;
@@ -229,18 +231,23 @@ class path_worker {
   }
 
   // Pulls level l's module alone into the fetch buffer (θ untouched), hash-checked; returns its
-  // round. May run on another thread while this one trains. Errors: the store's; mismatch for a
-  // copy whose hash differs from the store's.
+  // round, and round() becomes the lowest of the levels' last fetched rounds. May run on another
+  // thread while this one trains (after a prepare_level on this one, which sizes the buffer; not
+  // while this one reads round()). Errors: the store's; mismatch for a copy whose hash differs
+  // from the store's.
   template <store::ModuleStore Store>
   result<long> fetch_level(Store& store, std::size_t l) {
     PACO_ASSERT(l < levels_.size(), "a level of the path");
-    fetched_.resize(arena_.layout().total());  // sized once, before the flights
+    fetched_.resize(arena_.layout().total());  // a no-op after prepare_level
     auto span = std::span<float>(fetched_).subspan(levels_[l].offset, levels_[l].size);
     auto got = store.pull(modules_[l], span);
     if (!got) return got.error();
     if (hash64(span.data(), span.size_bytes()) != got->hash)
       return error(errc::mismatch, "module " + std::to_string(modules_[l]) +
                                        " arrived with a different hash than the store's");
+    level_round_.resize(levels_.size(), got->round);
+    level_round_[l] = got->round;
+    round_ = *std::min_element(level_round_.begin(), level_round_.end());
     return got->round;
   }
 
@@ -304,6 +311,7 @@ class path_worker {
       r = round;
     }
     round_ = r;
+    level_round_.assign(levels_.size(), r);
     return {};
   }
 
@@ -327,6 +335,7 @@ class path_worker {
   std::vector<compress::module_codec> codecs_;  // one per level, or none (fp32 pushes)
   std::size_t payload_bytes_ = 0;
   long round_ = 0;
+  std::vector<long> level_round_;  // per level, the round of its last pull or fetch
   double last_loss_ = 0;
 };
 

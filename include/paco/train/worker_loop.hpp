@@ -50,10 +50,14 @@
 // that round to close and lands the store's new module G_l: θ_start,l ← G_l,
 // θ_l ← α·θ_l + (1 − α)·G_l. The first cycle sends nothing; after the last, every level sends at
 // once and θ ← G, so each module is synced `rounds` times — train::round_loop's streaming rule
-// with the store's outer step. A cycle reports the round its syncs closed (on_round); a
-// checkpoint taken then has nothing in flight, and a resumed worker goes on with the next cycle
-// if its modules still sit at round completed+1, else starts afresh from G. A train budget is
-// refused (it would break the schedule); one fragment with τ = 0 and α = 0 is blocking.
+// with the store's outer step. A cycle reports the round its syncs closed (on_round), with the
+// loss of the cycle that trained their Δ; its own is pending (worker_round::pending_loss). A
+// checkpoint taken then has nothing in flight. Each level resumes on its own (a path's modules
+// sit at different rounds between their slots): a level whose module still sits at round
+// completed+1 sends the checkpoint's Δ_l in its slot; one whose round closed while the worker
+// was down drops that Δ_l and starts afresh from G_l, as every level of a fresh start does (it
+// sends nothing in its first cycle). A train budget is refused (it would break the schedule);
+// one fragment with τ = 0 and α = 0 is blocking.
 //
 // Resume is the caller's part: restore the worker's arena planes and its inner step
 // (inner_config::start_step) from its checkpoint before calling; the store says the round. A
@@ -90,12 +94,14 @@ struct worker_loop_options {
   // Experiments: after each inner step the worker sleeps (throttle − 1) times as long as the
   // step took, so it runs `throttle` times slower (≥ 1).
   double throttle = 1;
-  // The sync rule: blocking, or an overlapped one (co2, eager, naive_delayed; see above).
+  // The sync rule: blocking, an overlapped one (co2, eager, naive_delayed), or streaming (the
+  // path's modules as fragments; see above).
   sync_choice sync = blocking{};
   // Per level of the path, how many workers train its module (eager's σ = 1/k; needed by eager).
   std::vector<int> sharing;
-  // An overlapped worker resumed from a checkpoint: the mean loss of the round it had trained
-  // and not landed (worker_round::pending_loss of the round it completed), to report with it.
+  // An overlapped or streaming worker resumed from a checkpoint: the mean loss of the round
+  // (cycle) it had trained and not synced (worker_round::pending_loss of the round it
+  // completed), to report with it.
   double resumed_loss = 0;
 };
 
@@ -355,27 +361,24 @@ run_streaming(W& w, Store& store, const worker_loop_options& o, const sync_plan&
   const auto secs = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
   const std::size_t levels = w.modules().size();
   const int h = w.steps_per_round(), c = h / int(levels), tau = plan.lag;
-  // next[l]: the round of level l's next send (the round of its module in the store).
+  // next[l]: the round of level l's next send (the round of its module in the store); skip[l]:
+  // the next cycle does not send level l (its θ_start,l was just fetched: nothing trained).
   std::vector<long> next(levels);
+  std::vector<char> skip(levels, 1);
   const auto lowest = [&] { return *std::min_element(next.begin(), next.end()); };
-  // A cycle that sends nothing: θ_start was just pulled, nothing is trained to send.
-  bool warm = true;
-  if (o.completed >= 0) {
-    // A resumed worker: θ and θ_start are its checkpoint's, taken at the end of a cycle with
-    // nothing in flight; its modules should sit at round completed+1.
-    bool on_time = true;
-    for (std::size_t l = 0; l < levels; ++l) {
-      auto r = w.fetch_level(store, l);
-      if (!r) return r.error();
-      if (*r <= o.completed) return store_behind(*r, o.completed);
-      on_time = on_time && *r == o.completed + 1;
-    }
-    warm = !on_time;
+  // Each level on its own (under streaming a path's modules sit at different rounds between
+  // their slots): a resumed worker keeps its checkpoint's θ_l and θ_start,l (taken at the end of
+  // a cycle, nothing in flight) where the module still sits at round completed+1 and sends them in
+  // its slot; a level whose round closed while it was down (with its push or without it) drops
+  // that Δ and starts afresh from G_l, as does every level of a fresh start.
+  for (std::size_t l = 0; l < levels; ++l) {
+    auto r = w.fetch_level(store, l);
+    if (!r) return r.error();
+    if (o.completed >= 0 && *r <= o.completed) return store_behind(*r, o.completed);
+    next[l] = *r;
+    skip[l] = o.completed < 0 || *r != o.completed + 1;
+    if (skip[l]) w.mix_level(l, 0.0f);  // θ_l, θ_start,l ← G_l
   }
-  if (warm) {  // a fresh start, or rounds closed while the worker was down: start from G
-    if (auto s = pull_path(w, store, o); !s) return s;
-  }
-  std::fill(next.begin(), next.end(), warm ? w.round() : o.completed + 1);
   if (lowest() >= o.rounds) return {};
   // What runs behind τ inner steps: level l's push for `round`, the wait for its close, the
   // fetch of its module.
@@ -409,13 +412,43 @@ run_streaming(W& w, Store& store, const worker_loop_options& o, const sync_plan&
   };
   auto last = clock::now();
   double train_s = 0;
+  // The loss of the cycle trained last: the one whose Δ the next sends carry.
+  double trained_loss = o.resumed_loss;
+  const auto report = [&](long round, double loss, double pending) -> status {
+    const auto now = clock::now();
+    const double seconds = secs(now - last);
+    const worker_round r{round, loss, seconds, std::max(0.0, seconds - train_s), pending};
+    last = now;
+    train_s = 0;
+    return on_round ? on_round(r) : status{};
+  };
   for (;;) {
-    // One cycle of H inner steps: slot l (c steps) sends level l first (unless warm) and lands it
-    // τ steps later.
+    // The last sends are due once every level left has trained since its last landing.
+    bool last_sends = lowest() + 1 >= o.rounds;
+    for (std::size_t l = 0; l < levels; ++l)
+      if (next[l] < o.rounds && skip[l]) last_sends = false;
+    if (last_sends) {
+      // Every level trained since its last landing, at once; θ ← G (a level whose module already
+      // reached the end, its late pushes refused, takes it too).
+      for (std::size_t l = 0; l < levels; ++l) {
+        if (next[l] >= o.rounds) {
+          if (auto r = w.fetch_level(store, l); !r) return r.error();
+          w.mix_level(l, 0.0f);
+          continue;
+        }
+        if (auto s = w.prepare_level(l); !s) return s;
+        auto flight = std::async(std::launch::async, fly, l, next[l]);
+        if (auto s = land(flight, l, 0.0f); !s) return s;
+      }
+      return report(o.rounds - 1, trained_loss, 0);
+    }
+    // One cycle of H inner steps: slot l (c steps) sends level l first (unless skipped) and
+    // lands it τ steps later.
     double loss = 0;
+    bool sent = false;
     for (std::size_t l = 0; l < levels; ++l) {
       int left = c;
-      if (!warm && next[l] < o.rounds) {
+      if (!skip[l] && next[l] < o.rounds) {
         if (auto s = w.prepare_level(l); !s) return s;
         auto flight = std::async(std::launch::async, fly, l, next[l]);
         const auto t0 = clock::now();
@@ -423,33 +456,19 @@ run_streaming(W& w, Store& store, const worker_loop_options& o, const sync_plan&
         train_s += secs(clock::now() - t0);
         left -= tau;
         if (auto s = land(flight, l, plan.alpha); !s) return s;
+        sent = true;
       }
       const auto t0 = clock::now();
       loss += train_steps(w, left, o);
       train_s += secs(clock::now() - t0);
     }
     loss /= h;
-    const auto report = [&](long round) -> status {
-      const auto now = clock::now();
-      const double seconds = secs(now - last);
-      const worker_round r{round, loss, seconds, std::max(0.0, seconds - train_s)};
-      last = now;
-      train_s = 0;
-      return on_round ? on_round(r) : status{};
-    };
-    if (!warm)  // every level's sync of this cycle landed: their rounds closed
-      if (auto s = report(lowest() - 1); !s) return s;
-    warm = false;
-    if (lowest() + 1 >= o.rounds) {
-      // The last sends: every level trained since its last landing, at once; θ ← G.
-      for (std::size_t l = 0; l < levels; ++l) {
-        if (next[l] >= o.rounds) continue;
-        if (auto s = w.prepare_level(l); !s) return s;
-        auto flight = std::async(std::launch::async, fly, l, next[l]);
-        if (auto s = land(flight, l, 0.0f); !s) return s;
-      }
-      return report(o.rounds - 1);
-    }
+    std::fill(skip.begin(), skip.end(), 0);
+    // Every level's sync of this cycle landed, its round closed: reported with the loss of the
+    // cycle that trained it; this cycle's is pending (a checkpoint taken now holds its steps).
+    if (sent)
+      if (auto s = report(lowest() - 1, trained_loss, loss); !s) return s;
+    trained_loss = loss;
   }
 }
 }  // namespace detail
