@@ -6,11 +6,12 @@
 //           1x1x1x1: the same model and, under an element-wise outer step, the same maths as one
 //           module; four fragments for streaming)
 // and two regimes of the same inner steps: few (--rounds x --inner: 12 x 40) and many
-// (--many-rounds x --many-inner: 120 x 4). Every row runs the same job (testing::small_dipaco_job
-// with a GPT of d = 64, 4 layers, ctx 128, batch 8, a base model of 50 steps; the same seeds and
-// routing) and is scored by the job's one scorer on the test documents (dipaco.eval_split; no
-// setting here is chosen on them); rows differ only in sync.mode, the store's outer step, the
-// codec and the link:
+// (--many-rounds x --many-inner: 120 x 4); a third, long (--long-rounds x --long-inner: 3 x 160),
+// runs when named (--regimes long), for the fewest bytes per token. Every row runs the same job
+// (testing::small_dipaco_job with a GPT of d = 64, 4 layers, ctx 128, batch 8, a base model of 50
+// steps; the same seeds and routing) and is scored by the job's one scorer on the test documents
+// (dipaco.eval_split; no setting here is chosen on them); rows differ only in sync.mode, the
+// store's outer step, the codec and the link:
 //   compute_only        blocking over unshaped loopback: what a round costs with a free link
 //   blocking            push, wait, pull, then the next inner steps; Nesterov (0.7, 0.9)
 //   blocking_co2outer   blocking with CO2's outer step (outer::co2: lr 1, β 0.2, element clipping
@@ -24,7 +25,8 @@
 //   eager               eager updates (Nesterov): the own Δ stands in for its share 1/k
 //   streaming_fP        Streaming DiLoCo (Nesterov), the path's P modules as fragments, each
 //                       landing τ = H/(2P) steps after its push, mixed in with α = 0.5
-//   streaming_fP_int4   the same, pushes as 4-bit integers with error feedback
+//   streaming_fP_int4   the same, pushes as 4-bit integers with error feedback (_int2: 2-bit,
+//                       when named in --rows)
 //   naive_delayed       Kale et al.'s naive one-step-delayed rule (Nesterov), for the ablation
 //   throttled           blocking with worker 4 running 4x slower and every worker's round cut at
 //                       1.2 x compute_only's training time (sync.train_budget_s)
@@ -145,7 +147,8 @@ std::string run(row& r, int rounds, int inner, const std::vector<std::string>& e
   return "";
 }
 
-const std::vector<std::string> all_rows{
+// The default rows; streaming_int2 (2-bit pushes) runs when named.
+const std::vector<std::string> default_rows{
     "blocking",  "blocking_co2outer", "co2",           "co2_no_penalty", "co2_nesterov", "eager",
     "streaming", "streaming_int4",    "naive_delayed", "throttled"};
 
@@ -153,9 +156,12 @@ const std::vector<std::string> all_rows{
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  int rounds = 12, inner = 40, many_rounds = 120, many_inner = 4;
+  int rounds = 12, inner = 40, many_rounds = 120, many_inner = 4, long_rounds = 3, long_inner = 160;
   double comm_ratio = 0.5;
-  std::vector<std::string> trainers{"dipaco", "diloco"}, regimes{"few", "many"}, names = all_rows;
+  std::vector<std::string> trainers{"dipaco", "diloco"}, regimes{"few", "many"},
+      names = default_rows;
+  std::vector<std::string> all_rows = default_rows;
+  all_rows.push_back("streaming_int2");
   bool keep = false;
   CLI::App app{"every sync rule through paco_train's store over shaped TCP, like for like"};
   app.add_option("--rounds", rounds, "rounds of the few-round regime")->check(CLI::Range(3, 10000));
@@ -164,15 +170,19 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(3, 10000));
   app.add_option("--many-inner", many_inner, "H of the many-round regime")
       ->check(CLI::Range(1, 100000));
+  app.add_option("--long-rounds", long_rounds, "rounds of the long-round regime (when named)")
+      ->check(CLI::Range(1, 10000));
+  app.add_option("--long-inner", long_inner, "H of the long-round regime")
+      ->check(CLI::Range(1, 100000));
   app.add_option("--comm-ratio", comm_ratio,
                  "link rate: a round's fp32 push and pull take this many times its inner steps")
       ->check(CLI::Range(0.01, 100.0));
   app.add_option("--trainers", trainers, "dipaco, diloco")
       ->delimiter(',')
       ->check(CLI::IsMember({"dipaco", "diloco"}));
-  app.add_option("--regimes", regimes, "few, many")
+  app.add_option("--regimes", regimes, "few, many (the default), long")
       ->delimiter(',')
-      ->check(CLI::IsMember({"few", "many"}));
+      ->check(CLI::IsMember({"few", "many", "long"}));
   app.add_option("--rows", names, "rows besides compute_only (which sets the link)")
       ->delimiter(',')
       ->check(CLI::IsMember(all_rows));
@@ -184,7 +194,8 @@ int main(int argc, char** argv) {
   for (const auto& trainer : trainers) {
     for (const auto& [regime, r_count, h] :
          {std::tuple{std::string("few"), rounds, inner},
-          std::tuple{std::string("many"), many_rounds, many_inner}}) {
+          std::tuple{std::string("many"), many_rounds, many_inner},
+          std::tuple{std::string("long"), long_rounds, long_inner}}) {
       if (std::find(regimes.begin(), regimes.end(), regime) == regimes.end()) continue;
       row base{trainer, regime, "compute_only"};
       if (auto e = run(base, r_count, h, {}, 4, 0, keep); !e.empty())
@@ -221,9 +232,10 @@ int main(int argc, char** argv) {
           set.insert(set.end(),
                      {"sync.overlap_steps=" + std::to_string(h / fragments / 2), "sync.alpha=0.5"});
           label = "streaming_f" + std::to_string(fragments);
-          if (name == "streaming_int4") {
-            set.push_back("dipaco.compress=\"int4\"");
-            label += "_int4";
+          if (name == "streaming_int4" || name == "streaming_int2") {
+            const std::string bits = name.substr(name.size() - 4);
+            set.push_back("dipaco.compress=\"" + bits + "\"");
+            label += "_" + bits;
           }
         }
         if (name == "throttled")
