@@ -209,6 +209,79 @@ TEST_CASE("asio_tcp shaper: a per-link rate within 10%, added latency", "[net][s
   REQUIRE(lat[0] >= 0.060);
 }
 
+TEST_CASE(
+    "asio_tcp per-peer shaper: the link to one peer shaped to its rate and delay, the others "
+    "not",
+    "[net][shaper]") {
+  using namespace paco;
+  const double rate = 20e6;  // bytes/s, rank 0 -> rank 1 only
+  const std::size_t bytes = 6 << 20, m = 1 << 20;
+  std::vector<double> secs(3, 0), lat(3, 0);
+  int port = paco::testing::free_port();
+  std::vector<std::thread> th;
+  for (int r = 0; r < 3; ++r)
+    th.emplace_back([&, r] {
+      auto o = paco::testing::loopback_options(r, 3, port);
+      if (r == 0)
+        o.peer_shapers[1] = {.rate_bytes_per_s = rate,
+                             .burst_bytes = 256 << 10,
+                             .latency = std::chrono::milliseconds(30)};
+      if (r == 1)  // and back: the 1 -> 0 direction is rank 1's link to 0
+        o.peer_shapers[0] = {.latency = std::chrono::milliseconds(30)};
+      auto t = net::asio_tcp::connect(o).value_or_throw();
+      std::vector<std::byte> buf(m), one(1);
+      auto d = net::after(std::chrono::seconds(30));
+      if (r == 0) {
+        for (int p = 1; p <= 2; ++p) {  // a ping-pong of one byte with each
+          const auto t0 = net::clock::now();
+          t->send(p, 9, one, d).wait();
+          t->recv(p, 9, one, d).wait();
+          lat[std::size_t(p)] = std::chrono::duration<double>(net::clock::now() - t0).count();
+        }
+        std::vector<net::asio_tcp::request> q;
+        for (int p = 1; p <= 2; ++p)
+          for (std::size_t off = 0; off < bytes; off += m) q.push_back(t->send(p, 1, buf, d));
+        for (auto& x : q) x.wait();
+      } else {
+        t->recv(0, 9, one, d).wait();
+        t->send(0, 9, one, d).wait();
+        t->recv(0, 1, buf, d).wait();  // from the first message (after the added latency)
+        const auto t0 = net::clock::now();
+        for (std::size_t off = m; off < bytes; off += m) t->recv(0, 1, buf, d).wait();
+        secs[std::size_t(r)] = std::chrono::duration<double>(net::clock::now() - t0).count();
+      }
+    });
+  for (auto& t : th) t.join();
+  const double shaped = double(bytes - m) / secs[1], free = double(bytes - m) / secs[2];
+  std::printf(
+      "[shaper] to rank 1: configured %.1f MB/s, delivered %.1f MB/s, ping-pong %.1f ms (2 x 30 "
+      "ms added); to rank 2 (unshaped): %.1f MB/s, ping-pong %.1f ms\n",
+      rate / 1e6, shaped / 1e6, lat[1] * 1e3, free / 1e6, lat[2] * 1e3);
+  REQUIRE(shaped > 0.9 * rate);
+  REQUIRE(shaped < 1.1 * rate);
+  REQUIRE(lat[1] >= 0.060);
+  // The other link is not shaped: its ping-pong does not carry the added delay, and it is not
+  // held to the shaped rate.
+  REQUIRE(lat[2] < 0.060);
+  REQUIRE(free > 1.5 * rate);
+}
+
+TEST_CASE("asio_tcp per-peer shaper: a key that is not another rank is refused by name",
+          "[net][shaper]") {
+  using namespace paco;
+  auto o = paco::testing::loopback_options(0, 2, paco::testing::free_port());
+  o.peer_shapers[2] = {.rate_bytes_per_s = 1e6};
+  auto t = net::asio_tcp::connect(o);
+  REQUIRE(!t);
+  REQUIRE(t.error().code == errc::invalid_argument);
+  REQUIRE(t.error().message.find("peer_shapers[2]") != std::string::npos);
+  o.peer_shapers.clear();
+  o.peer_shapers[0] = {.rate_bytes_per_s = 1e6};  // itself
+  auto self = net::asio_tcp::connect(o);
+  REQUIRE(!self);
+  REQUIRE(self.error().message.find("peer_shapers[0]") != std::string::npos);
+}
+
 // 300 000 bytes of a pattern that is not periodic in any power of two.
 static std::vector<std::byte> crc_test_message() {
   std::vector<std::byte> msg(300000);

@@ -231,7 +231,7 @@ class asio_tcp {
     op->hdr = crc && core_->o.payload_crc
                   ? wire::make_data_header_with_crc(tag, bytes.size(), *crc)
                   : wire::make_header(wire::kind::data, tag, bytes, core_->o.payload_crc);
-    op->ready_at = clock::now() + core_->o.shaper.latency;
+    op->ready_at = clock::now() + core_->o.shaper_to(peer).latency;
     std::unique_lock lk(core_->mu);
     auto& L = *core_->links[static_cast<std::size_t>(peer)];
     if (core_->stopped) {
@@ -310,9 +310,7 @@ class asio_tcp {
 
  private:
   explicit asio_tcp(std::shared_ptr<detail::tcp_core> c)
-      : core_(std::move(c)),
-        inline_ok_(core_->o.shaper.rate_bytes_per_s <= 0 && core_->o.shaper.latency.count() <= 0 &&
-                   !core_->o.tls.enabled) {}
+      : core_(std::move(c)), inline_ok_(!core_->o.shaped() && !core_->o.tls.enabled) {}
 
   void shutdown() {
     {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -47,8 +48,28 @@ struct tcp_options {
   std::size_t max_queued_sends = 1 << 16;  // per peer; a send beyond fails with too_large
   int socket_buffer_bytes = 0;             // SO_SNDBUF/SO_RCVBUF; 0 = kernel autotuning
   bool payload_crc = true;                 // CRC-32C of every payload (header CRC always)
-  shaper_options shaper;                   // applied to every outgoing link
-  tls_options tls;                         // TLS with mutual certificates; off by default
+  shaper_options shaper;                   // applied to every outgoing link …
+  // … except the links named here: peer_shapers[r] shapes the link to rank r instead (links of
+  // different speeds and delays on one machine: heterogeneous WANs, DT-FM's placements). Keys
+  // are ranks of the formed group (an elastic group's assigned ranks).
+  std::map<int, shaper_options> peer_shapers;
+  tls_options tls;  // TLS with mutual certificates; off by default
+
+  // The shaper of the link to `peer`.
+  const shaper_options& shaper_to(int peer) const {
+    const auto it = peer_shapers.find(peer);
+    return it == peer_shapers.end() ? shaper : it->second;
+  }
+  // Whether any link is shaped.
+  bool shaped() const {
+    auto on = [](const shaper_options& s) {
+      return s.rate_bytes_per_s > 0 || s.latency.count() > 0;
+    };
+    if (on(shaper)) return true;
+    for (const auto& [r, s] : peer_shapers)
+      if (on(s)) return true;
+    return false;
+  }
 };
 
 namespace detail {
@@ -74,6 +95,15 @@ inline status check_tcp_options(const tcp_options& o) {
   if (o.heartbeat_interval.count() <= 0 || o.peer_timeout <= o.heartbeat_interval)
     return bad("peer_timeout: must exceed heartbeat_interval (> 0)");
   if (o.shaper.burst_bytes == 0) return bad("shaper.burst_bytes: must be >= 1");
+  for (const auto& [r, sh] : o.peer_shapers) {
+    const std::string k = "peer_shapers[" + std::to_string(r) + "]";
+    if (r < 0 || r >= o.size || r == o.rank)
+      return bad(k + ": not another rank of the group (0.." + std::to_string(o.size - 1) +
+                 ", this rank " + std::to_string(o.rank) + ")");
+    if (sh.burst_bytes == 0) return bad(k + ".burst_bytes: must be >= 1");
+    if (!(sh.rate_bytes_per_s >= 0) || sh.latency.count() < 0)
+      return bad(k + ": rate and latency must be >= 0");
+  }
   if (o.join_window.count() > 0 && !o.peers.empty())
     return bad("join_window: elastic groups need the coordinator rendezvous (peers empty)");
   return {};

@@ -313,7 +313,8 @@ inline result<std::shared_ptr<tcp_core>> connect_core(tcp_options o) {
         !st)
       return st.error();
     L->last_rx = L->last_tx = L->tok_t = now;
-    L->tokens = static_cast<double>(core->o.shaper.burst_bytes);
+    L->shaper = core->o.shaper_to(r);
+    L->tokens = static_cast<double>(L->shaper.burst_bytes);
     core->links[static_cast<std::size_t>(r)] = std::move(L);
   }
   core->work.emplace(core->io.get_executor());

@@ -71,6 +71,7 @@ struct tcp_link {
   std::size_t woff = 0;        // bytes of header + payload of wop already written
   bool inline_active = false;  // a caller thread is in sendmsg on this socket
   bool close_pending = false;  // fail_link ran during an inline write: close afterwards
+  shaper_options shaper;       // this link's (tcp_options::shaper_to(peer))
   double tokens = 0;
   clock::time_point tok_t{};
   asio::steady_timer shape_timer;

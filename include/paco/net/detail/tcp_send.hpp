@@ -2,7 +2,7 @@
 // The send path of asio_tcp: a link's queue written by the I/O thread (header and payload
 // gathered in one write), the inline send that writes from the caller's thread while the link
 // is idle, and the shaper (token bucket of rate and burst, added one-way latency) that writes
-// in bursts when tcp_options.shaper is set.
+// in bursts when the link is shaped (tcp_options::shaper, or peer_shapers for its peer).
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/post.hpp>
@@ -40,7 +40,7 @@ inline void start_write(tcp_core& core, tcp_link& L) {
   L.wop = op;
   L.woff = 0;
   lk.unlock();
-  if (core.o.shaper.rate_bytes_per_s > 0 || core.o.shaper.latency.count() > 0) {
+  if (L.shaper.rate_bytes_per_s > 0 || L.shaper.latency.count() > 0) {
     shaped_write(core, L);
     return;
   }
@@ -177,10 +177,10 @@ inline void shaped_write(tcp_core& core, tcp_link& L) {
     return;
   }
   const std::size_t total = sizeof op.hdr + op.len;
-  std::size_t n = std::min(total - L.woff, core.o.shaper.burst_bytes);
-  double rate = core.o.shaper.rate_bytes_per_s;
+  std::size_t n = std::min(total - L.woff, L.shaper.burst_bytes);
+  double rate = L.shaper.rate_bytes_per_s;
   if (rate > 0) {
-    double burst = static_cast<double>(core.o.shaper.burst_bytes);
+    double burst = static_cast<double>(L.shaper.burst_bytes);
     L.tokens =
         std::min(burst, L.tokens + rate * std::chrono::duration<double>(now - L.tok_t).count());
     L.tok_t = now;
