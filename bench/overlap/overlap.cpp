@@ -95,29 +95,25 @@ std::string run(row& r, int rounds, int inner, const std::vector<std::string>& e
       fs::temp_directory_path() / ("paco_overlap_" + r.trainer + "_" + r.regime + "_" + r.name)};
   job.rounds = rounds;
   job.round_timeout_s = 120;
-  fs::remove_all(job.dir);
   // A model big enough that a round's inner steps take seconds on two cores (the small job's is
   // too small for the link to matter), scored on the test documents.
-  std::vector<std::string> args{"--set", "dipaco.inner_steps=" + std::to_string(inner),
-                                "--set", "model.d=64",
-                                "--set", "model.layers=4",
-                                "--set", "model.heads=4",
-                                "--set", "model.ctx=128",
-                                "--set", "train.batch=8",
-                                "--set", "dipaco.pretrain_steps=50",
-                                "--set", "dipaco.eval_split=\"test\""};
+  std::vector<std::string> sets{"dipaco.inner_steps=" + std::to_string(inner),
+                                "model.d=64",
+                                "model.layers=4",
+                                "model.heads=4",
+                                "model.ctx=128",
+                                "train.batch=8",
+                                "dipaco.pretrain_steps=50",
+                                "dipaco.eval_split=\"test\""};
   if (r.trainer == "diloco")
-    args.insert(args.end(),
-                {"--set", "dipaco.grid=[1,1,1,1]", "--set", "dipaco.workers_per_path=4"});
-  for (auto& kv : extra) args.insert(args.end(), {"--set", kv});
+    sets.insert(sets.end(), {"dipaco.grid=[1,1,1,1]", "dipaco.workers_per_path=4"});
+  sets.insert(sets.end(), extra.begin(), extra.end());
   std::printf("overlap: %s %s %s (link %s Mbit/s) ...\n", r.trainer.c_str(), r.regime.c_str(),
               r.name.c_str(), r.link_mbps > 0 ? num(r.link_mbps).c_str() : "unshaped");
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto [code, out] = job.run(args, {}, std::chrono::minutes(30));
-  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (code != 0) return "exit " + std::to_string(code) + "; output in " + job.out().string();
-  auto rep = paco::testing::read_job(job.dir, out, 4);
-  if (!rep) return rep.error().message;
+  auto done = paco::testing::run_and_read(job, sets, 4, std::chrono::minutes(30), keep);
+  if (!done) return done.error().message;
+  r.wall_s = done->wall_s;
+  const auto* rep = &done->report;
   std::vector<double> round_s, sync_s, train_s;
   for (int w = 0; w < timed; ++w) {
     const auto& rs = rep->round_s[std::size_t(w)];
@@ -140,10 +136,6 @@ std::string run(row& r, int rounds, int inner, const std::vector<std::string>& e
   if (peak_window > 0)
     for (const auto& p : rep->pushes)
       r.peak_Bps = std::max(r.peak_Bps, paco::store::peak_rate(p, peak_window));
-  if (!keep) {
-    fs::remove_all(job.dir);
-    fs::remove(job.out());
-  }
   return "";
 }
 

@@ -58,34 +58,25 @@ std::string run(row& r, int rounds, double round_timeout_s, const std::vector<st
                                       fs::temp_directory_path() / ("paco_straggler_" + r.name)};
   job.rounds = rounds;
   job.round_timeout_s = round_timeout_s;
-  fs::remove_all(job.dir);
-  std::vector<std::string> args;
-  for (auto& kv : extra) args.insert(args.end(), {"--set", kv});
   std::printf("straggler: %s ...\n", r.name.c_str());
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto [code, out] = job.run(args, {}, std::chrono::minutes(30));
-  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (code != 0) return "exit " + std::to_string(code) + "; output in " + job.out().string();
-  auto rep = paco::testing::read_job(job.dir, out, 4);
-  if (!rep) return rep.error().message;
+  auto done = paco::testing::run_and_read(job, extra, 4, std::chrono::minutes(30), keep);
+  if (!done) return done.error().message;
+  r.wall_s = done->wall_s;
+  const auto& rep = done->report;
   std::vector<double> others, train_s;
-  for (int w = 0; w < 4; ++w)
-    for (std::size_t i = 0; i < std::min(rep->round_s[w].size(), rep->sync_s[w].size()); ++i) {
-      if (w < 3) others.push_back(rep->round_s[w][i]);
-      if (w < 3) train_s.push_back(rep->round_s[w][i] - rep->sync_s[w][i]);
+  for (std::size_t w = 0; w < 3; ++w)
+    for (std::size_t i = 0; i < std::min(rep.round_s[w].size(), rep.sync_s[w].size()); ++i) {
+      others.push_back(rep.round_s[w][i]);
+      train_s.push_back(rep.round_s[w][i] - rep.sync_s[w][i]);
     }
   r.median_train_s = median(train_s);
   r.median_round_s = median(others);
   r.others_rounds_per_s = r.median_round_s > 0 ? 1.0 / r.median_round_s : 0;
-  r.slow_rounds_per_s = median(rep->round_s[3]) > 0 ? 1.0 / median(rep->round_s[3]) : 0;
-  r.max_open_s = rep->max_open_s;
-  r.deadline_closes = rep->deadline_closes;
-  r.late = rep->late;
-  r.bpb = rep->bpb;
-  if (!keep) {
-    fs::remove_all(job.dir);
-    fs::remove(job.out());
-  }
+  r.slow_rounds_per_s = median(rep.round_s[3]) > 0 ? 1.0 / median(rep.round_s[3]) : 0;
+  r.max_open_s = rep.max_open_s;
+  r.deadline_closes = rep.deadline_closes;
+  r.late = rep.late;
+  r.bpb = rep.bpb;
   return "";
 }
 

@@ -79,6 +79,18 @@ struct setup {
     const auto p = w->state().get(plane::param);
     return {p.begin(), p.end()};
   }
+  // Worker 0 resumed from the checkpoint in `file` (written for `me` with the config "cfg"): its
+  // arena's planes and its inner step restored; and the round the checkpoint completed.
+  std::pair<std::unique_ptr<worker_t>, long> resumed(const std::filesystem::path& file,
+                                                     const train::worker_identity& me) const {
+    auto ck = train::load_worker_file(file, model, "cfg", me);
+    REQUIRE(ck.ok());
+    auto c = icfg;
+    c.start_step = ck->step;
+    auto w = worker(0, c);
+    train::restore_worker_state(*ck, *w);
+    return {std::move(w), ck->round};
+  }
   template <class O>
   std::unique_ptr<store::local_store<O>> store(int pushes, O outer) const {
     std::vector<store::module_info> info;
@@ -93,13 +105,6 @@ struct setup {
     return s;
   }
 };
-
-template <class O>
-std::vector<float> module_of(store::local_store<O>& s, std::size_t n) {
-  std::vector<float> m(n);
-  REQUIRE(s.pull(0, m).ok());
-  return m;
-}
 
 // Every module of the setup's path, laid out as the parameter plane.
 template <class O>
@@ -129,7 +134,7 @@ TEST_CASE(
     train::worker_loop_options o{.rounds = rounds, .sync = rule, .sharing = {1}};
     REQUIRE(train::run_worker(*w, *st, o).ok());
     REQUIRE(st->store().round(0) == rounds);
-    const auto m = module_of(*st, ref.size());
+    const auto m = path_of(s, *st);
     REQUIRE(distance(m, w->state().get(plane::param)) == 0.0f);  // it ends on the global modules
     return distance(m, ref) / moved;
   };
@@ -176,7 +181,7 @@ TEST_CASE(
     for (auto& t : th) t.join();
     REQUIRE(errs[0].ok());
     REQUIRE(errs[1].ok());
-    const auto m = module_of(*st, ar[0].size());
+    const auto m = path_of(s, *st);
     const float moved = distance(m, s.a0.get(plane::param));
     REQUIRE(moved > 0.01f);
     // Rounding only: the ring's mean (Δ₀ + Δ₁)/2 and the store's weighted mean differ by ulps,
@@ -211,18 +216,12 @@ TEST_CASE("store overlap: a worker resumed from its checkpoint goes on bit for b
     REQUIRE(!stopped.ok());
     REQUIRE(stopped.error().message == "stop");
   }
-  auto ck = train::load_worker_file(file, s.model, "cfg", me);
-  REQUIRE(ck.ok());
-  REQUIRE(ck->round == 1);
-  auto c = s.icfg;
-  c.start_step = ck->step;
-  auto again = s.worker(0, c);
-  train::restore_worker_state(*ck, *again);
+  auto [again, completed] = s.resumed(file, me);
+  REQUIRE(completed == 1);
   auto resumed = o;
-  resumed.completed = ck->round;
+  resumed.completed = completed;
   REQUIRE(train::run_worker(*again, *st, resumed).ok());
-  const auto n = s.a0.get(plane::param).size();
-  REQUIRE(module_of(*st, n) == module_of(*straight_store, n));
+  REQUIRE(path_of(s, *st) == path_of(s, *straight_store));
   std::filesystem::remove(file);
 }
 
@@ -252,18 +251,14 @@ TEST_CASE(
     REQUIRE(!stopped.ok());
   }
   REQUIRE(st->store().round(0) == 3);
-  auto ck = train::load_worker_file(file, s.model, "cfg", me);
-  REQUIRE(ck.ok());
-  auto c = s.icfg;
-  c.start_step = ck->step;
-  auto again = s.worker(0, c);
-  train::restore_worker_state(*ck, *again);
+  auto [again, completed] = s.resumed(file, me);
+  REQUIRE(completed == 1);
   auto resumed = o;
-  resumed.completed = ck->round;
+  resumed.completed = completed;
   REQUIRE(train::run_worker(*again, *st, resumed).ok());
   REQUIRE(st->store().round(0) == rounds);
   // Rounding only (the one-worker test's bound); a Δ applied twice moves θ by a whole round.
-  REQUIRE(distance(module_of(*st, ref.size()), ref) <= 1e-2f * moved);
+  REQUIRE(distance(path_of(s, *st), ref) <= 1e-2f * moved);
   std::filesystem::remove(file);
 }
 
@@ -338,8 +333,8 @@ TEST_CASE("store streaming: one module, τ = 0 and α = 0 is blocking, bit for b
     REQUIRE(reports == rounds);
     REQUIRE(st->store().round(0) == rounds);
     const auto p = w->state().get(plane::param);
-    REQUIRE(module_of(*st, p.size()) == std::vector<float>(p.begin(), p.end()));
-    return module_of(*st, p.size());
+    REQUIRE(path_of(s, *st) == std::vector<float>(p.begin(), p.end()));
+    return path_of(s, *st);
   };
   const auto blocking = run(train::blocking{});
   REQUIRE(distance(blocking, s.a0.get(plane::param)) > 0.01f);
@@ -425,15 +420,10 @@ TEST_CASE("store streaming: a worker resumed from its checkpoint goes on bit for
       });
       REQUIRE(!stopped.ok());
     }
-    auto ck = train::load_worker_file(file, s.model, "cfg", me);
-    REQUIRE(ck.ok());
-    REQUIRE(ck->round == stop);
-    auto c = s.icfg;
-    c.start_step = ck->step;
-    auto again = s.worker(0, c);
-    train::restore_worker_state(*ck, *again);
+    auto [again, completed] = s.resumed(file, me);
+    REQUIRE(completed == stop);
     auto resumed = o;
-    resumed.completed = ck->round;
+    resumed.completed = completed;
     resumed.resumed_loss = pending;
     std::vector<train::worker_round> rest;
     REQUIRE(train::run_worker(*again, *st, resumed, [&](const train::worker_round& r) {

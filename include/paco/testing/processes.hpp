@@ -241,4 +241,36 @@ struct small_dipaco_run {
   }
 };
 
+// A finished run read back (benchmarks): what read_job found, and the run's wall time.
+struct finished_run {
+  job_report report;
+  double wall_s = 0;
+};
+
+// Runs `job` to its end from an empty directory with the settings `sets` ("key=value", each
+// passed as --set), killed after `timeout`, and reads it back (read_job, `workers` workers);
+// then removes its directory and output unless `keep`. Errors: io naming the exit code and the
+// output file when the run failed (both kept); read_job's.
+inline result<finished_run> run_and_read(const small_dipaco_run& job,
+                                         const std::vector<std::string>& sets, int workers,
+                                         std::chrono::milliseconds timeout, bool keep) {
+  std::filesystem::remove_all(job.dir);
+  std::vector<std::string> args;
+  for (const auto& kv : sets) args.insert(args.end(), {"--set", kv});
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto [code, out] = job.run(args, {}, timeout);
+  finished_run r;
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (code != 0)
+    return error(errc::io, "exit " + std::to_string(code) + "; output in " + job.out().string());
+  auto rep = read_job(job.dir, out, workers);
+  if (!rep) return rep.error();
+  r.report = std::move(*rep);
+  if (!keep) {
+    std::filesystem::remove_all(job.dir);
+    std::filesystem::remove(job.out());
+  }
+  return r;
+}
+
 }  // namespace paco::testing

@@ -106,6 +106,19 @@ struct worker_loop_options {
 };
 
 namespace detail {
+// One inner step of w, then (throttle − 1) times its duration asleep (experiments: a worker
+// `throttle` times slower); its loss.
+template <class W>
+double throttled_step(W& w, double throttle) {
+  using clock = std::chrono::steady_clock;
+  const auto s0 = clock::now();
+  const double loss = w.train(1);
+  if (throttle > 1)
+    std::this_thread::sleep_for(
+        std::chrono::duration_cast<clock::duration>((clock::now() - s0) * (throttle - 1)));
+  return loss;
+}
+
 // A round's inner steps under o's budget and throttle; their mean loss. Errors: unsupported for
 // a budget or throttle on a worker that cannot train step by step.
 template <class W>
@@ -122,12 +135,8 @@ result<double> train_round(W& w, const worker_loop_options& o) {
     double sum = 0;
     int steps = 0;
     while (steps < h) {
-      const auto s0 = clock::now();
-      sum += w.train(1);
+      sum += throttled_step(w, o.throttle);
       ++steps;
-      if (o.throttle > 1)
-        std::this_thread::sleep_for(
-            std::chrono::duration_cast<clock::duration>((clock::now() - s0) * (o.throttle - 1)));
       if (o.train_budget > clock::duration::zero() && clock::now() - t0 >= o.train_budget) break;
     }
     return sum / steps;
@@ -136,6 +145,16 @@ result<double> train_round(W& w, const worker_loop_options& o) {
                  "a train budget or throttle needs a worker that trains step by step (the host "
                  "path_worker)");
   }
+}
+
+// `n` inner steps of w under o's throttle (no budget); the sum of their losses.
+template <class W>
+double train_steps(W& w, int n, const worker_loop_options& o) {
+  if (n <= 0) return 0;
+  if (o.throttle <= 1) return w.train(n) * n;
+  double sum = 0;
+  for (int i = 0; i < n; ++i) sum += throttled_step(w, o.throttle);
+  return sum;
 }
 }  // namespace detail
 
@@ -179,17 +198,24 @@ struct worker_round {
 };
 
 namespace detail {
-// Pulls w's path, again every o.pull_retry while its modules sit at different rounds (up to
-// o.pull_tries). Errors: the last pull's.
-template <class W, store::ModuleStore Store>
-status pull_path(W& w, Store& store, const worker_loop_options& o) {
-  status pulled;
+// get() (a pull or a fetch of a whole path), again every o.pull_retry while it fails with
+// mismatch (the path's modules sit at different rounds, as after a store restart), up to
+// o.pull_tries times. Errors: the last try's.
+template <class Get>
+status retry_while_rounds_differ(const worker_loop_options& o, Get get) {
+  status got;
   for (int tries = 0; tries < std::max(1, o.pull_tries); ++tries) {
-    pulled = w.pull(store);
-    if (pulled.ok() || pulled.error().code != errc::mismatch) break;
+    got = get();
+    if (got.ok() || got.error().code != errc::mismatch) break;
     std::this_thread::sleep_for(o.pull_retry);
   }
-  return pulled;
+  return got;
+}
+
+// Pulls w's path into θ and θ_start (retry_while_rounds_differ).
+template <class W, store::ModuleStore Store>
+status pull_path(W& w, Store& store, const worker_loop_options& o) {
+  return retry_while_rounds_differ(o, [&] { return w.pull(store); });
 }
 
 // The error of a store behind the worker's checkpoint (its round ≤ the one completed).
@@ -223,17 +249,10 @@ inline result<std::vector<float>> own_shares(const worker_loop_options& o, std::
   return share;
 }
 
-// Fetches w's path into its buffer, again every o.pull_retry while its modules sit at different
-// rounds (up to o.pull_tries). Errors: the last fetch's.
+// Fetches w's path into its buffer (retry_while_rounds_differ).
 template <class W, store::ModuleStore Store>
 status fetch_path(W& w, Store& store, const worker_loop_options& o) {
-  status got;
-  for (int tries = 0; tries < std::max(1, o.pull_tries); ++tries) {
-    got = w.fetch(store);
-    if (got.ok() || got.error().code != errc::mismatch) break;
-    std::this_thread::sleep_for(o.pull_retry);
-  }
-  return got;
+  return retry_while_rounds_differ(o, [&] { return w.fetch(store); });
 }
 
 // The overlapped round loop (see the file comment). Requires: share has one σ per level.
@@ -332,22 +351,6 @@ run_overlapped(W& w, Store& store, const worker_loop_options& o, const std::vect
       return {};
     }
   }
-}
-
-// `n` inner steps of w under o's throttle; the sum of their losses.
-template <class W>
-double train_steps(W& w, int n, const worker_loop_options& o) {
-  using clock = std::chrono::steady_clock;
-  if (n <= 0) return 0;
-  if (o.throttle <= 1) return w.train(n) * n;
-  double sum = 0;
-  for (int i = 0; i < n; ++i) {
-    const auto s0 = clock::now();
-    sum += w.train(1);
-    std::this_thread::sleep_for(
-        std::chrono::duration_cast<clock::duration>((clock::now() - s0) * (o.throttle - 1)));
-  }
-  return sum;
 }
 
 // Streaming DiLoCo through the store (see the file comment); plan: the streaming rule's, for the
