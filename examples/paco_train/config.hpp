@@ -25,6 +25,9 @@
 #include "paco/optim/adamw.hpp"
 #include "paco/outer/co2.hpp"
 #include "paco/path/path_plan.hpp"
+#include "paco/pipeline/schedule.hpp"
+#include "paco/pipeline/stage_plan.hpp"
+#include "paco/pipeline/stage_runner.hpp"
 #include "paco/store/compression.hpp"
 #include "paco/train/sync.hpp"
 
@@ -68,7 +71,29 @@ struct output_section {
 };
 
 struct job_section {
-  std::string mode = "lm";  // "lm": one model; "dipaco": a grid of paths, store + workers
+  std::string mode = "lm";  // "lm": one model; "dipaco": a grid of paths, store + workers;
+                            // "pipeline": one model cut into stages, one process per stage
+};
+
+// Pipeline runs (job.mode = "pipeline"): the GPT cut into stages of contiguous blocks, each on
+// its own process, activations sent over TCP (docs/pipeline.md). train.steps steps of
+// train.batch sequences; every stage reads the same batches.
+struct pipeline_section {
+  int stages = 2;                  // K, one process each
+  std::vector<int> split;          // the first block of stages 1 … K−1; empty: equal stages
+  std::string schedule = "local";  // local (Laskin's local losses), gpipe, 1f1b
+  int micro_batches = 8;           // gpipe, 1f1b: M, dividing train.batch
+  int queue_depth = 2;             // local: steps a stage may run ahead of the next
+  std::string head = "linear";     // local: stages 0 … K−2's auxiliary head (or shared_readout)
+  int readout_refresh = 10;        // shared_readout: steps between copies of the final head
+  int readout_delay = 2;           // shared_readout: steps before a copy applies
+  std::vector<std::string> hosts;  // launch.mode = "manual": each stage's host (default loopback)
+  int base_port = 0;               // stage k listens on base_port + k; 0: free ports (local)
+  double link_mbps = 0;            // every link between stages, both ways (0: unlimited) …
+  double link_latency_ms = 0;      // … with this added one-way latency
+  double timeout_s = 120;          // every wait for a neighbour
+  long eval_tokens = 0;  // the final scores: about this many tokens of each split (the same
+                         // documents every time); 0: the whole splits
 };
 
 // DiPaCo / DiLoCo runs (job.mode = "dipaco"). A grid [1] with workers_per_path = k is DiLoCo.
@@ -152,6 +177,7 @@ struct train_config {
   dipaco_section dipaco;
   sync_section sync;
   launch_section launch;
+  pipeline_section pipeline;
 };
 
 namespace detail {
@@ -208,6 +234,18 @@ paco::status assign(T& dst, const toml::node& n, const std::string& key) {
       return {errc::invalid_argument, os.str()};
     }
     return dst = T(*v), paco::status{};
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+    auto* a = n.as_array();
+    if (!a) return {errc::invalid_argument, key + " must be an array of strings"};
+    std::vector<std::string> out;
+    for (auto& e : *a) {
+      auto v = e.value<std::string>();
+      if (!v)
+        return {errc::invalid_argument, key + " must be an array of strings, got " + shown(e)};
+      out.push_back(*v);
+    }
+    dst = std::move(out);
+    return {};
   } else if constexpr (std::is_same_v<T, std::vector<int>>) {
     auto* a = n.as_array();
     if (!a) return {errc::invalid_argument, key + " must be an array of integers, e.g. [2, 2]"};
@@ -291,6 +329,21 @@ inline std::map<std::string, detail::field> fields(train_config& c) {
   add("sync.overlap_steps", c.sync.overlap_steps);
   add("sync.alpha", c.sync.alpha);
   auto& l = c.launch;
+  auto& p = c.pipeline;
+  add("pipeline.stages", p.stages);
+  add("pipeline.split", p.split);
+  add("pipeline.schedule", p.schedule);
+  add("pipeline.micro_batches", p.micro_batches);
+  add("pipeline.queue_depth", p.queue_depth);
+  add("pipeline.head", p.head);
+  add("pipeline.readout_refresh", p.readout_refresh);
+  add("pipeline.readout_delay", p.readout_delay);
+  add("pipeline.hosts", p.hosts);
+  add("pipeline.base_port", p.base_port);
+  add("pipeline.link_mbps", p.link_mbps);
+  add("pipeline.link_latency_ms", p.link_latency_ms);
+  add("pipeline.timeout_s", p.timeout_s);
+  add("pipeline.eval_tokens", p.eval_tokens);
   add("launch.throttle", l.throttle);
   add("launch.mode", l.mode);
   add("launch.store_host", l.store_host);
@@ -359,6 +412,61 @@ inline paco::store::compression compression_of(const train_config& c) {
       .value_or_throw();
 }
 
+// The pipeline job's own checks (job.mode = "pipeline"): the stages, split, schedule, head and
+// queue through the library's own validation (pipeline/), then the job's ranges.
+// Ensures: ok, or invalid_argument naming the field.
+inline paco::status validate_pipeline(const train_config& c) {
+  namespace pl = paco::pipeline;
+  const auto& p = c.pipeline;
+  auto bad = [](const std::string& m) { return paco::status(errc::invalid_argument, m); };
+  auto plan = p.split.empty() ? pl::stage_plan::equal(c.model.layers, p.stages)
+                              : pl::stage_plan::at(p.split, c.model.layers);
+  if (!plan) return plan.error();
+  if (plan->stages() != p.stages)
+    return bad("pipeline.split: " + std::to_string(p.split.size()) + " boundaries make " +
+               std::to_string(plan->stages()) + " stages, pipeline.stages is " +
+               std::to_string(p.stages) + " (give stages − 1 boundaries)");
+  if (p.stages > 64) return bad("pipeline.stages: must be in [1, 64]");
+  auto sched = pl::parse_schedule(p.schedule);
+  if (!sched) return sched.error();
+  auto head = pl::parse_head_kind(p.head);
+  if (!head) return head.error();
+  pl::pipeline_options o{.sched = *sched,
+                         .micro_batches = p.micro_batches,
+                         .queue_depth = p.queue_depth,
+                         .head = *head,
+                         .readout_refresh = p.readout_refresh,
+                         .readout_delay = p.readout_delay};
+  if (auto s = o.validate(c.train.batch); !s)
+    return bad(s.error().message + " (train.batch is " + std::to_string(c.train.batch) + ")");
+  if (c.model.tie_weights)
+    return bad(
+        "model.tie_weights: must be false in a pipeline (the last stage's head would share "
+        "the first stage's embedding)");
+  if (c.train.steps < 1)
+    return bad(
+        "train.steps: a pipeline trains a fixed number of steps (>= 1); a time budget "
+        "(train.steps = 0) is for the lm job");
+  if (c.train.device != "cpu") return bad("train.device: a pipeline's stages run on \"cpu\"");
+  if (!p.hosts.empty() && int(p.hosts.size()) != p.stages)
+    return bad("pipeline.hosts: " + std::to_string(p.hosts.size()) + " hosts for " +
+               std::to_string(p.stages) + " stages (one each, or none for loopback)");
+  if (p.base_port < 0 || p.base_port + p.stages > 65535)
+    return bad("pipeline.base_port: must be in [0, 65535 − stages]");
+  if (!(p.link_mbps >= 0 && p.link_mbps <= 1e6))
+    return bad("pipeline.link_mbps: must be in [0, 1e6] (megabits per second; 0: unlimited)");
+  if (!(p.link_latency_ms >= 0 && p.link_latency_ms <= 60000))
+    return bad("pipeline.link_latency_ms: must be in [0, 60000] (milliseconds)");
+  if (!(p.timeout_s > 0 && p.timeout_s <= 1e6))
+    return bad("pipeline.timeout_s: must be in (0, 1e6] (seconds)");
+  if (!(c.launch.peer_timeout_s > 0.2 && c.launch.peer_timeout_s <= 1e6))
+    return bad("launch.peer_timeout_s must be in (0.2, 1e6] (seconds)");
+  if (p.eval_tokens < 0) return bad("pipeline.eval_tokens: must be >= 0 (0: the whole splits)");
+  if (!(c.launch.mode == "local" || c.launch.mode == "manual"))
+    return bad("launch.mode must be \"local\" or \"manual\"");
+  return {};
+}
+
 // Ensures: ok() iff every field the job reads is in its accepted range; the error names the
 // field ("section.key") and the range. Every comparison is false for nan, so a nan set in code
 // (load_config refuses it earlier) is refused too.
@@ -403,8 +511,11 @@ inline paco::status validate(const train_config& c) {
         range(c.data.corpus != "files" || !data_path(c.data).empty(), "data.path",
               "a directory of text files or a JSONL file when data.corpus = \"files\""),
         range(!c.data.text_field.empty(), "data.text_field", "a JSONL field name"),
-        range(c.job.mode == "lm" || c.job.mode == "dipaco", "job.mode", "\"lm\" or \"dipaco\"")})
+        range(c.job.mode == "lm" || c.job.mode == "dipaco" || c.job.mode == "pipeline", "job.mode",
+              "\"lm\", \"dipaco\" or \"pipeline\"")})
     if (!s) return s;
+  if (c.job.mode == "pipeline")
+    if (auto s = validate_pipeline(c); !s) return s;
   if (c.job.mode == "dipaco") {
     const auto& d = c.dipaco;
     int paths = 1;

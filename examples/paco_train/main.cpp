@@ -22,6 +22,8 @@
 #include "paco/optim/optim.hpp"
 #include "paco/route/evaluate.hpp"
 #include "paco/train/inner_loop.hpp"
+#include "pipeline_job.hpp"
+#include "score.hpp"
 
 namespace fs = std::filesystem;
 using namespace paco;
@@ -30,22 +32,7 @@ namespace {
 
 constexpr double ln2 = 0.6931471805599453;
 
-// Bits per byte of documents under θ, by the one scorer (route/evaluate.hpp). With a token
-// budget, every k-th document is scored so that about `budget` tokens are (the same documents
-// every time); budget 0 scores them all.
-double score_bpb(const nn::gpt& model, const float* theta,
-                 const std::vector<std::vector<std::int32_t>>& docs, std::size_t budget,
-                 const route::sliding_window& rule, nn::gpt::workspace& ws) {
-  std::size_t total = 0;
-  for (auto& d : docs) total += d.size();
-  const std::size_t every = budget ? std::max<std::size_t>(1, total / budget) : 1;
-  std::vector<route::scored_span> spans;
-  for (std::size_t i = 0; i < docs.size(); i += every)
-    if (docs[i].size() > 1) spans.push_back({docs[i], 1, docs[i].size()});
-  const std::vector<const float*> one{theta};
-  return route::routed_nll(model, one, spans, std::vector<int>(spans.size(), 0), rule, ws)
-      .bits_per_token();
-}
+using paco_train::score_bpb;
 
 }  // namespace
 
@@ -66,8 +53,15 @@ int main(int argc, char** argv) {
   app.add_flag("--fresh", fresh,
                "dipaco jobs: delete a previous run in the run directory and start over (with "
                "--role store or worker: that process's state only)");
-  app.add_option("--role", role, "dipaco jobs: launcher (default), prepare, store or worker")
-      ->check(CLI::IsMember({"launcher", "prepare", "store", "worker"}));
+  app.add_option("--role", role,
+                 "dipaco jobs: launcher (default), prepare, store or worker; pipeline jobs: "
+                 "launcher or stage")
+      ->check(CLI::IsMember({"launcher", "prepare", "store", "worker", "stage"}));
+  int stage = 0;
+  std::string peers;
+  app.add_option("--stage", stage, "pipeline jobs, --role stage: this stage (0 … stages − 1)");
+  app.add_option("--peers", peers,
+                 "pipeline jobs, --role stage: every stage's host:port, comma-separated");
   app.add_option("--worker", worker, "dipaco jobs, --role worker: this worker's id (1 … workers)");
   app.add_option("--run-dir", run_dir, "dipaco jobs: the run directory (default: output.dir)");
   std::string export_dir;
@@ -116,8 +110,24 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (cfg.job.mode == "pipeline") {
+    if (!export_dir.empty() || resume || fresh)
+      return std::fprintf(stderr,
+                          "paco_train: --export, --resume and --fresh are not offered by pipeline "
+                          "jobs (a pipeline run starts over; its stages keep no checkpoints)\n"),
+             2;
+    try {
+      if (role == "stage") return paco_train::run_stage(cfg, stage, peers);
+      if (role == "launcher") return paco_train::run_pipeline_launcher(cfg, config_path, overrides);
+      return std::fprintf(stderr, "paco_train: --role %s is not a pipeline role\n", role.c_str()),
+             2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "paco_train (%s): %s\n", role.c_str(), e.what());
+      return 2;
+    }
+  }
   if (role != "launcher") {
-    std::fprintf(stderr, "paco_train: --role is for job.mode = \"dipaco\"\n");
+    std::fprintf(stderr, "paco_train: --role is for job.mode = \"dipaco\" or \"pipeline\"\n");
     return 2;
   }
   const auto& tc = cfg.train;

@@ -167,3 +167,28 @@ TEST_CASE("load_config: the sync section and the throttle are checked by name",
   REQUIRE(th->at(1) == 1.5);
   REQUIRE(parse_throttle("", 4)->empty());
 }
+
+TEST_CASE("load_config: a pipeline's stages, split, schedule, head and queue are checked",
+          "[paco_train][config]") {
+  const std::string configs = std::string(PACO_SOURCE_DIR) + "/examples/configs/";
+  REQUIRE(load_config(configs + "pipeline_brown.toml", {}));
+  const std::string p = "job.mode=pipeline";
+  REQUIRE(load_config({}, {p, "train.steps=10", "pipeline.split=[1]"}));
+  REQUIRE(has(refusal({p, "train.steps=10", "pipeline.stages=5"}), "pipeline.stages"));
+  REQUIRE(has(refusal({p, "train.steps=10", "pipeline.stages=0"}), "pipeline.stages"));
+  REQUIRE(has(refusal({p, "train.steps=10", "pipeline.split=[2, 2]", "pipeline.stages=3"}),
+              "pipeline.split"));
+  REQUIRE(has(refusal({p, "train.steps=10", "pipeline.split=[1, 3]"}),
+              "pipeline.split: 2 boundaries make 3 stages, pipeline.stages is 2"));
+  REQUIRE(has(refusal({p, "train.steps=10", "pipeline.split=[5]"}), "pipeline.split"));
+  REQUIRE(has(refusal({p, "train.steps=10", "pipeline.queue_depth=0"}), "pipeline.queue_depth"));
+  REQUIRE(has(refusal({p, "train.steps=10", "pipeline.head=deep"}),
+              "pipeline.head: 'deep' is not a head"));
+  REQUIRE(has(refusal({p, "train.steps=10", "pipeline.schedule=zb"}), "pipeline.schedule"));
+  REQUIRE(has(refusal({p, "train.steps=10", "pipeline.schedule=gpipe", "pipeline.micro_batches=3"}),
+              "pipeline.micro_batches: 3 does not divide the batch"));
+  REQUIRE(has(refusal({p, "train.steps=10", "model.tie_weights=true"}), "model.tie_weights"));
+  REQUIRE(has(refusal({p}), "train.steps"));
+  REQUIRE(has(refusal({p, "train.steps=10", "pipeline.hosts=[\"a\"]"}), "pipeline.hosts"));
+  REQUIRE(has(refusal({p, "train.steps=10", "pipeline.link_mbps=-1"}), "pipeline.link_mbps"));
+}

@@ -11,6 +11,7 @@
 #include "paco/optim/optim.hpp"
 #include "paco/outer/outer.hpp"
 #include "paco/path/path.hpp"
+#include "paco/pipeline/pipeline.hpp"
 #include "paco/place/place.hpp"
 #include "paco/route/route.hpp"
 #include "paco/store/store.hpp"

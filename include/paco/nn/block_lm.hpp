@@ -81,6 +81,11 @@ class block_lm {
   int width() const noexcept { return shape_.d; }
   int blocks() const noexcept { return blocks_; }
   const Block& block() const noexcept { return block_; }
+  // The parts around the blocks, for passes that run a range of the model (pipeline/stage.hpp):
+  // the token + position embedding, the final norm and the head (untied: its own entry "head").
+  const embedding& embedding_part() const noexcept { return embed_; }
+  const layer_norm& final_norm() const noexcept { return ln_f_; }
+  const lm_head& head_part() const noexcept { return head_; }
   const param_layout& layout() const noexcept { return layout_; }
   // Parameters in use (no padding).
   std::size_t param_count() const noexcept { return layout_.used(); }

@@ -30,6 +30,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "paco/core/arena.hpp"
@@ -94,6 +95,22 @@ concept LanguageModel = Model<M> &&
   { m.hidden(ws) } -> std::convertible_to<const float*>;
   { m.vocab() } -> std::convertible_to<int>;
   { m.width() } -> std::convertible_to<int>;
+};
+
+// BlockModel: a LanguageModel made of embedding → blocks() × block() → final_norm() → head, laid
+// out as "embed", block_name(0 … blocks()−1), "ln_f" and (untied) "head" in that order, whose
+// parts are reachable: what a pipeline stage (pipeline/stage.hpp) runs a contiguous range of.
+// Models: nn::block_lm<Block>, nn::gpt.
+template <class M>
+concept BlockModel = LanguageModel<M> && requires(const M& m, int l, const std::string& name) {
+  { m.blocks() } -> std::convertible_to<int>;
+  m.block();
+  m.embedding_part();
+  m.final_norm();
+  m.head_part();
+  { m.off(name) } -> std::convertible_to<std::size_t>;
+  { M::block_name(l) } -> std::convertible_to<std::string>;
+  { m.shape().tie_weights } -> std::convertible_to<bool>;
 };
 
 }  // namespace paco::nn

@@ -1,0 +1,419 @@
+// Pipelines: stage plans and schedules, global backprop against one process (bit for bit
+// against the same micro-batches accumulated in the schedule's order; within float tolerance of
+// one full batch), local losses bit-identical to their one-process reference whatever the
+// transport, queue depth or delays, K = 1 equal to plain training, gradient isolation, and a
+// stage killed mid-run.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "paco/io/batches.hpp"
+#include "paco/net/inproc.hpp"
+#include "paco/nn/gpt.hpp"
+#include "paco/pipeline/pipeline.hpp"
+#include "paco/testing/token_streams.hpp"
+#include "paco/train/inner_loop.hpp"
+#ifdef PACO_TEST_ASIO
+#include "paco/net/asio_tcp.hpp"
+#include "paco/net/free_port.hpp"
+#endif
+
+using namespace paco;
+using namespace paco::pipeline;
+
+namespace {
+
+constexpr int B = 4, T = 16;
+constexpr std::uint64_t seed = 7;
+
+nn::gpt tiny(int layers = 4) {
+  return nn::gpt({.vocab = 64, .ctx = T, .d = 32, .layers = layers, .heads = 2, .mlp_mult = 2});
+}
+const io::token_stream& data() {
+  static const auto s = testing::synthetic_stream(3, 20000, 7, 5, 64);
+  return s;
+}
+arena<host> fresh(const nn::gpt& m) {
+  arena<host> a(m.layout());
+  m.init(a, seed);
+  return a;
+}
+bool same_params(const arena<host>& x, const arena<host>& y, std::size_t b, std::size_t e) {
+  return std::memcmp(x.get(plane::param).data() + b, y.get(plane::param).data() + b,
+                     (e - b) * sizeof(float)) == 0;
+}
+float lr_at(long t) {
+  return 3e-3f * (1.0f - 0.02f * float(t));
+}
+const optim::adamw opt{.lr = 3e-3f, .weight_decay = 0.1f};
+
+struct run_result {
+  arena<host> model;                        // rank 0's after gather: the whole model
+  std::vector<std::vector<double>> losses;  // [stage][step]
+  std::vector<stage_stats> stats;
+  std::vector<status> errors;
+};
+
+// Every stage of `plan` on its own thread, each with its own transport from make_net(k), `steps`
+// steps; then the model gathered on rank 0. stall(k, t): sleeps a stage between steps.
+template <class Net>
+run_result run_stages(const nn::gpt& model, const stage_plan& plan, const pipeline_options& o,
+                      int steps, std::function<Net(int)> make_net,
+                      std::function<void(int, long)> stall = {}) {
+  const int K = plan.stages();
+  run_result r;
+  r.losses.resize(std::size_t(K));
+  r.stats.resize(std::size_t(K));
+  r.errors.resize(std::size_t(K));
+  std::vector<arena<host>> arenas;
+  for (int k = 0; k < K; ++k) arenas.push_back(fresh(model));
+  std::vector<std::thread> threads;
+  for (int k = 0; k < K; ++k)
+    threads.emplace_back([&, k] {
+      auto net = make_net(k);
+      auto& tr = *net;
+      stage_runner<nn::gpt, std::remove_reference_t<decltype(tr)>> run(model, plan, o, B, T, tr,
+                                                                       seed);
+      io::batch_sampler batches(data(), B, T, seed);
+      std::vector<std::int32_t> x(B * T), y(B * T);
+      auto& a = arenas[std::size_t(k)];
+      for (long t = 1; t <= steps; ++t) {
+        batches.next(x.data(), y.data());
+        auto l = run.step(a, opt, lr_at(t), x.data(), y.data());
+        if (!l) {
+          r.errors[std::size_t(k)] = l.error();
+          return;
+        }
+        r.losses[std::size_t(k)].push_back(*l);
+        if (stall) stall(k, t);
+      }
+      if (auto s = run.drain(); !s) r.errors[std::size_t(k)] = s;
+      if (auto s = run.gather(a); !s) r.errors[std::size_t(k)] = s;
+      r.stats[std::size_t(k)] = run.stats();
+    });
+  for (auto& t : threads) t.join();
+  r.model = std::move(arenas[0]);
+  return r;
+}
+
+std::function<net::inproc*(int)> inproc_world(int K, std::vector<net::inproc>& w) {
+  w = net::inproc::world(K);
+  return [&w](int k) { return &w[std::size_t(k)]; };
+}
+
+// The one-process reference of local losses: the model and each stage's losses.
+std::pair<arena<host>, std::vector<std::vector<double>>> local_ref(const nn::gpt& model,
+                                                                   const stage_plan& plan,
+                                                                   const pipeline_options& o,
+                                                                   int steps) {
+  auto a = fresh(model);
+  local_reference<nn::gpt> ref(model, plan, o, B, T, seed);
+  io::batch_sampler batches(data(), B, T, seed);
+  std::vector<std::int32_t> x(B * T), y(B * T);
+  std::vector<std::vector<double>> losses(std::size_t(plan.stages()));
+  for (long t = 1; t <= steps; ++t) {
+    batches.next(x.data(), y.data());
+    auto l = ref.step(a, opt, lr_at(t), x.data(), y.data());
+    for (std::size_t k = 0; k < l.size(); ++k) losses[k].push_back(l[k]);
+  }
+  return {std::move(a), std::move(losses)};
+}
+
+}  // namespace
+
+TEST_CASE("stage_plan cuts a model into contiguous stages and names what is wrong", "[pipeline]") {
+  const auto m = tiny(4);
+  auto p = stage_plan::equal(4, 3).value_or_throw();
+  CHECK(p.first == std::vector<int>{0, 2, 3, 4});
+  // Spans tile the plane in order.
+  std::size_t end = 0;
+  for (int k = 0; k < 3; ++k) {
+    const auto [b, e] = param_span(m, p, k);
+    CHECK(b == end);
+    CHECK(e > b);
+    end = e;
+  }
+  CHECK(end == m.layout().total());
+  CHECK(param_span(m, p, 1).first == m.off("block.2"));
+  auto more = stage_plan::equal(4, 5);
+  REQUIRE_FALSE(more);
+  CHECK_THAT(more.error().what(), Catch::Contains("pipeline.stages"));
+  auto gap = stage_plan::at({2, 2}, 4);
+  REQUIRE_FALSE(gap);
+  CHECK_THAT(gap.error().what(), Catch::Contains("no block"));
+  auto uncovered = stage_plan{{0, 2, 3}}.validate(4);
+  REQUIRE_FALSE(uncovered);
+  CHECK_THAT(uncovered.error().what(), Catch::Contains("cover"));
+  pipeline_options no_queue;
+  no_queue.queue_depth = 0;
+  CHECK_THAT(no_queue.validate(B).error().what(), Catch::Contains("pipeline.queue_depth"));
+  pipeline_options odd;
+  odd.sched = schedule::gpipe;
+  odd.micro_batches = 3;
+  CHECK_THAT(odd.validate(B).error().what(), Catch::Contains("pipeline.micro_batches"));
+  nn::gpt tied({.vocab = 64, .ctx = T, .d = 32, .layers = 2, .heads = 2, .tie_weights = true});
+  CHECK_THROWS_WITH((stage<nn::gpt>(tied, stage_plan::equal(2, 2).value_or_throw(), 0, {2, T}, 1)),
+                    Catch::Contains("tie_weights"));
+}
+
+TEST_CASE("GPipe and 1F1B schedules are complete, deadlock-free and stash what they should",
+          "[pipeline]") {
+  for (auto s : {schedule::gpipe, schedule::one_f_one_b})
+    for (int K = 1; K <= 4; ++K)
+      for (int Mb = 1; Mb <= 8; ++Mb) {
+        std::vector<std::vector<op>> all;
+        for (int k = 0; k < K; ++k) all.push_back(stage_ops(s, K, k, Mb));
+        INFO(name(s) << " K=" << K << " M=" << Mb);
+        CHECK(validate_schedule(all, Mb).ok());
+        for (int k = 0; k < K; ++k)
+          CHECK(stash_needed(all[std::size_t(k)]) ==
+                (s == schedule::gpipe ? Mb : std::min(K - k, Mb)));
+      }
+  // A last stage that runs a backward before its forward waits forever.
+  std::vector<std::vector<op>> broken{
+      stage_ops(schedule::gpipe, 2, 0, 2),
+      {{op::backward, 0}, {op::forward, 0}, {op::forward, 1}, {op::backward, 1}}};
+  auto v = validate_schedule(broken, 2);
+  REQUIRE_FALSE(v);
+  CHECK_THAT(v.error().what(), Catch::Contains("waits forever"));
+}
+
+TEST_CASE("global backprop over stages equals one process, bit for bit in the schedule's order",
+          "[pipeline]") {
+  const auto model = tiny(4);
+  for (auto sched : {schedule::gpipe, schedule::one_f_one_b})
+    for (int K : {2, 3}) {
+      INFO(name(sched) << " K=" << K);
+      const auto plan = stage_plan::equal(4, K).value_or_throw();
+      const pipeline_options o{
+          .sched = sched, .micro_batches = 4, .timeout = std::chrono::seconds(30)};
+      std::vector<net::inproc> w;
+      auto r = run_stages<net::inproc*>(model, plan, o, 5, inproc_world(K, w));
+      for (auto& e : r.errors) REQUIRE(e.ok());
+      // The reference: the model's own forward_backward over the micro-batches in the
+      // schedule's backward order, then one clip and one AdamW step.
+      auto a = fresh(model), full = fresh(model);
+      auto ws = model.make_workspace({B / 4, T}), ws_full = model.make_workspace({B, T});
+      io::batch_sampler batches(data(), B, T, seed);
+      std::vector<std::int32_t> x(B * T), y(B * T);
+      for (long t = 1; t <= 5; ++t) {
+        batches.next(x.data(), y.data());
+        const double l = global_reference_step(model, a, opt, lr_at(t), t, x.data(), y.data(), B, T,
+                                               sched, 4, o.grad_clip, ws);
+        CHECK(l == r.losses[std::size_t(K - 1)][std::size_t(t - 1)]);
+        global_reference_step(model, full, opt, lr_at(t), t, x.data(), y.data(), B, T, sched, 1,
+                              o.grad_clip, ws_full);
+      }
+      CHECK(same_params(r.model, a, 0, model.layout().total()));
+      // One full batch: the same maths in another summation order.
+      const auto p = r.model.get(plane::param), q = full.get(plane::param);
+      double worst = 0;
+      for (std::size_t i = 0; i < p.size(); ++i)
+        worst = std::max(worst, std::abs(double(p[i]) - q[i]) / (4e-5 + 1e-5 * std::abs(q[i])));
+      CHECK(worst <= 1.0);
+      for (int k = 0; k < K; ++k)
+        CHECK(r.stats[std::size_t(k)].stash_high_water ==
+              (sched == schedule::gpipe ? 4 : std::min(K - k, 4)));
+    }
+}
+
+TEST_CASE("local losses with one stage are plain training, bit for bit", "[pipeline]") {
+  const auto model = tiny(2);
+  const auto plan = stage_plan::equal(2, 1).value_or_throw();
+  std::vector<net::inproc> w;
+  auto r = run_stages<net::inproc*>(model, plan, {}, 6, inproc_world(1, w));
+  REQUIRE(r.errors[0].ok());
+  auto a = fresh(model);
+  train::inner_loop<nn::gpt, optim::adamw> loop(model, {.batch = B, .ctx = T}, data(), seed);
+  for (long t = 1; t <= 6; ++t)
+    CHECK(loop.step(a, opt, lr_at(t)) == r.losses[0][std::size_t(t - 1)]);
+  CHECK(same_params(r.model, a, 0, model.layout().total()));
+}
+
+TEST_CASE("local losses over stages are bit-identical to one process, whatever the queue",
+          "[pipeline]") {
+  const auto model = tiny(4);
+  for (auto head : {head_kind::linear, head_kind::shared_readout})
+    for (int K : {2, 3})
+      for (int q : {1, 2, 4}) {
+        INFO(name(head) << " K=" << K << " q=" << q);
+        const auto plan = stage_plan::equal(4, K).value_or_throw();
+        const pipeline_options o{.queue_depth = q,
+                                 .head = head,
+                                 .readout_refresh = 3,
+                                 .readout_delay = q - 1,
+                                 .timeout = std::chrono::seconds(30)};
+        std::vector<net::inproc> w;
+        std::atomic<int> n{0};
+        auto stall = [&](int k, long t) {  // stages stall at different steps
+          if ((t + k * 2) % 5 == 0)
+            std::this_thread::sleep_for(std::chrono::milliseconds(2 + (n++ % 4)));
+        };
+        auto r = run_stages<net::inproc*>(model, plan, o, 12, inproc_world(K, w), stall);
+        for (auto& e : r.errors) REQUIRE((e.ok() ? std::string() : e.error().what()) == "");
+        auto [a, losses] = local_ref(model, plan, o, 12);
+        CHECK(same_params(r.model, a, 0, model.layout().total()));
+        CHECK(r.losses == losses);
+        for (int k = 0; k + 1 < K; ++k) CHECK(r.stats[std::size_t(k)].stash_high_water == 1);
+      }
+}
+
+TEST_CASE("no gradient crosses a stage boundary in local losses", "[pipeline]") {
+  const auto model = tiny(4);
+  const auto plan = stage_plan::equal(4, 2).value_or_throw();
+  const auto [b1, e1] = param_span(model, plan, 1);
+  auto a = fresh(model), perturbed = fresh(model);
+  auto th = perturbed.get(plane::param);
+  for (std::size_t i = b1; i < e1; ++i) th[i] += 0.01f * float(i % 7);
+  local_reference<nn::gpt> ra(model, plan, {}, B, T, seed), rb(model, plan, {}, B, T, seed);
+  io::batch_sampler batches(data(), B, T, seed);
+  std::vector<std::int32_t> x(B * T), y(B * T);
+  for (long t = 1; t <= 3; ++t) {
+    batches.next(x.data(), y.data());
+    auto la = ra.step(a, opt, lr_at(t), x.data(), y.data());
+    auto lb = rb.step(perturbed, opt, lr_at(t), x.data(), y.data());
+    CHECK(la[0] == lb[0]);  // stage 0 never sees stage 1's parameters …
+    CHECK(la[1] != lb[1]);  // … which do change stage 1's loss
+  }
+  CHECK(same_params(a, perturbed, 0, e1 == b1 ? 0 : b1));
+  CHECK_FALSE(same_params(a, perturbed, b1, e1));
+}
+
+#ifdef PACO_TEST_ASIO
+namespace {
+net::tcp_options tcp_rank(int k, const std::vector<std::string>& peers) {
+  net::tcp_options o;
+  o.rank = k;
+  o.size = int(peers.size());
+  o.peers = peers;
+  o.token = "pipeline-test";
+  o.peer_timeout = std::chrono::milliseconds(1500);
+  return o;
+}
+std::vector<std::string> loopback_peers(int K) {
+  std::vector<std::string> p;
+  for (int k = 0; k < K; ++k) p.push_back("127.0.0.1:" + std::to_string(net::free_loopback_port()));
+  return p;
+}
+}  // namespace
+
+TEST_CASE("local losses over TCP with link delays are bit-identical to one process",
+          "[pipeline][tcp]") {
+  const auto model = tiny(4);
+  for (auto head : {head_kind::linear, head_kind::shared_readout})
+    for (int K : {2, 3})
+      for (int q : {1, 2, 4}) {
+        INFO(name(head) << " K=" << K << " q=" << q);
+        const auto plan = stage_plan::equal(4, K).value_or_throw();
+        // shared_readout: a copy after every 3rd step, the last one (step 9) after the last step
+        // that applies one: the middle stage must still be there to take it.
+        const pipeline_options o{.queue_depth = q,
+                                 .head = head,
+                                 .readout_refresh = 3,
+                                 .readout_delay = 1,
+                                 .timeout = std::chrono::seconds(30)};
+        const auto peers = loopback_peers(K);
+        auto make = [&](int k) {
+          auto opts = tcp_rank(k, peers);
+          opts.shaper.latency = std::chrono::milliseconds(3 * q);  // both directions delayed
+          opts.shaper.rate_bytes_per_s = 2e6;
+          if (k == K - 1)  // the last stage is the slowest: its neighbour waits at the end
+            opts.shaper.latency = std::chrono::milliseconds(8);
+          return net::asio_tcp::connect(opts).value_or_throw();
+        };
+        auto r = run_stages<std::unique_ptr<net::asio_tcp>>(model, plan, o, 9, make);
+        std::string errors;
+        for (auto& e : r.errors) errors += e.ok() ? std::string() : e.error().what() + "\n";
+        REQUIRE(errors == "");
+        auto [a, losses] = local_ref(model, plan, o, 9);
+        CHECK(same_params(r.model, a, 0, model.layout().total()));
+        CHECK(r.losses == losses);
+        if (head == head_kind::linear)
+          CHECK(r.stats[0].bytes_sent == 9 * std::size_t(B) * T * 32 * sizeof(float));
+      }
+}
+
+TEST_CASE("GPipe and 1F1B over TCP equal one process", "[pipeline][tcp]") {
+  const auto model = tiny(4);
+  for (auto sched : {schedule::gpipe, schedule::one_f_one_b})
+    for (int K : {2, 3}) {
+      INFO(name(sched) << " K=" << K);
+      const auto plan = stage_plan::equal(4, K).value_or_throw();
+      const pipeline_options o{
+          .sched = sched, .micro_batches = 4, .timeout = std::chrono::seconds(30)};
+      const auto peers = loopback_peers(K);
+      auto r = run_stages<std::unique_ptr<net::asio_tcp>>(model, plan, o, 4, [&](int k) {
+        return net::asio_tcp::connect(tcp_rank(k, peers)).value_or_throw();
+      });
+      for (auto& e : r.errors) REQUIRE(e.ok());
+      auto a = fresh(model);
+      auto ws = model.make_workspace({B / 4, T});
+      io::batch_sampler batches(data(), B, T, seed);
+      std::vector<std::int32_t> x(B * T), y(B * T);
+      for (long t = 1; t <= 4; ++t) {
+        batches.next(x.data(), y.data());
+        CHECK(global_reference_step(model, a, opt, lr_at(t), t, x.data(), y.data(), B, T, o.sched,
+                                    4, o.grad_clip,
+                                    ws) == r.losses[std::size_t(K - 1)][std::size_t(t - 1)]);
+      }
+      CHECK(same_params(r.model, a, 0, model.layout().total()));
+    }
+}
+
+TEST_CASE("a killed stage makes its neighbour fail within the deadline, naming it",
+          "[pipeline][tcp]") {
+  const auto model = tiny(4);
+  const auto plan = stage_plan::equal(4, 2).value_or_throw();
+  const pipeline_options o{.queue_depth = 2, .timeout = std::chrono::seconds(20)};
+  const auto peers = loopback_peers(2);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // stage 1, killed (SIGKILL: no goodbye) after three steps
+    auto net = net::asio_tcp::connect(tcp_rank(1, peers));
+    if (!net) _exit(3);
+    auto a = fresh(model);
+    stage_runner<nn::gpt, net::asio_tcp> run(model, plan, o, B, T, **net, seed);
+    io::batch_sampler batches(data(), B, T, seed);
+    std::vector<std::int32_t> x(B * T), y(B * T);
+    for (long t = 1; t <= 3; ++t) {
+      batches.next(x.data(), y.data());
+      if (!run.step(a, opt, lr_at(t), x.data(), y.data())) _exit(4);
+    }
+    std::raise(SIGKILL);
+  }
+  auto net = net::asio_tcp::connect(tcp_rank(0, peers)).value_or_throw();
+  auto a = fresh(model);
+  stage_runner<nn::gpt, net::asio_tcp> run(model, plan, o, B, T, *net, seed);
+  io::batch_sampler batches(data(), B, T, seed);
+  std::vector<std::int32_t> x(B * T), y(B * T);
+  status failed;
+  auto t_fail = std::chrono::steady_clock::now();
+  long t = 1;
+  for (; t <= 1000 && failed.ok(); ++t) {
+    batches.next(x.data(), y.data());
+    t_fail = std::chrono::steady_clock::now();
+    auto l = run.step(a, opt, lr_at(t), x.data(), y.data());
+    if (!l) failed = l.error();
+  }
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fail).count();
+  int st = 0;
+  waitpid(child, &st, 0);
+  CHECK(WIFSIGNALED(st));
+  REQUIRE_FALSE(failed.ok());
+  CHECK_THAT(failed.error().what(), Catch::Contains("pipeline stage 0"));
+  CHECK_THAT(failed.error().what(), Catch::Contains("stage 1"));
+  CHECK(failed.error().code == make_error_code(errc::peer_lost));
+  CHECK(waited < 10.0);  // the peer timeout (1.5 s), far inside the 20 s deadline
+  CHECK(t <= 8);         // at most q steps past the last one stage 1 took
+}
+#endif
