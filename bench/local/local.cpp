@@ -72,6 +72,9 @@ json run_job(const fs::path& dir, std::vector<std::string> sets, bool keep) {
     throw std::runtime_error("run in " + dir.string() + " failed (exit " + std::to_string(code) +
                              "); its output: " + out.string());
   std::ifstream f(dir / "results.json");
+  if (!f)
+    throw std::runtime_error("run in " + dir.string() +
+                             " left no results.json; its output: " + out.string());
   json r = json::parse(f);
   if (!keep) fs::remove_all(dir), fs::remove(out);
   return r;
@@ -98,6 +101,7 @@ int main(int argc, char** argv) try {
   for (auto& r : rows)
     if (!row_sets.count(r)) throw std::runtime_error("no row named '" + r + "'");
   const std::string eval = "pipeline.eval_tokens=" + std::to_string(eval_tokens);
+  fs::create_directories(work);
 
   // Throughput: every row on every link (one process has no link: loopback only).
   std::map<std::string, std::map<std::string, json>> tput;

@@ -25,6 +25,7 @@
 #include "paco/optim/adamw.hpp"
 #include "paco/outer/co2.hpp"
 #include "paco/path/path_plan.hpp"
+#include "paco/pipeline/activation_codec.hpp"
 #include "paco/pipeline/schedule.hpp"
 #include "paco/pipeline/stage_plan.hpp"
 #include "paco/pipeline/stage_runner.hpp"
@@ -94,6 +95,7 @@ struct pipeline_section {
   double timeout_s = 120;          // every wait for a neighbour
   long eval_tokens = 0;  // the final scores: about this many tokens of each split (the same
                          // documents every time); 0: the whole splits
+  std::string activations = "fp32";  // on the links between stages: fp32, bf16 or int8
 };
 
 // DiPaCo / DiLoCo runs (job.mode = "dipaco"). A grid [1] with workers_per_path = k is DiLoCo.
@@ -344,6 +346,7 @@ inline std::map<std::string, detail::field> fields(train_config& c) {
   add("pipeline.link_latency_ms", p.link_latency_ms);
   add("pipeline.timeout_s", p.timeout_s);
   add("pipeline.eval_tokens", p.eval_tokens);
+  add("pipeline.activations", p.activations);
   add("launch.throttle", l.throttle);
   add("launch.mode", l.mode);
   add("launch.store_host", l.store_host);
@@ -431,6 +434,7 @@ inline paco::status validate_pipeline(const train_config& c) {
   if (!sched) return sched.error();
   auto head = pl::parse_head_kind(p.head);
   if (!head) return head.error();
+  if (auto f = pl::parse_wire_format(p.activations); !f) return f.error();
   pl::pipeline_options o{.sched = *sched,
                          .micro_batches = p.micro_batches,
                          .queue_depth = p.queue_depth,

@@ -60,6 +60,7 @@ inline pipeline::pipeline_options pipeline_options_of(const train_config& c) {
           .readout_refresh = p.readout_refresh,
           .readout_delay = p.readout_delay,
           .grad_clip = c.train.grad_clip,
+          .activations = pipeline::parse_wire_format(p.activations).value_or_throw(),
           .timeout = std::chrono::milliseconds(long(p.timeout_s * 1000))};
 }
 
@@ -308,12 +309,12 @@ inline int run_pipeline_launcher(const train_config& cfg, const std::string& con
       const json r = last_record(stage_log(cfg, k));
       const long step = r.is_object() && r.contains("step") ? r["step"].get<long>() : 0;
       least = std::min(least, step);
-      char b[96];
-      std::snprintf(b, sizeof b, "%s[%d] %ld %.2f", k ? " | " : "", k, step,
-                    r.is_object() && r.contains("loss_bpb") && r["loss_bpb"].is_number()
-                        ? r["loss_bpb"].get<double>()
-                        : NAN);
+      char b[96];  // a stage without a loss of its own (global backprop) shows "-"
+      const bool has_loss = r.is_object() && r.contains("loss_bpb") && r["loss_bpb"].is_number();
+      std::snprintf(b, sizeof b, "%s[%d] %ld ", k ? " | " : "", k, step);
       text += b;
+      if (has_loss) std::snprintf(b, sizeof b, "%.2f", r["loss_bpb"].get<double>());
+      text += has_loss ? b : "-";
     }
     bar.update(least, text + " bpb");
   }

@@ -191,4 +191,7 @@ TEST_CASE("load_config: a pipeline's stages, split, schedule, head and queue are
   REQUIRE(has(refusal({p}), "train.steps"));
   REQUIRE(has(refusal({p, "train.steps=10", "pipeline.hosts=[\"a\"]"}), "pipeline.hosts"));
   REQUIRE(has(refusal({p, "train.steps=10", "pipeline.link_mbps=-1"}), "pipeline.link_mbps"));
+  REQUIRE(has(refusal({p, "train.steps=10", "pipeline.activations=fp8"}),
+              "pipeline.activations: 'fp8' is not an activation format"));
+  REQUIRE(load_config({}, {p, "train.steps=10", "pipeline.activations=int8"}));
 }

@@ -128,6 +128,47 @@ std::pair<arena<host>, std::vector<std::vector<double>>> local_ref(const nn::gpt
   return {std::move(a), std::move(losses)};
 }
 
+// Runs f(head, K, q, plan) for every local-loss case the equality tests cover: both heads,
+// K = 2 and 3 stages of a 4-block model, queue depths 1, 2 and 4.
+void local_grid(const std::function<void(head_kind, int, int, const stage_plan&)>& f) {
+  for (auto head : {head_kind::linear, head_kind::shared_readout})
+    for (int K : {2, 3})
+      for (int q : {1, 2, 4}) {
+        INFO(name(head) << " K=" << K << " q=" << q);
+        f(head, K, q, stage_plan::equal(4, K).value_or_throw());
+      }
+}
+
+// Runs f(plan, options) for every global-backprop case: GPipe and 1F1B, K = 2 and 3 stages of a
+// 4-block model, M = 4 micro-batches.
+void global_grid(const std::function<void(const stage_plan&, const pipeline_options&)>& f) {
+  for (auto sched : {schedule::gpipe, schedule::one_f_one_b})
+    for (int K : {2, 3}) {
+      INFO(name(sched) << " K=" << K);
+      f(stage_plan::equal(4, K).value_or_throw(),
+        {.sched = sched, .micro_batches = 4, .timeout = std::chrono::seconds(30)});
+    }
+}
+
+// The one-process reference of global backprop (global_reference_step: the model's own
+// forward_backward over o's micro-batches, or over one full batch when micro is 1), `steps`
+// steps: the model and each step's loss.
+std::pair<arena<host>, std::vector<double>> global_ref(const nn::gpt& model,
+                                                       const pipeline_options& o, int micro,
+                                                       int steps) {
+  auto a = fresh(model);
+  auto ws = model.make_workspace({B / micro, T});
+  io::batch_sampler batches(data(), B, T, seed);
+  std::vector<std::int32_t> x(B * T), y(B * T);
+  std::vector<double> losses;
+  for (long t = 1; t <= steps; ++t) {
+    batches.next(x.data(), y.data());
+    losses.push_back(global_reference_step(model, a, opt, lr_at(t), t, x.data(), y.data(), B, T,
+                                           o.sched, micro, o.grad_clip, ws));
+  }
+  return {std::move(a), std::move(losses)};
+}
+
 }  // namespace
 
 TEST_CASE("stage_plan cuts a model into contiguous stages and names what is wrong", "[pipeline]") {
@@ -190,40 +231,25 @@ TEST_CASE("GPipe and 1F1B schedules are complete, deadlock-free and stash what t
 TEST_CASE("global backprop over stages equals one process, bit for bit in the schedule's order",
           "[pipeline]") {
   const auto model = tiny(4);
-  for (auto sched : {schedule::gpipe, schedule::one_f_one_b})
-    for (int K : {2, 3}) {
-      INFO(name(sched) << " K=" << K);
-      const auto plan = stage_plan::equal(4, K).value_or_throw();
-      const pipeline_options o{
-          .sched = sched, .micro_batches = 4, .timeout = std::chrono::seconds(30)};
-      std::vector<net::inproc> w;
-      auto r = run_stages<net::inproc*>(model, plan, o, 5, inproc_world(K, w));
-      for (auto& e : r.errors) REQUIRE(e.ok());
-      // The reference: the model's own forward_backward over the micro-batches in the
-      // schedule's backward order, then one clip and one AdamW step.
-      auto a = fresh(model), full = fresh(model);
-      auto ws = model.make_workspace({B / 4, T}), ws_full = model.make_workspace({B, T});
-      io::batch_sampler batches(data(), B, T, seed);
-      std::vector<std::int32_t> x(B * T), y(B * T);
-      for (long t = 1; t <= 5; ++t) {
-        batches.next(x.data(), y.data());
-        const double l = global_reference_step(model, a, opt, lr_at(t), t, x.data(), y.data(), B, T,
-                                               sched, 4, o.grad_clip, ws);
-        CHECK(l == r.losses[std::size_t(K - 1)][std::size_t(t - 1)]);
-        global_reference_step(model, full, opt, lr_at(t), t, x.data(), y.data(), B, T, sched, 1,
-                              o.grad_clip, ws_full);
-      }
-      CHECK(same_params(r.model, a, 0, model.layout().total()));
-      // One full batch: the same maths in another summation order.
-      const auto p = r.model.get(plane::param), q = full.get(plane::param);
-      double worst = 0;
-      for (std::size_t i = 0; i < p.size(); ++i)
-        worst = std::max(worst, std::abs(double(p[i]) - q[i]) / (4e-5 + 1e-5 * std::abs(q[i])));
-      CHECK(worst <= 1.0);
-      for (int k = 0; k < K; ++k)
-        CHECK(r.stats[std::size_t(k)].stash_high_water ==
-              (sched == schedule::gpipe ? 4 : std::min(K - k, 4)));
-    }
+  global_grid([&](const stage_plan& plan, const pipeline_options& o) {
+    const int K = plan.stages();
+    std::vector<net::inproc> w;
+    auto r = run_stages<net::inproc*>(model, plan, o, 5, inproc_world(K, w));
+    for (auto& e : r.errors) REQUIRE(e.ok());
+    auto [a, losses] = global_ref(model, o, 4, 5);
+    CHECK(same_params(r.model, a, 0, model.layout().total()));
+    CHECK(r.losses[std::size_t(K - 1)] == losses);
+    // One full batch: the same maths in another summation order.
+    auto [full, full_losses] = global_ref(model, o, 1, 5);
+    const auto p = r.model.get(plane::param), q = full.get(plane::param);
+    double worst = 0;
+    for (std::size_t i = 0; i < p.size(); ++i)
+      worst = std::max(worst, std::abs(double(p[i]) - q[i]) / (4e-5 + 1e-5 * std::abs(q[i])));
+    CHECK(worst <= 1.0);
+    for (int k = 0; k < K; ++k)
+      CHECK(r.stats[std::size_t(k)].stash_high_water ==
+            (o.sched == schedule::gpipe ? 4 : std::min(K - k, 4)));
+  });
 }
 
 TEST_CASE("local losses with one stage are plain training, bit for bit", "[pipeline]") {
@@ -242,29 +268,63 @@ TEST_CASE("local losses with one stage are plain training, bit for bit", "[pipel
 TEST_CASE("local losses over stages are bit-identical to one process, whatever the queue",
           "[pipeline]") {
   const auto model = tiny(4);
-  for (auto head : {head_kind::linear, head_kind::shared_readout})
-    for (int K : {2, 3})
-      for (int q : {1, 2, 4}) {
-        INFO(name(head) << " K=" << K << " q=" << q);
-        const auto plan = stage_plan::equal(4, K).value_or_throw();
-        const pipeline_options o{.queue_depth = q,
-                                 .head = head,
-                                 .readout_refresh = 3,
-                                 .readout_delay = q - 1,
-                                 .timeout = std::chrono::seconds(30)};
-        std::vector<net::inproc> w;
-        std::atomic<int> n{0};
-        auto stall = [&](int k, long t) {  // stages stall at different steps
-          if ((t + k * 2) % 5 == 0)
-            std::this_thread::sleep_for(std::chrono::milliseconds(2 + (n++ % 4)));
-        };
-        auto r = run_stages<net::inproc*>(model, plan, o, 12, inproc_world(K, w), stall);
-        for (auto& e : r.errors) REQUIRE((e.ok() ? std::string() : e.error().what()) == "");
-        auto [a, losses] = local_ref(model, plan, o, 12);
-        CHECK(same_params(r.model, a, 0, model.layout().total()));
-        CHECK(r.losses == losses);
-        for (int k = 0; k + 1 < K; ++k) CHECK(r.stats[std::size_t(k)].stash_high_water == 1);
-      }
+  local_grid([&](head_kind head, int K, int q, const stage_plan& plan) {
+    const pipeline_options o{.queue_depth = q,
+                             .head = head,
+                             .readout_refresh = 3,
+                             .readout_delay = q - 1,
+                             .timeout = std::chrono::seconds(30)};
+    std::vector<net::inproc> w;
+    std::atomic<int> n{0};
+    auto stall = [&](int k, long t) {  // stages stall at different steps
+      if ((t + k * 2) % 5 == 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2 + (n++ % 4)));
+    };
+    auto r = run_stages<net::inproc*>(model, plan, o, 12, inproc_world(K, w), stall);
+    for (auto& e : r.errors) REQUIRE((e.ok() ? std::string() : e.error().what()) == "");
+    auto [a, losses] = local_ref(model, plan, o, 12);
+    CHECK(same_params(r.model, a, 0, model.layout().total()));
+    CHECK(r.losses == losses);
+    for (int k = 0; k + 1 < K; ++k) CHECK(r.stats[std::size_t(k)].stash_high_water == 1);
+  });
+}
+
+TEST_CASE("compressed activations: local losses stay bit-identical, the bytes shrink",
+          "[pipeline]") {
+  const auto model = tiny(4);
+  const auto plan = stage_plan::equal(4, 3).value_or_throw();
+  std::size_t fp32_bytes = 0;
+  for (auto f : {wire_format::fp32, wire_format::bf16, wire_format::int8}) {
+    INFO(name(f));
+    const pipeline_options o{.activations = f, .timeout = std::chrono::seconds(30)};
+    std::vector<net::inproc> w;
+    auto r = run_stages<net::inproc*>(model, plan, o, 8, inproc_world(3, w));
+    for (auto& e : r.errors) REQUIRE(e.ok());
+    auto [a, losses] = local_ref(model, plan, o, 8);
+    CHECK(same_params(r.model, a, 0, model.layout().total()));
+    CHECK(r.losses == losses);
+    const std::size_t n = std::size_t(B) * T * 32;
+    CHECK(r.stats[0].bytes_sent == 8 * activation_codec(f, n).wire_bytes());
+    if (f == wire_format::fp32) fp32_bytes = r.stats[0].bytes_sent;
+    if (f == wire_format::bf16) CHECK(r.stats[0].bytes_sent * 2 == fp32_bytes);
+    if (f == wire_format::int8) CHECK(r.stats[0].bytes_sent * 3 < fp32_bytes);
+    if (f != wire_format::fp32) {  // the rounding reaches the later stages: not fp32's run
+      auto [a32, l32] = local_ref(model, plan, {.timeout = std::chrono::seconds(30)}, 8);
+      CHECK(l32[0] == losses[0]);  // stage 0 reads no activation
+      CHECK(l32[2] != losses[2]);
+    }
+  }
+  // Global backprop with bf16 on both directions trains, at half the bytes.
+  const pipeline_options g{.sched = schedule::gpipe,
+                           .micro_batches = 2,
+                           .activations = wire_format::bf16,
+                           .timeout = std::chrono::seconds(30)};
+  std::vector<net::inproc> w;
+  auto r = run_stages<net::inproc*>(model, stage_plan::equal(4, 2).value_or_throw(), g, 12,
+                                    inproc_world(2, w));
+  for (auto& e : r.errors) REQUIRE(e.ok());
+  CHECK(r.stats[0].bytes_sent == 12 * 2 * std::size_t(B / 2) * T * 32 * 2);
+  CHECK(r.losses[1].back() < r.losses[1].front());
 }
 
 TEST_CASE("no gradient crosses a stage boundary in local losses", "[pipeline]") {
@@ -309,64 +369,48 @@ std::vector<std::string> loopback_peers(int K) {
 TEST_CASE("local losses over TCP with link delays are bit-identical to one process",
           "[pipeline][tcp]") {
   const auto model = tiny(4);
-  for (auto head : {head_kind::linear, head_kind::shared_readout})
-    for (int K : {2, 3})
-      for (int q : {1, 2, 4}) {
-        INFO(name(head) << " K=" << K << " q=" << q);
-        const auto plan = stage_plan::equal(4, K).value_or_throw();
-        // shared_readout: a copy after every 3rd step, the last one (step 9) after the last step
-        // that applies one: the middle stage must still be there to take it.
-        const pipeline_options o{.queue_depth = q,
-                                 .head = head,
-                                 .readout_refresh = 3,
-                                 .readout_delay = 1,
-                                 .timeout = std::chrono::seconds(30)};
-        const auto peers = loopback_peers(K);
-        auto make = [&](int k) {
-          auto opts = tcp_rank(k, peers);
-          opts.shaper.latency = std::chrono::milliseconds(3 * q);  // both directions delayed
-          opts.shaper.rate_bytes_per_s = 2e6;
-          if (k == K - 1)  // the last stage is the slowest: its neighbour waits at the end
-            opts.shaper.latency = std::chrono::milliseconds(8);
-          return net::asio_tcp::connect(opts).value_or_throw();
-        };
-        auto r = run_stages<std::unique_ptr<net::asio_tcp>>(model, plan, o, 9, make);
-        std::string errors;
-        for (auto& e : r.errors) errors += e.ok() ? std::string() : e.error().what() + "\n";
-        REQUIRE(errors == "");
-        auto [a, losses] = local_ref(model, plan, o, 9);
-        CHECK(same_params(r.model, a, 0, model.layout().total()));
-        CHECK(r.losses == losses);
-        if (head == head_kind::linear)
-          CHECK(r.stats[0].bytes_sent == 9 * std::size_t(B) * T * 32 * sizeof(float));
-      }
+  local_grid([&](head_kind head, int K, int q, const stage_plan& plan) {
+    // shared_readout: a copy after every 3rd step, the last one (step 9) after the last step
+    // that applies one: the middle stage must still be there to take it.
+    const pipeline_options o{.queue_depth = q,
+                             .head = head,
+                             .readout_refresh = 3,
+                             .readout_delay = 1,
+                             .timeout = std::chrono::seconds(30)};
+    const auto peers = loopback_peers(K);
+    auto make = [&](int k) {
+      auto opts = tcp_rank(k, peers);
+      opts.shaper.latency = std::chrono::milliseconds(3 * q);  // both directions delayed
+      opts.shaper.rate_bytes_per_s = 2e6;
+      if (k == K - 1)  // the last stage is the slowest: its neighbour waits at the end
+        opts.shaper.latency = std::chrono::milliseconds(8);
+      return net::asio_tcp::connect(opts).value_or_throw();
+    };
+    auto r = run_stages<std::unique_ptr<net::asio_tcp>>(model, plan, o, 9, make);
+    std::string errors;
+    for (auto& e : r.errors) errors += e.ok() ? std::string() : e.error().what() + "\n";
+    REQUIRE(errors == "");
+    auto [a, losses] = local_ref(model, plan, o, 9);
+    CHECK(same_params(r.model, a, 0, model.layout().total()));
+    CHECK(r.losses == losses);
+    if (head == head_kind::linear)
+      CHECK(r.stats[0].bytes_sent == 9 * std::size_t(B) * T * 32 * sizeof(float));
+  });
 }
 
 TEST_CASE("GPipe and 1F1B over TCP equal one process", "[pipeline][tcp]") {
   const auto model = tiny(4);
-  for (auto sched : {schedule::gpipe, schedule::one_f_one_b})
-    for (int K : {2, 3}) {
-      INFO(name(sched) << " K=" << K);
-      const auto plan = stage_plan::equal(4, K).value_or_throw();
-      const pipeline_options o{
-          .sched = sched, .micro_batches = 4, .timeout = std::chrono::seconds(30)};
-      const auto peers = loopback_peers(K);
-      auto r = run_stages<std::unique_ptr<net::asio_tcp>>(model, plan, o, 4, [&](int k) {
-        return net::asio_tcp::connect(tcp_rank(k, peers)).value_or_throw();
-      });
-      for (auto& e : r.errors) REQUIRE(e.ok());
-      auto a = fresh(model);
-      auto ws = model.make_workspace({B / 4, T});
-      io::batch_sampler batches(data(), B, T, seed);
-      std::vector<std::int32_t> x(B * T), y(B * T);
-      for (long t = 1; t <= 4; ++t) {
-        batches.next(x.data(), y.data());
-        CHECK(global_reference_step(model, a, opt, lr_at(t), t, x.data(), y.data(), B, T, o.sched,
-                                    4, o.grad_clip,
-                                    ws) == r.losses[std::size_t(K - 1)][std::size_t(t - 1)]);
-      }
-      CHECK(same_params(r.model, a, 0, model.layout().total()));
-    }
+  global_grid([&](const stage_plan& plan, const pipeline_options& o) {
+    const int K = plan.stages();
+    const auto peers = loopback_peers(K);
+    auto r = run_stages<std::unique_ptr<net::asio_tcp>>(model, plan, o, 4, [&](int k) {
+      return net::asio_tcp::connect(tcp_rank(k, peers)).value_or_throw();
+    });
+    for (auto& e : r.errors) REQUIRE(e.ok());
+    auto [a, losses] = global_ref(model, o, 4, 4);
+    CHECK(same_params(r.model, a, 0, model.layout().total()));
+    CHECK(r.losses[std::size_t(K - 1)] == losses);
+  });
 }
 
 TEST_CASE("a killed stage makes its neighbour fail within the deadline, naming it",

@@ -18,6 +18,15 @@
 
 namespace paco::pipeline {
 
+// out ← the final norm's θ, then the head's W, of the parameters θ: what a shared_readout head
+// reads (aux_head::readout_size() floats). Requires: untied weights.
+template <nn::BlockModel M>
+void copy_readout(const M& model, const float* theta, float* out) {
+  const std::size_t C = model.width(), V = model.vocab();
+  out = std::copy(theta + model.off("ln_f"), theta + model.off("ln_f") + 2 * C, out);
+  std::copy(theta + model.off("head"), theta + model.off("head") + V * C, out);
+}
+
 template <nn::BlockModel M>
 class local_learner {
  public:
@@ -55,11 +64,7 @@ class local_learner {
   std::size_t readout_size() const noexcept { return head_.readout_size(); }
   // Ensures: the copy holds a's final norm and head (the last stage's, as a holds them).
   void copy_readout(const arena<host>& a) {
-    const float* th = a.get(plane::param).data();
-    const std::size_t C = model_.width();
-    std::copy(th + model_.off("ln_f"), th + model_.off("ln_f") + 2 * C, readout_.begin());
-    std::copy(th + model_.off("head"), th + model_.off("head") + head_.readout_size() - 2 * C,
-              readout_.begin() + 2 * C);
+    pipeline::copy_readout(model_, a.get(plane::param).data(), readout_.data());
   }
 
   // After st.forward(0, …) of step t (1-based) on a: the stage's loss, backward, clip and step.

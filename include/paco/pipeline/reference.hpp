@@ -7,7 +7,8 @@
 //                           Not the stage passes: a second implementation of the same maths.
 //   local_reference         every stage of a local-loss pipeline run in turn in one process,
 //                           stage 0 … K−1 on step t before step t + 1, the shared readout's copies
-//                           applied at the same fixed steps as stage_runner does.
+//                           applied at the same fixed steps as stage_runner does, each stage's
+//                           input passed through the links' activation format.
 
 #include <cstdint>
 #include <deque>
@@ -52,7 +53,10 @@ class local_reference {
   // Requires (checked: throws): as stage_runner's, in local mode.
   local_reference(const M& model, const stage_plan& plan, const pipeline_options& o, int batch,
                   int ctx, std::uint64_t seed)
-      : model_(model), o_(o) {
+      : model_(model),
+        o_(o),
+        codec_(o.activations, std::size_t(batch) * ctx * model.width()),
+        in_(codec_.size()) {
     o.validate(batch).throw_if_error();
     for (int k = 0; k < plan.stages(); ++k) {
       stages_.push_back(std::make_unique<stage<M>>(model, plan, k, nn::dims{batch, ctx}, 1));
@@ -82,14 +86,14 @@ class local_reference {
         }
       }
       losses.push_back(l.learn(a, opt, lr, t, targets, fl, o_.grad_clip));
-      in = st.output(0);
+      if (k + 1 < K) {  // what the next stage receives: the output through the link's format
+        codec_.round_trip(st.output(0), in_.data()).throw_if_error();
+        in = in_.data();
+      }
     }
     if (K > 1 && o_.head == head_kind::shared_readout && t % o_.readout_refresh == 0) {
-      const float* th = a.get(plane::param).data();
-      const std::size_t C = model_.width(), n = 2 * C + std::size_t(model_.vocab()) * C;
-      std::vector<float> c(n);
-      std::copy(th + model_.off("ln_f"), th + model_.off("ln_f") + 2 * C, c.begin());
-      std::copy(th + model_.off("head"), th + model_.off("head") + n - 2 * C, c.begin() + 2 * C);
+      std::vector<float> c(learners_.front()->readout_size());
+      copy_readout(model_, a.get(plane::param).data(), c.data());
       copies_.emplace_back(t, std::move(c));
     }
     return losses;
@@ -100,6 +104,8 @@ class local_reference {
  private:
   const M& model_;
   pipeline_options o_;
+  activation_codec codec_;
+  std::vector<float> in_;
   long t_ = 0;
   std::vector<std::unique_ptr<stage<M>>> stages_;
   std::vector<std::unique_ptr<local_learner<M>>> learners_;

@@ -37,6 +37,7 @@
 #include "paco/core/error.hpp"
 #include "paco/net/concepts.hpp"
 #include "paco/optim/adamw.hpp"
+#include "paco/pipeline/activation_codec.hpp"
 #include "paco/pipeline/aux_head.hpp"
 #include "paco/pipeline/local_learner.hpp"
 #include "paco/pipeline/schedule.hpp"
@@ -49,11 +50,12 @@ struct pipeline_options {
   schedule sched = schedule::local;
   int micro_batches = 1;  // M (gpipe, 1f1b): a batch of B sequences is M micro-batches of B/M
   int queue_depth = 2;    // q (local): a stage runs at most q steps ahead of the next
-  head_kind head = head_kind::linear;        // local: the auxiliary head of stages 0 … K−2
-  int readout_refresh = 10;                  // shared_readout: S, steps between copies
-  int readout_delay = 2;                     // shared_readout: D, steps a copy takes to apply
-  float grad_clip = 1.0f;                    // global-norm clip (per stage in local mode); 0: off
-  std::chrono::milliseconds timeout{60000};  // every wait
+  head_kind head = head_kind::linear;  // local: the auxiliary head of stages 0 … K−2
+  int readout_refresh = 10;            // shared_readout: S, steps between copies
+  int readout_delay = 2;               // shared_readout: D, steps a copy takes to apply
+  float grad_clip = 1.0f;              // global-norm clip (per stage in local mode); 0: off
+  wire_format activations = wire_format::fp32;  // activations (and gradients) on the links
+  std::chrono::milliseconds timeout{60000};     // every wait
   net::tag_t tag_base = 0x40000000;
 
   // Ensures: ok, or invalid_argument naming the field (pipeline.<field>).
@@ -111,25 +113,29 @@ class stage_runner {
                  : stage_ops(o_.sched, plan.stages(), net.rank(), o_.micro())),
         stage_(model, plan, net.rank(), {batch / o_.micro(), ctx},
                o_.sched == schedule::local ? 1 : std::max(1, stash_needed(ops_))),
-        learner_(model, stage_, o_.head, seed, o_.sched == schedule::local) {
+        learner_(model, stage_, o_.head, seed, o_.sched == schedule::local),
+        codec_(o_.activations, stage_.activation_size()) {
     if (plan.stages() != net.size())
       throw error_exception(
           {errc::invalid_argument, "pipeline: the plan has " + std::to_string(plan.stages()) +
                                        " stages, the transport " + std::to_string(net.size()) +
                                        " ranks (one stage per rank)"});
-    const std::size_t n = stage_.activation_size();
+    const std::size_t n = stage_.activation_size(), w = codec_.wire_bytes();
     const int slots = stage_.slots();
     if (o.sched == schedule::local) {
-      for (int i = 0; i < o.queue_depth; ++i) ring_.emplace_back(n);
+      ring_.assign(std::size_t(o.queue_depth), std::vector<std::byte>(w));
       ring_sends_.resize(std::size_t(o.queue_depth));
     } else {
-      for (int s = 0; s < slots; ++s) dx_.emplace_back(stage_.first() ? 0 : n);
+      act_wire_.assign(std::size_t(slots), std::vector<std::byte>(w));
+      dx_wire_.assign(std::size_t(slots), std::vector<std::byte>(stage_.first() ? 0 : w));
       act_sends_.resize(std::size_t(slots));
       grad_sends_.resize(std::size_t(slots));
     }
     for (int k = 0; k < K_; ++k) spans_.push_back(param_span(model, plan, k));
     in_.resize(n);
     dy_.resize(n);
+    dx_.resize(n);
+    in_wire_.resize(w);
     slot_of_.assign(std::size_t(o.micro()), -1);
     losses_.assign(std::size_t(o.micro()), 0.0);
   }
@@ -260,16 +266,40 @@ class stage_runner {
   }
   std::string stage_name(int k) const { return "stage " + std::to_string(k); }
 
+  // Receives one message of the activation format from peer and decodes it into y (n floats).
+  status recv_activation(int peer, net::tag_t tag, float* y, const std::string& what) {
+    auto r = net_.recv(peer, tag, std::span<std::byte>(in_wire_), deadline());
+    if (auto s = wait(r, what); !s) return s;
+    stats_.bytes_received += in_wire_.size();
+    if (auto s = codec_.decode(in_wire_.data(), y); !s)
+      return paco::error(s.error().code, "pipeline stage " + std::to_string(k_) + ", step " +
+                                             std::to_string(stats_.steps) + ": " + what + ": " +
+                                             s.error().what());
+    return {};
+  }
+  // Encodes x (n floats) into wire and starts sending it to peer; the request goes to `into`.
+  status send_activation(int peer, net::tag_t tag, const float* x, std::vector<std::byte>& wire,
+                         typename T::request& into) {
+    if (auto s = codec_.encode(x, wire.data()); !s)
+      return paco::error(s.error().code, "pipeline stage " + std::to_string(k_) + ", step " +
+                                             std::to_string(stats_.steps) +
+                                             ": cannot encode an activation for " +
+                                             stage_name(peer) + ": " + s.error().what());
+    into = net_.send(peer, tag, std::span<const std::byte>(wire), deadline());
+    stats_.bytes_sent += wire.size();
+    return {};
+  }
+
   // ---- local losses ----
   result<double> local_step(arena<host>& a, const optim::adamw& opt, float lr,
                             const std::int32_t* tokens, const std::int32_t* targets) {
     const long t = stats_.steps;
     const float* theta = a.get(plane::param).data();
-    const std::size_t n = stage_.activation_size();
     high_water_ = 1;
     if (!stage_.first()) {
-      if (auto s = recv_floats(k_ - 1, tag_of(kind_act, t, 0), in_.data(), n,
-                               stage_name(k_ - 1) + "'s activation of step " + std::to_string(t));
+      if (auto s =
+              recv_activation(k_ - 1, tag_of(kind_act, t, 0), in_.data(),
+                              stage_name(k_ - 1) + "'s activation of step " + std::to_string(t));
           !s)
         return s.error();
       credit_sends_.push_back(net_.send(k_ - 1, tag_of(kind_credit, t, 0), {}, deadline()));
@@ -287,11 +317,10 @@ class stage_runner {
       }
       auto& slot = ring_sends_[std::size_t(t) % q];
       if (auto s = wait(slot, "an earlier activation to leave"); !s) return s.error();
-      float* buf = ring_[std::size_t(t) % q].data();
-      std::copy(stage_.output(0), stage_.output(0) + n, buf);
-      slot = net_.send(k_ + 1, tag_of(kind_act, t, 0),
-                       net::as_bytes(std::span<const float>(buf, n)), deadline());
-      stats_.bytes_sent += n * sizeof(float);
+      if (auto s = send_activation(k_ + 1, tag_of(kind_act, t, 0), stage_.output(0),
+                                   ring_[std::size_t(t) % q], slot);
+          !s)
+        return s.error();
     }
     if (learner_.shares_readout()) {
       if (t == 1) learner_.copy_readout(a);  // the initial head, as every stage has it
@@ -310,11 +339,7 @@ class stage_runner {
         if (auto s = wait(r, "an earlier readout copy to leave"); !s) return s.error();
       readout_sends_.clear();
       readout_buf_.resize(learner_.readout_size());
-      const float* th = a.get(plane::param).data();
-      const std::size_t C = model_.width();
-      std::copy(th + model_.off("ln_f"), th + model_.off("ln_f") + 2 * C, readout_buf_.begin());
-      std::copy(th + model_.off("head"), th + model_.off("head") + readout_buf_.size() - 2 * C,
-                readout_buf_.begin() + 2 * C);
+      copy_readout(model_, a.get(plane::param).data(), readout_buf_.data());
       for (int k = 0; k + 1 < K_; ++k)
         readout_sends_.push_back(net_.send(k, tag_of(kind_readout, t, 0),
                                            net::as_bytes(std::span<const float>(readout_buf_)),
@@ -339,7 +364,7 @@ class stage_runner {
     const long t = stats_.steps;
     const int Mb = o_.micro();
     const float scale = 1.0f / float(Mb);
-    const std::size_t n = stage_.activation_size(), rows = std::size_t(batch_ / Mb) * ctx_;
+    const std::size_t rows = std::size_t(batch_ / Mb) * ctx_;
     const float* theta = a.get(plane::param).data();
     float* grad = a.get(plane::grad).data();
     const auto [b, e] = stage_.span();
@@ -355,38 +380,35 @@ class stage_runner {
         slot_of_[std::size_t(m)] = slot;
         high_water_ = std::max(high_water_, stage_.slots() - int(free_slots.size()));
         if (!stage_.first())
-          if (auto s = recv_floats(
-                  k_ - 1, tag_of(kind_act, t, m), in_.data(), n,
+          if (auto s = recv_activation(
+                  k_ - 1, tag_of(kind_act, t, m), in_.data(),
                   stage_name(k_ - 1) + "'s activation of micro-batch " + std::to_string(m));
               !s)
             return s.error();
         losses_[std::size_t(m)] =
             stage_.forward(slot, theta, tokens + rows * m, in_.data(), targets + rows * m, scale);
-        if (!stage_.last()) {
-          act_sends_[std::size_t(slot)] =
-              net_.send(k_ + 1, tag_of(kind_act, t, m),
-                        net::as_bytes(std::span<const float>(stage_.output(slot), n)), deadline());
-          stats_.bytes_sent += n * sizeof(float);
-        }
+        if (!stage_.last())
+          if (auto s = send_activation(k_ + 1, tag_of(kind_act, t, m), stage_.output(slot),
+                                       act_wire_[std::size_t(slot)], act_sends_[std::size_t(slot)]);
+              !s)
+            return s.error();
       } else {
         const int slot = slot_of_[std::size_t(m)];
         if (!stage_.last())
-          if (auto s = recv_floats(
-                  k_ + 1, tag_of(kind_grad, t, m), dy_.data(), n,
+          if (auto s = recv_activation(
+                  k_ + 1, tag_of(kind_grad, t, m), dy_.data(),
                   stage_name(k_ + 1) + "'s gradient of micro-batch " + std::to_string(m));
               !s)
             return s.error();
         if (!stage_.first())
           if (auto s = wait(grad_sends_[std::size_t(slot)], "an earlier gradient to leave"); !s)
             return s.error();
-        float* dx = stage_.first() ? nullptr : dx_[std::size_t(slot)].data();
-        stage_.backward(slot, theta, grad, dy_.data(), dx);
-        if (!stage_.first()) {
-          grad_sends_[std::size_t(slot)] =
-              net_.send(k_ - 1, tag_of(kind_grad, t, m),
-                        net::as_bytes(std::span<const float>(dx, n)), deadline());
-          stats_.bytes_sent += n * sizeof(float);
-        }
+        stage_.backward(slot, theta, grad, dy_.data(), stage_.first() ? nullptr : dx_.data());
+        if (!stage_.first())
+          if (auto s = send_activation(k_ - 1, tag_of(kind_grad, t, m), dx_.data(),
+                                       dx_wire_[std::size_t(slot)], grad_sends_[std::size_t(slot)]);
+              !s)
+            return s.error();
         // The activation sent from this slot must have left before the slot is reused.
         if (auto s = wait(act_sends_[std::size_t(slot)], "an activation to leave"); !s)
           return s.error();
@@ -448,8 +470,11 @@ class stage_runner {
   stage<M> stage_;
   local_learner<M> learner_;
   std::vector<std::pair<std::size_t, std::size_t>> spans_;
-  buffer<float> in_, dy_;
-  std::vector<buffer<float>> dx_, ring_;
+  activation_codec codec_;
+  buffer<float> in_, dy_, dx_;
+  std::vector<std::byte> in_wire_;
+  // Encoded messages in flight: local mode's ring of q, global mode's per stash slot.
+  std::vector<std::vector<std::byte>> ring_, act_wire_, dx_wire_;
   std::vector<float> readout_buf_;
   // The requests after the buffers they send from.
   std::vector<typename T::request> act_sends_, grad_sends_, ring_sends_;
