@@ -33,6 +33,7 @@
 
 #include "config.hpp"
 #include "dipaco_launch.hpp"
+#include "paco/collectives/agree.hpp"
 #include "paco/io/atomic_file.hpp"
 #include "paco/io/metrics.hpp"
 #include "paco/io/progress.hpp"
@@ -88,6 +89,37 @@ inline net::tcp_options stage_link_options(const train_config& c, int k,
   return o;
 }
 
+// What every stage of a run must share: the model, the data, the batches and step count, the
+// optimizer and the pipeline's schedule (collectives::agree refuses a difference, naming it).
+inline std::vector<collectives::agree_field> stage_fields(const train_config& c) {
+  auto str = [](auto v) {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+  };
+  std::string split;
+  for (int b : c.pipeline.split) split += (split.empty() ? "" : ",") + std::to_string(b);
+  const auto& m = c.model;
+  const auto& t = c.train;
+  const auto& p = c.pipeline;
+  return {{"model", str(m.d) + "x" + str(m.layers) + " heads " + str(m.heads) + " ctx " +
+                        str(m.ctx) + " mlp " + str(m.mlp_mult)},
+          {"data.corpus", c.data.corpus},
+          {"train.batch", str(t.batch)},
+          {"train.steps", str(t.steps)},
+          {"train.seed", str(t.seed)},
+          {"train.lr", str(t.lr) + " " + str(t.min_lr) + " warmup " + str(t.warmup)},
+          {"train.weight_decay", str(t.weight_decay)},
+          {"train.grad_clip", str(t.grad_clip)},
+          {"pipeline.stages", str(p.stages)},
+          {"pipeline.split", split},
+          {"pipeline.schedule", p.schedule},
+          {"pipeline.micro_batches", str(p.micro_batches)},
+          {"pipeline.queue_depth", str(p.queue_depth)},
+          {"pipeline.head", p.head + " " + str(p.readout_refresh) + " " + str(p.readout_delay)},
+          {"pipeline.activations", p.activations}};
+}
+
 // One stage's process. peers: every stage's host:port, comma-separated.
 inline int run_stage(const train_config& cfg, int k, const std::string& peers_csv) {
   auto fail = [&](int code, const std::string& m) {
@@ -131,6 +163,12 @@ inline int run_stage(const train_config& cfg, int k, const std::string& peers_cs
     auto n = net::asio_tcp::connect(stage_link_options(cfg, k, peers));
     if (!n) return fail(exit_link_lost, "cannot join the pipeline: " + n.error().what());
     net = std::move(*n);
+    // Every stage runs the same model, batches and schedule, or none runs.
+    collectives::collective_options agreed;
+    agreed.until = net::after(std::chrono::milliseconds(long(cfg.pipeline.timeout_s * 1000)));
+    if (auto a = collectives::agree(*net, stage_fields(cfg), agreed); !a)
+      return fail(exit_bad_input,
+                  "the stages were started with different settings: " + a.error().what());
     run = std::make_unique<pipeline::stage_runner<nn::gpt, net::asio_tcp>>(
         model, plan, opts, B, T, *net, std::uint64_t(tc.seed));
   }

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -25,6 +26,7 @@
 #ifdef PACO_TEST_ASIO
 #include "paco/net/asio_tcp.hpp"
 #include "paco/net/free_port.hpp"
+#include "paco/testing/processes.hpp"
 #endif
 
 using namespace paco;
@@ -459,5 +461,74 @@ TEST_CASE("a killed stage makes its neighbour fail within the deadline, naming i
   CHECK(failed.error().code == make_error_code(errc::peer_lost));
   CHECK(waited < 10.0);  // the peer timeout (1.5 s), far inside the 20 s deadline
   CHECK(t <= 8);         // at most q steps past the last one stage 1 took
+}
+#endif
+
+#ifdef PACO_TEST_ASIO
+namespace {
+// paco_train's pipeline job on Brown with a tiny GPT (d 32, 2 layers, ctx 64, batch 4, 6 steps).
+std::vector<std::string> small_pipeline_job(const std::filesystem::path& dir,
+                                            const std::vector<std::string>& extra) {
+  std::vector<std::string> a{
+      std::string(PACO_BINARY_DIR) + "/examples/paco_train/paco_train", "-c",
+      std::string(PACO_SOURCE_DIR) + "/examples/configs/pipeline_brown.toml"};
+  for (std::string kv :
+       {"model.d=32", "model.layers=2", "model.heads=2", "model.ctx=64", "train.batch=4",
+        "train.steps=6", "train.warmup=2", "pipeline.eval_tokens=2000", "pipeline.timeout_s=20"})
+    a.insert(a.end(), {"--set", kv});
+  a.insert(a.end(), {"--set", "output.dir=" + dir.string()});
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+}  // namespace
+
+TEST_CASE("paco_train's pipeline job trains, scores and refuses stages started differently",
+          "[pipeline][job]") {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("paco_pipeline_job_" + std::to_string(getpid()));
+  if (!fs::exists(small_pipeline_job(dir, {}).front())) {
+    WARN("paco_train is not built (PACO_BUILD_EXAMPLES off): the job is not tested");
+    return;
+  }
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  {  // the launcher: two stage processes, local losses, a results table and results.json
+    const auto pid =
+        testing::spawn_logged(small_pipeline_job(dir / "run", {}), dir / "run.out", {});
+    const int code = testing::exit_code(testing::wait_exit(pid, std::chrono::minutes(5)));
+    const std::string out = testing::slurp(dir / "run.out");
+    INFO(out);
+    REQUIRE(code == 0);
+    CHECK_THAT(out, Catch::Contains("local losses, head linear, queue 2"));
+    const auto r = nlohmann::json::parse(testing::slurp(dir / "run" / "results.json"));
+    CHECK(r["stages"] == 2);
+    CHECK(r["tokens_per_s"].get<double>() > 0);
+    CHECK(r["test_bpb"].get<double>() > 0);
+    CHECK(r["stage_loss_bpb"].size() == 2);
+    CHECK(r["bytes_between_stages"] == 6 * 4 * 64 * 32 * 4);
+  }
+  {  // two stages started by hand with different step counts: both refuse, naming the field
+    setenv("PACO_TOKEN", "pipeline-job-test", 1);
+    const auto peers = loopback_peers(2);
+    const std::string csv = peers[0] + "," + peers[1];
+    std::vector<pid_t> pids;
+    for (int k = 0; k < 2; ++k)
+      pids.push_back(testing::spawn_logged(
+          small_pipeline_job(dir / "manual",
+                             {"--set", k ? "train.steps=7" : "train.steps=6", "--role", "stage",
+                              "--stage", std::to_string(k), "--peers", csv}),
+          dir / ("stage" + std::to_string(k) + ".out"), {}));
+    for (int k = 0; k < 2; ++k) {
+      const int code =
+          testing::exit_code(testing::wait_exit(pids[std::size_t(k)], std::chrono::minutes(2)));
+      const std::string out = testing::slurp(dir / ("stage" + std::to_string(k) + ".out"));
+      INFO(out);
+      CHECK(code == 2);
+      CHECK_THAT(out, Catch::Contains("the stages were started with different settings"));
+      CHECK_THAT(out, Catch::Contains("train.steps"));
+    }
+  }
+  fs::remove_all(dir);
 }
 #endif
