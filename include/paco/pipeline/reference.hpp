@@ -78,8 +78,7 @@ class local_reference {
       const double fl = st.forward(0, a.get(plane::param).data(), tokens, in, targets, 1.0f);
       if (l.shares_readout()) {
         if (t == 1) l.copy_readout(a);
-        const long u = t - 1 - o_.readout_delay;
-        if (u >= o_.readout_refresh && u % o_.readout_refresh == 0) {
+        if (const long u = o_.readout_copy_before(t)) {
           PACO_ASSERT(!copies_.empty() && copies_.front().first == u, "readout copy missing");
           std::copy(copies_.front().second.begin(), copies_.front().second.end(), l.readout());
           if (k + 2 == K) copies_.pop_front();  // every stage that shares has taken it

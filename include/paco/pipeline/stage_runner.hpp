@@ -80,6 +80,12 @@ struct pipeline_options {
     if (timeout.count() <= 0) return bad("timeout", "must be > 0");
     return {};
   }
+  // shared_readout: the step whose copy of the last stage's readout stage k takes before step t
+  // (copies are sent after steps S, 2S, … and apply D steps later), or 0 when none is due.
+  long readout_copy_before(long t) const noexcept {
+    const long u = t - 1 - readout_delay;
+    return u >= readout_refresh && u % readout_refresh == 0 ? u : 0;
+  }
   // Micro-batches a step runs (1 in local mode).
   int micro() const noexcept { return sched == schedule::local ? 1 : micro_batches; }
 };
@@ -324,8 +330,7 @@ class stage_runner {
     }
     if (learner_.shares_readout()) {
       if (t == 1) learner_.copy_readout(a);  // the initial head, as every stage has it
-      const long u = t - 1 - o_.readout_delay;
-      if (u >= o_.readout_refresh && u % o_.readout_refresh == 0)
+      if (const long u = o_.readout_copy_before(t))
         if (auto s = recv_floats(K_ - 1, tag_of(kind_readout, u, 0), learner_.readout(),
                                  learner_.readout_size(),
                                  "the last stage's readout after step " + std::to_string(u));
