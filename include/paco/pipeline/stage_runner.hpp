@@ -14,9 +14,9 @@
 //       message saying the next stage took step t's activation): a stage runs at most q steps
 //       ahead, so memory stays bounded on a slow link. With no gradient crossing a boundary, the
 //       run is bit-identical to local_reference whatever the link or q. A shared_readout head
-//       reads a copy of the last stage's final norm and head sent after its steps S, 2S, … and
-//       applied from step u + D + 1 on (u the step it was taken after): fixed steps, so timing
-//       cannot change the result.
+//       reads a copy of the last stage's final norm and head sent before its first step (the
+//       initial one) and after its steps S, 2S, …, applied from step u + D + 1 on (u the step it
+//       was taken after): fixed steps, so timing cannot change the result.
 //
 // Every wait has the options' deadline; a lost or silent neighbour is an error naming the stage,
 // the step and what it waited for, never a hang.
@@ -193,36 +193,14 @@ class stage_runner {
   }
 
   // Gathers every stage's span of the param plane into `a` on rank root (the others send theirs):
-  // the whole model, for the one scorer and for export. It is also the run's closing barrier:
-  // root tells every stage once it has them all, and a stage returns only then, so no stage
-  // closes its transport while a neighbour may still send to it (its last credits, a readout
-  // copy). Requires: every stage calls it, after drain().
-  status gather(arena<host>& a, int root = 0) {
-    float* th = a.get(plane::param).data();
-    const net::tag_t tag = tag_of(kind_gather, stats_.steps, 0);
-    const net::tag_t done = tag_of(kind_gather, stats_.steps, 1);
-    if (k_ != root) {
-      const auto [b, e] = stage_.span();
-      auto r =
-          net_.send(root, tag, net::as_bytes(std::span<const float>(th + b, e - b)), deadline());
-      if (auto s = wait(r, stage_name(root) + " to take its parameters"); !s) return s;
-      auto d = net_.recv(root, done, {}, deadline());
-      return wait(d, stage_name(root) + " to close the run");
-    }
-    for (int k = 0; k < K_; ++k) {
-      if (k == root) continue;
-      const auto [b, e] = span_of(k);
-      auto r =
-          net_.recv(k, tag, net::as_writable_bytes(std::span<float>(th + b, e - b)), deadline());
-      if (auto s = wait(r, stage_name(k) + "'s parameters"); !s) return s;
-    }
-    std::vector<typename T::request> closing;
-    for (int k = 0; k < K_; ++k)
-      if (k != root) closing.push_back(net_.send(k, done, {}, deadline()));
-    for (auto& r : closing)
-      if (auto s = wait(r, "the stages to hear that the run is closed"); !s) return s;
-    return {};
-  }
+  // the whole model, for the one scorer and for export; then close()'s barrier.
+  // Requires: every stage calls it, after drain().
+  status gather(arena<host>& a, int root = 0) { return finish(a.get(plane::param).data(), root); }
+
+  // The run's closing barrier: root tells every stage once it heard from them all, and a stage
+  // returns only then, so no stage closes its transport while a neighbour may still send to it
+  // (its last credits, a readout copy). Requires: every stage calls it (or gather), after drain().
+  status close(int root = 0) { return finish(nullptr, root); }
 
  private:
   static const pipeline_options& checked(const pipeline_options& o, int batch) {
@@ -242,6 +220,36 @@ class stage_runner {
     return o_.tag_base + (net::tag_t(kind) << 24) + (net::tag_t(t & 0xFFFF) << 8) + net::tag_t(m);
   }
   net::deadline deadline() const { return net::after(o_.timeout); }
+  // gather (th: the param plane) or close (th null: a 0-byte message stands for the span).
+  status finish(float* th, int root) {
+    const net::tag_t tag = tag_of(kind_gather, stats_.steps, 0);
+    const net::tag_t done = tag_of(kind_gather, stats_.steps, 1);
+    const auto part = [&](int k) {
+      const auto [b, e] = span_of(k);
+      return th ? std::span<float>(th + b, e - b) : std::span<float>{};
+    };
+    if (k_ != root) {
+      auto r = net_.send(root, tag, net::as_bytes(std::span<const float>(part(k_))), deadline());
+      if (auto s = wait(r, stage_name(root) + (th ? " to take its parameters"
+                                                  : " to hear that this stage is done"));
+          !s)
+        return s;
+      auto d = net_.recv(root, done, {}, deadline());
+      return wait(d, stage_name(root) + " to close the run");
+    }
+    for (int k = 0; k < K_; ++k) {
+      if (k == root) continue;
+      auto r = net_.recv(k, tag, net::as_writable_bytes(part(k)), deadline());
+      if (auto s = wait(r, stage_name(k) + (th ? "'s parameters" : " to be done")); !s) return s;
+    }
+    std::vector<typename T::request> closing;
+    for (int k = 0; k < K_; ++k)
+      if (k != root) closing.push_back(net_.send(k, done, {}, deadline()));
+    for (auto& r : closing)
+      if (auto s = wait(r, "the stages to hear that the run is closed"); !s) return s;
+    return {};
+  }
+
   std::pair<std::size_t, std::size_t> span_of(int k) const { return spans_.at(std::size_t(k)); }
 
   template <class R>
@@ -328,9 +336,14 @@ class stage_runner {
           !s)
         return s.error();
     }
+    const bool sends_readout = stage_.last() && o_.head == head_kind::shared_readout && K_ > 1;
+    // The initial readout goes out before the last stage's first step: the stages of a path cut
+    // across processes hold only their own modules, so the last stage's is the one to share.
+    if (sends_readout && t == 1)
+      if (auto s = send_readout(a, 0); !s) return s.error();
     if (learner_.shares_readout()) {
-      if (t == 1) learner_.copy_readout(a);  // the initial head, as every stage has it
-      if (const long u = o_.readout_copy_before(t))
+      const long u = t == 1 ? 0 : o_.readout_copy_before(t);
+      if (t == 1 || u)
         if (auto s = recv_floats(K_ - 1, tag_of(kind_readout, u, 0), learner_.readout(),
                                  learner_.readout_size(),
                                  "the last stage's readout after step " + std::to_string(u));
@@ -338,20 +351,24 @@ class stage_runner {
           return s.error();
     }
     const double loss = learner_.learn(a, opt, lr, t, targets, fl, o_.grad_clip);
-    if (stage_.last() && o_.head == head_kind::shared_readout && K_ > 1 &&
-        t % o_.readout_refresh == 0) {
-      for (auto& r : readout_sends_)
-        if (auto s = wait(r, "an earlier readout copy to leave"); !s) return s.error();
-      readout_sends_.clear();
-      readout_buf_.resize(learner_.readout_size());
-      copy_readout(model_, a.get(plane::param).data(), readout_buf_.data());
-      for (int k = 0; k + 1 < K_; ++k)
-        readout_sends_.push_back(net_.send(k, tag_of(kind_readout, t, 0),
-                                           net::as_bytes(std::span<const float>(readout_buf_)),
-                                           deadline()));
-      stats_.bytes_sent += std::size_t(K_ - 1) * readout_buf_.size() * sizeof(float);
-    }
+    if (sends_readout && t % o_.readout_refresh == 0)
+      if (auto s = send_readout(a, t); !s) return s.error();
     return loss;
+  }
+  // The last stage: a copy of its final norm and head after step u (0: before the first) to every
+  // other stage, once the previous copy left.
+  status send_readout(const arena<host>& a, long u) {
+    for (auto& r : readout_sends_)
+      if (auto s = wait(r, "an earlier readout copy to leave"); !s) return s;
+    readout_sends_.clear();
+    readout_buf_.resize(learner_.readout_size());
+    copy_readout(model_, a.get(plane::param).data(), readout_buf_.data());
+    for (int k = 0; k + 1 < K_; ++k)
+      readout_sends_.push_back(net_.send(k, tag_of(kind_readout, u, 0),
+                                         net::as_bytes(std::span<const float>(readout_buf_)),
+                                         deadline()));
+    stats_.bytes_sent += std::size_t(K_ - 1) * readout_buf_.size() * sizeof(float);
+    return {};
   }
   // Forgets the completed requests at the front of a queue of small sends.
   template <class Q>

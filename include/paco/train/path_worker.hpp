@@ -17,6 +17,11 @@
 // Store models store::ModuleStore (store/concepts.hpp); encoded pushes need an
 // EncodedModuleStore. Models: local_store (threads of one process), store::client (a store
 // service over any Transport). Model models train::Model, InnerOpt optim::InnerOptimizer.
+//
+// Loop is what trains between a pull and a push: train::inner_loop (the whole path in this
+// process), or pipeline::stage_loop (one stage of a path cut across processes: the worker's
+// levels are the stage's, train/stage_worker.hpp). It provides run(arena, opt, n) → mean loss,
+// step_count(), rebind(shard), a position type and where(); seek() for seek().
 
 #include <algorithm>
 #include <array>
@@ -35,7 +40,8 @@
 
 namespace paco::train {
 
-template <train::Model Model, optim::InnerOptimizer InnerOpt>
+template <train::Model Model, optim::InnerOptimizer InnerOpt,
+          class Loop = train::inner_loop<Model, InnerOpt>>
 class path_worker {
  public:
   using path_worker_tag = void;  // models train::PathWorker
@@ -53,10 +59,23 @@ class path_worker {
         arena_(model.layout()),
         loop_(model, cfg, shard, seed),
         shard_tokens_(double(shard.ids.size())) {
-    PACO_ASSERT(levels_.size() == modules_.size(), "one module per level");
-    arena_.get(plane::moment1);
-    arena_.get(plane::moment2);
-    arena_.get(plane::anchor);
+    init();
+  }
+  // A worker around a loop of another kind (pipeline::stage_loop): cfg.steps is H; its pushes
+  // weigh shard_tokens (the tokens of the shard the loop samples).
+  path_worker(int id, const Model& model, std::vector<path::level_span> levels,
+              std::vector<int> modules, InnerOpt opt, train::inner_config cfg, Loop loop,
+              double shard_tokens)
+      : id_(id),
+        model_(model),
+        levels_(std::move(levels)),
+        modules_(std::move(modules)),
+        opt_(opt),
+        cfg_(cfg),
+        arena_(model.layout()),
+        loop_(std::move(loop)),
+        shard_tokens_(shard_tokens) {
+    init();
   }
 
   int id() const noexcept { return id_; }
@@ -69,12 +88,9 @@ class path_worker {
   int steps_per_round() const noexcept { return cfg_.steps; }
   // The inner loop's step count and sampler position (inner_loop::where / seek): with the arena,
   // all a resumed worker needs to go on bit for bit as if it had never stopped.
-  typename train::inner_loop<Model, InnerOpt>::position position() const noexcept {
-    return loop_.where();
-  }
-  void seek(const typename train::inner_loop<Model, InnerOpt>::position& p) noexcept {
-    loop_.seek(p);
-  }
+  typename Loop::position position() const noexcept { return loop_.where(); }
+  void seek(const typename Loop::position& p) noexcept { loop_.seek(p); }
+  Loop& loop() noexcept { return loop_; }
   long round() const noexcept { return round_; }
   double last_loss() const noexcept { return last_loss_; }
 
@@ -147,8 +163,9 @@ class path_worker {
     return shard_tokens_ * (double(trained) / double(cfg_.steps));
   }
 
-  // Runs n inner steps (H by default) of the one inner loop (train/inner_loop.hpp). Returns
-  // the mean loss over them.
+  // Runs n inner steps (H by default) of the worker's loop (the one inner loop,
+  // train/inner_loop.hpp, or a pipeline stage's). Returns the mean loss over them. A stage's
+  // failed link throws error_exception (run_worker returns it as its error).
   double train(int n = -1) {
     if (n < 0) n = cfg_.steps;
     if (n > 0) last_loss_ = loop_.run(arena_, opt_, n);
@@ -293,6 +310,12 @@ class path_worker {
   }
 
  private:
+  void init() {
+    PACO_ASSERT(levels_.size() == modules_.size(), "one module per level");
+    arena_.get(plane::moment1);
+    arena_.get(plane::moment2);
+    arena_.get(plane::anchor);
+  }
   // Every module of the path into dst (the plane's layout); round_ ← their round.
   template <store::ModuleStore Store>
   status pull_into(Store& store, std::span<float> dst) {
@@ -322,7 +345,7 @@ class path_worker {
   InnerOpt opt_;
   train::inner_config cfg_;
   arena<host> arena_;
-  train::inner_loop<Model, InnerOpt> loop_;
+  Loop loop_;
   double shard_tokens_;
   long pulled_step_ = 0;  // the inner step at the last pull (or overlapped landing)
   struct outgoing {

@@ -22,6 +22,7 @@
 #include "paco/train/routed_setup.hpp"
 #include "paco/train/routed_training.hpp"
 #include "paco/train/routing.hpp"
+#include "paco/train/stage_worker.hpp"
 #include "paco/train/sync.hpp"
 #include "paco/train/worker_file.hpp"
 #include "paco/train/worker_loop.hpp"

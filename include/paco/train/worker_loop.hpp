@@ -122,7 +122,7 @@ double throttled_step(W& w, double throttle) {
 // A round's inner steps under o's budget and throttle; their mean loss. Errors: unsupported for
 // a budget or throttle on a worker that cannot train step by step.
 template <class W>
-result<double> train_round(W& w, const worker_loop_options& o) {
+result<double> train_round_steps(W& w, const worker_loop_options& o) {
   using clock = std::chrono::steady_clock;
   const bool stepwise = o.train_budget > clock::duration::zero() || o.throttle > 1;
   if (!stepwise) return w.train();
@@ -144,6 +144,17 @@ result<double> train_round(W& w, const worker_loop_options& o) {
     return error(errc::unsupported,
                  "a train budget or throttle needs a worker that trains step by step (the host "
                  "path_worker)");
+  }
+}
+
+// train_round_steps, with an error thrown by the worker's steps (a device worker's failed call, a
+// pipeline stage's lost neighbour) returned as the round's error.
+template <class W>
+result<double> train_round(W& w, const worker_loop_options& o) {
+  try {
+    return train_round_steps(w, o);
+  } catch (const error_exception& e) {
+    return e.err;
   }
 }
 
