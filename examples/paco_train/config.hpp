@@ -26,6 +26,7 @@
 #include "paco/outer/co2.hpp"
 #include "paco/path/path_plan.hpp"
 #include "paco/pipeline/activation_codec.hpp"
+#include "paco/pipeline/path_stages.hpp"
 #include "paco/pipeline/schedule.hpp"
 #include "paco/pipeline/stage_plan.hpp"
 #include "paco/pipeline/stage_runner.hpp"
@@ -127,6 +128,11 @@ struct dipaco_section {
   // The documents the results table scores: "validation" (settings are chosen on it) or "test"
   // (figures reported after the settings were chosen; the router routes them the same way).
   std::string eval_split = "validation";
+  // Local-loss DiPaCo (docs/pipeline.md): each worker's path cut into this many stages at level
+  // boundaries, one process each, every stage pushing its own modules' Δ; [pipeline] says how
+  // the stages train (schedule, head, queue_depth, activations, link_*, timeout_s). 1: off.
+  int stages = 1;
+  std::vector<int> stage_split;  // the first level of stages 1 … K−1; empty: equal runs of levels
 };
 
 // How a DiPaCo job's workers sync through the module store (docs/02_dipaco.md).
@@ -326,6 +332,8 @@ inline std::map<std::string, detail::field> fields(train_config& c) {
   add("dipaco.compress", d.compress);
   add("dipaco.lgreco_every", d.lgreco_every);
   add("dipaco.eval_split", d.eval_split);
+  add("dipaco.stages", d.stages);
+  add("dipaco.stage_split", d.stage_split);
   add("sync.mode", c.sync.mode);
   add("sync.train_budget_s", c.sync.train_budget_s);
   add("sync.overlap_steps", c.sync.overlap_steps);
@@ -471,6 +479,66 @@ inline paco::status validate_pipeline(const train_config& c) {
   return {};
 }
 
+// A DiPaCo job whose paths are cut into stages (dipaco.stages > 1): the cut through the
+// library's own check (pipeline::path_stages, its field names given as dipaco.*), the stages'
+// training settings ([pipeline]) through pipeline_options, then what the stages cannot do.
+// Ensures: ok, or invalid_argument naming the field.
+inline paco::status validate_dipaco_stages(const train_config& c) {
+  namespace pl = paco::pipeline;
+  const auto& d = c.dipaco;
+  const auto& p = c.pipeline;
+  auto bad = [](const std::string& m) { return paco::status(errc::invalid_argument, m); };
+  if (d.stages < 1) return bad("dipaco.stages: must be >= 1 (1: a process per worker)");
+  if (d.stages == 1) {
+    if (!d.stage_split.empty()) return bad("dipaco.stage_split: set only with dipaco.stages > 1");
+    return {};
+  }
+  const paco::nn::gpt model(c.model);
+  auto levels = paco::path::split_gpt_levels(model.layout(), c.model.layers, int(d.grid.size()));
+  if (!levels) return bad("dipaco.grid: " + levels.error().message);
+  if (auto ps = pl::path_stages::make(model, *levels, d.stages, d.stage_split); !ps) {
+    std::string m = ps.error().message;
+    for (auto [from, to] : {std::pair<std::string, std::string>{"pipeline.stages", "dipaco.stages"},
+                            {"pipeline.split", "dipaco.stage_split"}})
+      if (m.rfind(from, 0) == 0) m = to + m.substr(from.size());
+    return bad(m);
+  }
+  auto sched = pl::parse_schedule(p.schedule);
+  if (!sched) return sched.error();
+  auto head = pl::parse_head_kind(p.head);
+  if (!head) return head.error();
+  if (auto f = pl::parse_wire_format(p.activations); !f) return f.error();
+  const pl::pipeline_options o{.sched = *sched,
+                               .micro_batches = p.micro_batches,
+                               .queue_depth = p.queue_depth,
+                               .head = *head,
+                               .readout_refresh = p.readout_refresh,
+                               .readout_delay = p.readout_delay};
+  if (auto s = o.validate(c.train.batch); !s)
+    return bad(s.error().message + " (train.batch is " + std::to_string(c.train.batch) + ")");
+  if (c.train.device != "cpu") return bad("train.device: the stages of a path run on \"cpu\"");
+  if (c.sync.mode != "blocking")
+    return bad("sync.mode: \"" + c.sync.mode +
+               "\" is not supported with dipaco.stages > 1 (the stages of a path sync "
+               "blocking rounds)");
+  if (c.sync.train_budget_s != 0)
+    return bad(
+        "sync.train_budget_s: must be 0 with dipaco.stages > 1 (a budget would cut the "
+        "stages of a path at different steps)");
+  if (!p.hosts.empty() && int(p.hosts.size()) != d.stages)
+    return bad("pipeline.hosts: " + std::to_string(p.hosts.size()) + " hosts for " +
+               std::to_string(d.stages) +
+               " stages (the host of each stage of every worker, "
+               "or none for loopback)");
+  if (!(p.link_mbps >= 0 && p.link_mbps <= 1e6))
+    return bad("pipeline.link_mbps: must be in [0, 1e6] (megabits per second; 0: unlimited)");
+  if (!(p.link_latency_ms >= 0 && p.link_latency_ms <= 60000))
+    return bad("pipeline.link_latency_ms: must be in [0, 60000] (milliseconds)");
+  if (!(p.timeout_s > 0 && p.timeout_s <= 1e6))
+    return bad("pipeline.timeout_s: must be in (0, 1e6] (seconds)");
+  return {};
+}
+
 // Ensures: ok() iff every field the job reads is in its accepted range; the error names the
 // field ("section.key") and the range. Every comparison is false for nan, so a nan set in code
 // (load_config refuses it earlier) is refused too.
@@ -573,6 +641,7 @@ inline paco::status validate(const train_config& c) {
       if (!s) return s;
     auto rule = paco::train::parse_sync(c.sync.mode);
     if (!rule) return {errc::invalid_argument, "sync.mode: " + rule.error().message};
+    if (auto s = validate_dipaco_stages(c); !s) return s;
     if (rule->get_if<paco::train::streaming>()) {
       const int levels = int(d.grid.size());
       if (d.inner_steps % levels != 0)

@@ -86,6 +86,8 @@ constexpr int exit_bad_input = 2, exit_link_lost = 3, exit_write_failed = 4;
 // Tries of a checkpoint or log write before it is fatal (pauses of 0.2, 0.4, 0.8 s between).
 constexpr int write_tries = 4;
 
+struct job_processes;  // (below: the processes that push to the store)
+
 // ---- files of a run ----
 struct run_dir {
   fs::path dir;
@@ -96,6 +98,8 @@ struct run_dir {
     return dir / ("worker-" + std::to_string(w) + ".safetensors");
   }
   fs::path worker_log(int w) const { return dir / ("worker-" + std::to_string(w) + ".jsonl"); }
+  // Process s's metrics log (worker_log of its worker when the paths are not cut into stages).
+  fs::path process_log(const job_processes& jp, int s) const;
   fs::path log(const std::string& role) const { return dir / (role + ".log"); }
 };
 
@@ -168,6 +172,46 @@ inline path::path_plan make_plan(const train_config& cfg) {
   return path::path_plan::make_runtime(cfg.dipaco.grid, levels_of(model, cfg),
                                        cfg.dipaco.workers_per_path)
       .value_or_throw();
+}
+
+// ---- the processes that push to the store ----
+// One per worker; with dipaco.stages = K > 1 (local-loss DiPaCo) one per stage of each worker's
+// path, every stage pushing its own modules' Δ. Process s (1 … count()) is stage (s − 1) % K of
+// worker (s − 1) / K + 1, and the store's worker s (its link, port and pushes).
+struct job_processes {
+  int workers = 0, K = 1;
+  int count() const noexcept { return workers * K; }
+  bool staged() const noexcept { return K > 1; }
+  int worker_of(int s) const noexcept { return (s - 1) / K + 1; }
+  int stage_of(int s) const noexcept { return (s - 1) % K; }
+  int id(int w, int k) const noexcept { return (w - 1) * K + k + 1; }
+  // The name of its log files: worker-W, or worker-W-stage-K.
+  std::string name(int s) const {
+    const std::string w = "worker-" + std::to_string(worker_of(s));
+    return staged() ? w + "-stage-" + std::to_string(stage_of(s)) : w;
+  }
+};
+inline fs::path run_dir::process_log(const job_processes& jp, int s) const {
+  return dir / (jp.name(s) + ".jsonl");
+}
+inline job_processes processes_of(const train_config& cfg, const path::path_plan& g) {
+  return {g.workers(), std::max(1, cfg.dipaco.stages)};
+}
+// The cut of a path into dipaco.stages stages (checked by validate).
+inline pipeline::path_stages stages_of(const train_config& cfg, const path::path_plan& g) {
+  nn::gpt model(cfg.model);
+  return pipeline::path_stages::make(model, g.level_spans(), std::max(1, cfg.dipaco.stages),
+                                     cfg.dipaco.stage_split)
+      .value_or_throw();
+}
+// The modules process s pushes: its worker's path's, or those of its stage's levels.
+inline std::vector<int> process_modules(const train_config& cfg, const path::path_plan& g,
+                                        const job_processes& jp, int s) {
+  const auto& all = g.worker_modules(jp.worker_of(s) - 1);
+  if (!jp.staged()) return all;
+  std::vector<int> m;
+  for (int l : stages_of(cfg, g).levels_of(jp.stage_of(s))) m.push_back(all[std::size_t(l)]);
+  return m;
 }
 
 // The environment variable `name`, or `fallback` when it is unset or empty.
@@ -595,8 +639,10 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume, bo
                 resume ? " (no store checkpoint yet)" : "");
   }
   const std::string token = token_from_env();
+  // The store's workers: every process that pushes (one per worker, or per stage of a worker).
+  const auto jp = processes_of(cfg, g);
   std::map<int, std::vector<int>> mods;
-  for (int w = 1; w <= g.workers(); ++w) mods[w] = g.worker_modules(w - 1);
+  for (int s = 1; s <= jp.count(); ++s) mods[s] = process_modules(cfg, g, jp, s);
   // Decoders of the workers' encoded pushes, one per module (none for fp32 pushes).
   const auto comp = compression_of(cfg);
   std::shared_ptr<const std::vector<compress::module_codec>> codecs;
@@ -638,12 +684,12 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume, bo
        .rounds = cfg.dipaco.rounds});
   serving = &server;
   server.expect_rejoins(true);
-  // One accept loop per worker link: a worker that restarts reconnects here.
+  // One accept loop per worker link (per process): a worker that restarts reconnects here.
   std::atomic<bool> done{false};
   std::vector<std::thread> acceptors;
   std::mutex keep_mu;
   std::vector<std::unique_ptr<net::asio_tcp>> keep;
-  for (int w = 1; w <= g.workers(); ++w)
+  for (int w = 1; w <= jp.count(); ++w)
     acceptors.emplace_back([&, w] {
       const int port = port_of(cfg, *routing, w);
       while (!done) {
@@ -658,7 +704,11 @@ inline int run_store(const train_config& cfg, const run_dir& rd, bool resume, bo
         while (!done && raw->alive(1)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     });
-  std::printf("store: serving %d modules to %d workers; pushes %s\n", g.modules(), g.workers(),
+  std::printf("store: serving %d modules to %d workers%s; pushes %s\n", g.modules(), jp.count(),
+              jp.staged() ? (" (" + std::to_string(g.workers()) + " workers x " +
+                             std::to_string(jp.K) + " stages)")
+                                .c_str()
+                          : "",
               comp.name().c_str());
   server.serve();
   done = true;

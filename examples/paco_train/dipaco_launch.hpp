@@ -124,13 +124,16 @@ inline void on_stop_signal(int sig) {
 }
 
 // Which files of a previous run the directory holds (empty: none).
-inline std::vector<fs::path> previous_run_files(const run_dir& rd, int workers) {
+inline std::vector<fs::path> previous_run_files(const run_dir& rd, const job_processes& jp) {
   std::vector<fs::path> out;
   for (auto& f : {rd.routing(), rd.base(), rd.store()})
     if (fs::exists(f)) out.push_back(f);
-  for (int w = 1; w <= workers; ++w)
+  for (int w = 1; w <= jp.workers; ++w)
     for (auto& f : {rd.worker_state(w), rd.worker_log(w)})
       if (fs::exists(f)) out.push_back(f);
+  for (int s = 1; s <= jp.count(); ++s)
+    if (fs::exists(rd.process_log(jp, s)) && rd.process_log(jp, s) != rd.worker_log(s))
+      out.push_back(rd.process_log(jp, s));
   return out;
 }
 
@@ -189,11 +192,11 @@ inline std::chrono::duration<double> store_silence(const train_config& cfg) {
       std::max({60.0, 2 * cfg.launch.round_timeout_s, 10 * cfg.launch.peer_timeout_s}));
 }
 
-// The last record of each worker's JSONL log.
-inline std::map<int, json> latest_records(const run_dir& rd, int workers) {
+// The last record of each process's JSONL log (job_processes: a worker, or a stage of one).
+inline std::map<int, json> latest_records(const run_dir& rd, const job_processes& jp) {
   std::map<int, json> out;
-  for (int w = 1; w <= workers; ++w) {
-    std::ifstream in(rd.worker_log(w));
+  for (int w = 1; w <= jp.count(); ++w) {
+    std::ifstream in(rd.process_log(jp, w));
     std::string line, last;
     while (std::getline(in, line))
       if (!line.empty()) last = line;
@@ -206,16 +209,19 @@ inline std::map<int, json> latest_records(const run_dir& rd, int workers) {
 }
 
 // Loss curves per path to a PNG with gnuplot (skipped with a message when gnuplot is missing).
-inline std::string plot_curves(const run_dir& rd, const path::path_plan& g) {
+// With stages, each worker's last stage (the path's own loss).
+inline std::string plot_curves(const run_dir& rd, const path::path_plan& g,
+                               const job_processes& jp) {
   const fs::path data = rd.dir / "loss_curves.dat", png = rd.dir / "loss_curves.png";
   std::ofstream out(data);
   for (int w = 1; w <= g.workers(); ++w) {
     out << "# worker " << w << "\n";
-    std::ifstream in(rd.worker_log(w));
+    std::ifstream in(rd.process_log(jp, jp.id(w, jp.K - 1)));
     std::string line;
     while (std::getline(in, line)) {
       json j = json::parse(line, nullptr, false);
-      if (!j.is_discarded() && j.contains("round")) out << j["step"] << " " << j["bpb"] << "\n";
+      if (!j.is_discarded() && j.contains("round") && j["bpb"].is_number())
+        out << j["step"] << " " << j["bpb"] << "\n";
     }
     out << "\n\n";
   }
@@ -235,9 +241,20 @@ inline std::string plot_curves(const run_dir& rd, const path::path_plan& g) {
   return std::system(cmd.c_str()) == 0 ? png.string() : "(gnuplot failed)";
 }
 
+// How the stages of a path train (dipaco.stages > 1), for the launcher's lines.
+inline std::string pipeline_name(const train_config& cfg) {
+  const auto& p = cfg.pipeline;
+  if (p.schedule == "local")
+    return "local losses, head " + p.head + ", queue " + std::to_string(p.queue_depth) +
+           ", activations " + p.activations;
+  return p.schedule + ", M = " + std::to_string(p.micro_batches) + " micro-batches, activations " +
+         p.activations;
+}
+
 inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::string& config_path,
                         const std::vector<std::string>& overrides, bool resume, bool fresh) {
   const auto g = make_plan(cfg);
+  const auto jp = processes_of(cfg, g);
   const auto t_start = std::chrono::steady_clock::now();
   if (resume && fresh)
     return std::fprintf(stderr, "paco_train: --resume and --fresh exclude each other\n"), 2;
@@ -245,7 +262,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   auto lock = run_lock::acquire(rd.dir);
   if (!lock) return std::fprintf(stderr, "paco_train: %s\n", lock.error().what().c_str()), 2;
   if (!resume && !fresh) {
-    const auto prev = previous_run_files(rd, g.workers());
+    const auto prev = previous_run_files(rd, jp);
     if (!prev.empty())
       return std::fprintf(stderr,
                           "paco_train: the run directory '%s' holds a previous run (%s, ...): pass "
@@ -253,6 +270,12 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
                           rd.dir.c_str(), prev.front().filename().c_str()),
              2;
   }
+  if (resume && jp.staged())
+    return std::fprintf(stderr,
+                        "paco_train: --resume: the stages of a path keep no checkpoints "
+                        "(dipaco.stages = %d): start the run over with --fresh\n",
+                        jp.K),
+           2;
   bool store_resumes = resume;
   if (resume) {
     auto v = verify_resume(cfg, rd, g);
@@ -289,16 +312,17 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
       fs::remove(rd.worker_state(w), ec);
       fs::remove(rd.worker_log(w), ec);
     }
+    for (int s = 1; s <= jp.count(); ++s) fs::remove(rd.process_log(jp, s), ec);
     fs::remove(rd.store(), ec);
     if (auto s = prepare(cfg, rd, *data, g); !s)
       return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
   }
   auto routing = read_routing(rd);
   if (!routing) return std::fprintf(stderr, "paco_train: %s\n", routing.error().what().c_str()), 2;
-  // Ports: one per worker link on the store.
+  // Ports: one per worker link (per process: a stage of a worker has its own) on the store.
   if (cfg.launch.base_port == 0) {
     std::set<int> ports;
-    while (int(ports.size()) < g.workers()) ports.insert(net::free_loopback_port());
+    while (int(ports.size()) < jp.count()) ports.insert(net::free_loopback_port());
     (*routing)["ports"] = std::vector<int>(ports.begin(), ports.end());
     if (auto s = write_routing(rd, *routing); !s)
       return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
@@ -309,6 +333,30 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   for (int p = 0; p < g.paths(); ++p) std::printf(" %s %d", g.path_name(p).c_str(), per_path[p]);
   std::printf("\n");
 
+  // With stages, each worker's pipeline: stage k of worker w on pipeline.hosts[k] (loopback when
+  // unset or launched here), port pipeline.base_port + s − 1 (a free one when 0 and local).
+  std::vector<std::string> stage_peers(std::size_t(g.workers()) + 1);
+  if (jp.staged())
+    for (int w = 1; w <= g.workers(); ++w)
+      for (int k = 0; k < jp.K; ++k) {
+        const std::string host = cfg.pipeline.hosts.empty() || cfg.launch.mode == "local"
+                                     ? "127.0.0.1"
+                                     : cfg.pipeline.hosts[std::size_t(k)];
+        const int base = cfg.pipeline.base_port ? cfg.pipeline.base_port
+                                                : (cfg.launch.mode == "manual" ? 29600 : 0);
+        const int port = base ? base + jp.id(w, k) - 1 : net::free_loopback_port();
+        stage_peers[std::size_t(w)] += (k ? "," : "") + host + ":" + std::to_string(port);
+      }
+  // The arguments of process s's role.
+  auto process_args = [&](int s) {
+    std::vector<std::string> a{"--role", "worker", "--worker", std::to_string(jp.worker_of(s))};
+    if (jp.staged())
+      a.insert(a.end(), {"--stage", std::to_string(jp.stage_of(s)), "--peers",
+                         stage_peers[std::size_t(jp.worker_of(s))]});
+    else
+      a.push_back("--resume");  // a worker continues from its checkpoint (verified, or none)
+    return a;
+  };
   std::vector<std::string> common = {"paco_train", "--run-dir", rd.dir.string()};
   if (!config_path.empty()) common.insert(common.end(), {"--config", config_path});
   for (auto& o : overrides) common.insert(common.end(), {"--set", o});
@@ -327,11 +375,14 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
     auto store_args = common;
     store_args.insert(store_args.end(), {"--role", "store", "--resume"});
     std::printf("  store:    %s\n", join(store_args).c_str());
-    for (int w = 1; w <= g.workers(); ++w) {
+    for (int s = 1; s <= jp.count(); ++s) {
       auto a = common;
-      a.insert(a.end(), {"--role", "worker", "--worker", std::to_string(w), "--resume"});
-      std::printf("  worker %d: %s\n", w, join(a).c_str());
+      const auto r = process_args(s);
+      a.insert(a.end(), r.begin(), r.end());
+      std::printf("  %s: %s\n", jp.name(s).c_str(), join(a).c_str());
     }
+    if (jp.staged())
+      std::printf("(the stages keep no checkpoints: after a crash start the run over)\n");
     return 0;
   }
   if (std::getenv("PACO_TOKEN") == nullptr) setenv("PACO_TOKEN", random_token().c_str(), 1);
@@ -343,11 +394,12 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
     if (store_resumes) s.args.push_back("--resume");
     kids.push_back(s);
   }
-  for (int w = 1; w <= g.workers(); ++w) {
-    child c{"worker-" + std::to_string(w), common};
+  for (int s = 1; s <= jp.count(); ++s) {
+    child c{jp.name(s), common};
     // Workers always --resume: their checkpoints were verified (or removed for a fresh run), and
-    // a restarted worker continues from its own.
-    c.args.insert(c.args.end(), {"--role", "worker", "--worker", std::to_string(w), "--resume"});
+    // a restarted worker continues from its own. Stages keep none.
+    const auto r = process_args(s);
+    c.args.insert(c.args.end(), r.begin(), r.end());
     kids.push_back(c);
   }
   // From here on a stop signal is forwarded to the children (and they die with the launcher).
@@ -380,10 +432,14 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
       return std::fprintf(stderr, "paco_train: cannot start %s\n", k.name.c_str()), 2;
     }
   }
-  std::printf("paco_train: started the store and %d workers over TCP on %s (logs in %s)\n",
-              g.workers(), cfg.launch.store_host.c_str(), rd.dir.c_str());
+  std::printf(
+      "paco_train: started the store and %d workers%s over TCP on %s (logs in %s)\n", g.workers(),
+      jp.staged()
+          ? (" of " + std::to_string(jp.K) + " stages each (" + pipeline_name(cfg) + ")").c_str()
+          : "",
+      cfg.launch.store_host.c_str(), rd.dir.c_str());
 
-  io::progress bar("dipaco rounds", long(cfg.dipaco.rounds) * g.workers());
+  io::progress bar("dipaco rounds", long(cfg.dipaco.rounds) * jp.count());
   bool failed = false;
   std::string last_text;
   // Store restarts so far, and for each child the count when it was last started: a worker
@@ -419,8 +475,9 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
           const int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
           const bool ok = code == 0;
           const bool is_store = k.name == "store";
-          // Bad input and a state that cannot be written stay so however often it restarts.
-          const bool permanent = code == exit_bad_input || code == exit_write_failed;
+          // Bad input and a state that cannot be written stay so however often it restarts; a
+          // stage cannot rejoin a pipeline that went on without it (nor its stages a new store).
+          const bool permanent = code == exit_bad_input || code == exit_write_failed || jp.staged();
           const bool store_down = !is_store && (kids[0].done || store_gen != gen_at_start[k.name]);
           // A worker that lost its link to a live store: the store's fault, not the worker's.
           const bool lost_store = !is_store && code == exit_link_lost && !kids[0].done;
@@ -461,24 +518,28 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
             }
           }
         }
-    auto rec = latest_records(rd, g.workers());
+    auto rec = latest_records(rd, jp);
     long done_rounds = 0;
     std::string text;
+    // Each path: its round and bits/byte (with stages: every stage's own loss, k0/k1/…).
+    auto bpb_of = [&](int s) {
+      return rec.count(s) && rec[s]["bpb"].is_number() ? rec[s]["bpb"].get<double>() : NAN;
+    };
     for (int p = 0; p < g.paths(); ++p) {
-      double loss = NAN;
       long r = 0;
-      for (int w = 1; w <= g.workers(); ++w)
-        if (g.path_of_worker(w - 1) == p && rec.count(w)) {
-          loss = rec[w]["bpb"].get<double>();
-          r = rec[w]["round"].get<long>() + 1;
+      std::string losses;
+      for (int w = 1; w <= g.workers(); ++w) {
+        if (g.path_of_worker(w - 1) != p) continue;
+        losses.clear();
+        for (int k = 0; k < jp.K; ++k) {
+          const int s = jp.id(w, k);
+          if (rec.count(s)) r = std::max(r, rec[s]["round"].get<long>() + 1);
+          char b[16];
+          std::snprintf(b, sizeof b, "%s%.2f", k ? "/" : "", bpb_of(s));
+          losses += std::isnan(bpb_of(s)) ? (k ? "/-" : "-") : b;
         }
-      char b[64];
-      if (std::isnan(loss))
-        std::snprintf(b, sizeof b, "%s%s r0 -", p ? " | " : "", g.path_name(p).c_str());
-      else
-        std::snprintf(b, sizeof b, "%s%s r%ld %.2f", p ? " | " : "", g.path_name(p).c_str(), r,
-                      loss);
-      text += b;
+      }
+      text += (p ? " | " : "") + g.path_name(p) + " r" + std::to_string(r) + " " + losses;
     }
     // The time the workers' last rounds spent on the sync (push and wait), and pushes dropped late.
     double sync_s = 0;
@@ -510,7 +571,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
                    rd.log("store").c_str());
     }
     if (text != last_text) {  // one line per change (rounds are minutes apart)
-      bar.update(std::min(done_rounds, long(cfg.dipaco.rounds) * g.workers()), text);
+      bar.update(std::min(done_rounds, long(cfg.dipaco.rounds) * jp.count()), text);
       last_text = text;
     }
     bool all = true;
@@ -583,14 +644,14 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
         g.paths());
     rerouted = route::likelihood_rerouted_nll(model, th, spans, W, rule, ws);
   }
-  auto rec = latest_records(rd, g.workers());
+  auto rec = latest_records(rd, jp);
   double bytes = 0;
   for (auto& [w, j] : rec) bytes += j["bytes_sent"].get<double>();
   const std::size_t P = model.param_count();
   const long steps = long(cfg.dipaco.rounds) * cfg.dipaco.inner_steps;
   const double dp =
       double(steps) * 2.0 * (g.workers() - 1) / std::max(g.workers(), 1) * double(P) * 4.0;
-  const std::string png = plot_curves(rd, g);
+  const std::string png = plot_curves(rd, g, jp);
 
   // What fp32 pushes of the same rounds would have sent (request header + 4 bytes per float).
   const auto comp = compression_of(cfg);
@@ -602,8 +663,8 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   io::table table({"path", tag + " docs", tag + " bits/byte", "sent (" + comp.name() + ")"});
   for (int p = 0; p < g.paths(); ++p) {
     double b = 0;
-    for (auto& [w, j] : rec)
-      if (g.path_of_worker(w - 1) == p) b += j["bytes_sent"].get<double>();
+    for (auto& [s, j] : rec)
+      if (g.path_of_worker(jp.worker_of(s) - 1) == p) b += j["bytes_sent"].get<double>();
     table.add({g.path_name(p), std::to_string(docs[p]), io::cell(per[p].bits_per_token(), 4),
                io::cell(b / 1e6, 3, " MB")});
   }
@@ -636,6 +697,30 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
       bytes / g.workers() / 1e6, fp32_bytes / g.workers() / 1e6, fp32_bytes / std::max(bytes, 1.0));
   std::printf("a data-parallel run of the same steps would send %.1f MB per worker (%.0fx more)\n",
               dp / 1e6, dp / std::max(bytes / g.workers(), 1.0));
+  if (jp.staged()) {
+    // Each stage's own loss in its last round, and what crossed between the stages.
+    double act = 0;
+    std::string stages;
+    for (int k = 0; k < jp.K; ++k) {
+      double sum = 0;
+      int n = 0;
+      for (auto& [s, j] : rec)
+        if (jp.stage_of(s) == k && j["bpb"].is_number()) sum += j["bpb"].get<double>(), ++n;
+      char b[64];
+      std::snprintf(b, sizeof b, "%sstage %d %s", k ? ", " : "", k, n ? "" : "-");
+      stages += b;
+      if (n) {
+        std::snprintf(b, sizeof b, "%.3f", sum / n);
+        stages += b;
+      }
+    }
+    for (auto& [s, j] : rec)
+      if (j.contains("activation_bytes")) act += j["activation_bytes"].get<double>();
+    std::printf(
+        "paths cut into %d stages (%s): training bits/byte of the last round %s (stages before "
+        "the last: their auxiliary heads'); %.1f MB of activations between stages per worker\n",
+        jp.K, pipeline_name(cfg).c_str(), stages.c_str(), act / g.workers() / 1e6);
+  }
   std::printf("loss curves: %s; store checkpoint: %s\n", png.c_str(), rd.store().c_str());
   return 0;
 }

@@ -17,6 +17,7 @@
 #include "config.hpp"
 #include "device_lm.hpp"
 #include "dipaco_launch.hpp"
+#include "dipaco_stages.hpp"
 #include "paco/io/io.hpp"
 #include "paco/nn/nn.hpp"
 #include "paco/optim/optim.hpp"
@@ -59,9 +60,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"launcher", "prepare", "store", "worker", "stage"}));
   int stage = 0;
   std::string peers;
-  app.add_option("--stage", stage, "pipeline jobs, --role stage: this stage (0 … stages − 1)");
+  app.add_option("--stage", stage,
+                 "pipeline jobs (--role stage) and dipaco jobs with dipaco.stages > 1 (--role "
+                 "worker): this stage (0 … stages − 1)");
   app.add_option("--peers", peers,
-                 "pipeline jobs, --role stage: every stage's host:port, comma-separated");
+                 "with --stage: every stage's host:port (of this worker's stages in a dipaco job), "
+                 "comma-separated");
   app.add_option("--worker", worker, "dipaco jobs, --role worker: this worker's id (1 … workers)");
   app.add_option("--run-dir", run_dir, "dipaco jobs: the run directory (default: output.dir)");
   std::string export_dir;
@@ -95,6 +99,8 @@ int main(int argc, char** argv) {
         return 0;
       }
       if (role == "store") return paco_train::run_store(cfg, rd, resume, fresh);
+      if (role == "worker" && cfg.dipaco.stages > 1)
+        return paco_train::run_stage_worker(cfg, rd, worker, stage, peers, resume, fresh);
       if (role == "worker") return paco_train::run_worker(cfg, rd, worker, resume, fresh);
       if (role == "prepare") {
         auto data = paco_train::load_job_data(cfg);

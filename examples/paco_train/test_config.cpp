@@ -195,3 +195,25 @@ TEST_CASE("load_config: a pipeline's stages, split, schedule, head and queue are
               "pipeline.activations: 'fp8' is not an activation format"));
   REQUIRE(load_config({}, {p, "train.steps=10", "pipeline.activations=int8"}));
 }
+
+TEST_CASE("load_config: a DiPaCo job's paths cut into stages are checked", "[config][pipeline]") {
+  // The default grid [2, 2] over 4 blocks: 2 levels, so 1 or 2 stages.
+  const std::string d = "job.mode=dipaco";
+  REQUIRE(load_config({}, {d, "dipaco.stages=2"}));
+  REQUIRE(load_config({}, {d, "dipaco.stages=2", "dipaco.stage_split=[1]"}));
+  REQUIRE(load_config(
+      {}, {d, "dipaco.stages=2", "pipeline.schedule=gpipe", "pipeline.micro_batches=4"}));
+  REQUIRE(
+      has(refusal({d, "dipaco.stages=3"}), "dipaco.stages: a path of 2 levels is cut into 1..2"));
+  REQUIRE(has(refusal({d, "dipaco.stages=0"}), "dipaco.stages"));
+  REQUIRE(has(refusal({d, "dipaco.stage_split=[1]"}), "dipaco.stage_split: set only with"));
+  REQUIRE(has(refusal({d, "dipaco.stages=2", "dipaco.stage_split=[2]"}), "dipaco.stage_split"));
+  REQUIRE(has(refusal({d, "dipaco.stages=2", "dipaco.grid=[2, 2, 2]", "model.layers=4",
+                       "dipaco.stage_split=[1, 2]"}),
+              "dipaco.stage_split: 2 cuts for 2 stages"));
+  REQUIRE(
+      has(refusal({d, "dipaco.stages=2", "sync.mode=co2"}), "sync.mode: \"co2\" is not supported"));
+  REQUIRE(has(refusal({d, "dipaco.stages=2", "pipeline.queue_depth=0"}), "pipeline.queue_depth"));
+  REQUIRE(has(refusal({d, "dipaco.stages=2", "pipeline.head=deep"}), "pipeline.head"));
+  REQUIRE(has(refusal({d, "dipaco.stages=2", "sync.train_budget_s=1"}), "sync.train_budget_s"));
+}

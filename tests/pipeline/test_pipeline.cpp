@@ -532,3 +532,78 @@ TEST_CASE("paco_train's pipeline job trains, scores and refuses stages started d
   fs::remove_all(dir);
 }
 #endif
+
+#ifdef PACO_TEST_ASIO
+// paco_train's DiPaCo job with each path cut into 2 stages (local-loss DiPaCo) on Brown: a grid
+// of 1 × 2 experts (2 paths: level 0's module shared), a tiny GPT, 2 rounds of 4 inner steps.
+TEST_CASE("paco_train's DiPaCo job runs its paths as stages, and fails whole when one dies",
+          "[pipeline][job][dipaco]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("paco_stage_job_" + std::to_string(getpid()));
+  const std::string bin = std::string(PACO_BINARY_DIR) + "/examples/paco_train/paco_train";
+  if (!fs::exists(bin)) {
+    WARN("paco_train is not built (PACO_BUILD_EXAMPLES off): the job is not tested");
+    return;
+  }
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto job = [&](const std::string& run, int rounds, const std::vector<std::string>& extra) {
+    std::vector<std::string> a{
+        bin, "-c", std::string(PACO_SOURCE_DIR) + "/examples/configs/dipaco_brown.toml"};
+    for (std::string kv : {"dipaco.grid=[1, 2]", "dipaco.stages=2", "dipaco.inner_steps=4",
+                           "dipaco.pretrain_steps=4", "dipaco.prefix=16", "dipaco.reroute_every=0",
+                           "model.d=32", "model.heads=2", "model.ctx=64", "train.batch=4",
+                           "train.warmup=2", "pipeline.timeout_s=20", "launch.peer_timeout_s=2"})
+      a.insert(a.end(), {"--set", kv});
+    a.insert(a.end(), {"--set", "dipaco.rounds=" + std::to_string(rounds), "--set",
+                       "output.dir=" + (dir / run).string()});
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  {  // a whole run: 4 stage processes, every module's round closed by its 2 pushes, a table
+    const auto pid = testing::spawn_logged(job("run", 2, {}), dir / "run.out", {});
+    const int code = testing::exit_code(testing::wait_exit(pid, std::chrono::minutes(5)));
+    const std::string out = testing::slurp(dir / "run.out");
+    INFO(out);
+    REQUIRE(code == 0);
+    CHECK_THAT(out, Catch::Contains("2 workers of 2 stages each"));
+    CHECK_THAT(out, Catch::Contains("paths cut into 2 stages (local losses, head linear"));
+    CHECK_THAT(out, Catch::Contains("all (routed)"));
+    const std::string store = testing::slurp(dir / "run" / "store.log");
+    CHECK_THAT(store, Catch::Contains("serving 3 modules to 4 workers (2 workers x 2 stages)"));
+    CHECK_THAT(store, Catch::Contains("module 0 round 1 closed with 2/2 pushes"));
+    CHECK_THAT(store, Catch::Contains("module 2 round 1 closed with 1/1 pushes"));
+    for (int w = 1; w <= 2; ++w)
+      for (int k = 0; k < 2; ++k) {
+        const auto log = dir / "run" /
+                         ("worker-" + std::to_string(w) + "-stage-" + std::to_string(k) + ".jsonl");
+        const std::string text = testing::slurp(log);
+        const auto from = text.rfind('\n', text.size() - 2);
+        const auto last = nlohmann::json::parse(text.substr(from == std::string::npos ? 0 : from));
+        CHECK(last["round"] == 1);
+        CHECK(last["step"] == 8);
+        CHECK(last["activation_bytes"].get<double>() == (k == 0 ? 8.0 * 4 * 64 * 32 * 4 : 0.0));
+      }
+    // --resume is refused: the stages keep no checkpoints.
+    const auto again = testing::spawn_logged(job("run", 2, {"--resume"}), dir / "again.out", {});
+    CHECK(testing::exit_code(testing::wait_exit(again, std::chrono::minutes(2))) == 2);
+    CHECK_THAT(testing::slurp(dir / "again.out"), Catch::Contains("keep no checkpoints"));
+  }
+  {  // a stage killed mid-run: the launcher does not restart it and the run fails, never exit 0
+    const auto pid = testing::spawn_logged(job("killed", 200, {}), dir / "killed.out", {});
+    const auto log = dir / "killed" / "worker-1-stage-1.jsonl";
+    for (int i = 0; i < 1200 && !fs::exists(log); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    REQUIRE(fs::exists(log));
+    const std::string kill = "pkill -KILL -f '" + (dir / "killed").string() +
+                             ".*[-]-worker 1 --stage 1'";  // ([-]: not this shell's own line)
+    REQUIRE(std::system(kill.c_str()) == 0);
+    const int code = testing::exit_code(testing::wait_exit(pid, std::chrono::minutes(3)));
+    const std::string out = testing::slurp(dir / "killed.out");
+    INFO(out);
+    CHECK(code == 3);
+    CHECK_THAT(out, Catch::Contains("worker-1-stage-1 failed"));
+  }
+  fs::remove_all(dir);
+}
+#endif
