@@ -2,7 +2,12 @@
 //
 //   paco_schedule --scenario world --seed 1
 //   paco_schedule --topology examples/configs/topology_example.toml
+//   paco_schedule --scenario world8 --placement-out gcma.json      # a scaled scenario (8 devices)
+//   paco_schedule --scenario world8 --placement-out r3.json --placement random:3
 //
+// --placement-out writes a placement file (place/placement_file.hpp) that paco_emulate executes:
+// GCMA's (default), the rank-order launcher's, or a random order's (random:SEED, DT-FM's
+// pipelines through it), with the cost model's prediction for its pipelines.
 // Prints the best cost found by GCMA, the random and rank-order baselines, the pipelines (one
 // line per pipeline, stage 0 first) and the time taken. Bad input gives a one-line error naming
 // the problem and a non-zero exit status.
@@ -15,8 +20,11 @@
 #include <exception>
 #include <string>
 
+#include "paco/core/rng.hpp"
 #include "paco/io/progress.hpp"
 #include "paco/place/place.hpp"
+#include "paco/place/placement_file.hpp"
+#include "paco/place/scaled.hpp"
 
 namespace {
 
@@ -66,6 +74,11 @@ int run(int argc, char** argv) {
   app.add_option("--d-dp", d_dp, "override the data-parallel degree");
   app.add_flag("--quiet", quiet, "no progress display");
   app.add_flag("--ranks", show_ranks, "also print the rank of every device");
+  std::string placement_out, which = "gcma";
+  app.add_option("--placement-out", placement_out,
+                 "write a placement file (for paco_emulate) of the placement --placement names");
+  app.add_option("--placement", which, "gcma (default), rank_order or random:SEED")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -83,7 +96,15 @@ int run(int argc, char** argv) {
   topology net;
   workload load;
   std::string label;
-  if (!scenario.empty()) {
+  const bool scaled = std::find(scaled_scenario_names().begin(), scaled_scenario_names().end(),
+                                scenario) != scaled_scenario_names().end();
+  if (scaled) {
+    auto sc = make_scaled_scenario(scenario);
+    if (!sc) return fail(sc.error().message);
+    net = sc->net;
+    load = sc->load;
+    label = "scaled scenario " + scenario;
+  } else if (!scenario.empty()) {
     auto t = make_scenario(scenario);
     if (!t) return fail(t.error().message);
     net = std::move(*t);
@@ -155,6 +176,32 @@ int run(int argc, char** argv) {
     for (std::size_t s = 0; s < best.pipelines[j].size(); ++s)
       std::printf("%s %s", s ? " ->" : "", net.devices[best.pipelines[j][s]].name.c_str());
     std::printf("\n");
+  }
+  if (!placement_out.empty()) {
+    std::vector<int> order;
+    bool matched = true;
+    if (which == "gcma") {
+      order = ours->best_order;
+    } else if (which == "rank_order") {
+      order = rank.order;
+      matched = false;
+    } else if (which.rfind("random:", 0) == 0) {
+      std::uint64_t rs = 0;
+      try {
+        rs = std::stoull(which.substr(7));
+      } catch (const std::exception&) {
+        return fail("--placement " + which + ": SEED must be a number");
+      }
+      paco::rng g(rs);
+      order = random_order(net.size(), g);
+    } else {
+      return fail("--placement " + which + ": expected gcma, rank_order or random:SEED");
+    }
+    const auto pl = placement_of(*model, net, load, order, matched,
+                                 scenario.empty() ? topology_path : scenario, which);
+    if (auto s = write_placement(placement_out, pl); !s) return fail(s.error().message);
+    std::printf("placement %s written to %s: predicted %.3f s (DP %.3f, 2*PP %.3f)\n",
+                which.c_str(), placement_out.c_str(), pl.total_s, pl.dp_s, 2 * pl.pp_s);
   }
   if (show_ranks) {
     std::printf("rank of device (rank = pipeline * D_PP + stage):\n");

@@ -24,8 +24,10 @@
 #include "paco/testing/token_streams.hpp"
 #include "paco/train/inner_loop.hpp"
 #ifdef PACO_TEST_ASIO
+#include "paco/collectives/barrier.hpp"
 #include "paco/net/asio_tcp.hpp"
 #include "paco/net/free_port.hpp"
+#include "paco/net/subgroup.hpp"
 #include "paco/testing/processes.hpp"
 #endif
 
@@ -172,6 +174,26 @@ std::pair<arena<host>, std::vector<double>> global_ref(const nn::gpt& model,
 }
 
 }  // namespace
+
+TEST_CASE("predict_step: GPipe's closed forms", "[pipeline][time_model][known-answer]") {
+  const int K = 4, M = 8;
+  const double tf = 0.01, tb = 0.02, alpha = 0.003, rate = 1e6;
+  const std::size_t a = 20000;  // 0.02 s on the link
+  const std::vector<stage_time> compute(K, {tf, tb}), none(K, {0, 0});
+  const std::vector<link_time> free(K - 1, {0, 0}), shaped(K - 1, {alpha, rate});
+  // Compute only: the bubble formula, (M + K − 1)(t_f + t_b).
+  CHECK(predict_step(schedule::gpipe, K, M, compute, free, free, a).value_or_throw() ==
+        Approx((M + K - 1) * (tf + tb)));
+  // Links only: each way (K − 1) latencies and M + K − 2 transmissions (the first message crosses
+  // K − 1 links, the other M − 1 follow it on the last one).
+  CHECK(predict_step(schedule::gpipe, K, M, none, shaped, shaped, a).value_or_throw() ==
+        Approx(2 * ((K - 1) * alpha + (M + K - 2) * (double(a) / rate))));
+  // One micro-batch: everything in series.
+  CHECK(predict_step(schedule::gpipe, K, 1, compute, shaped, shaped, a).value_or_throw() ==
+        Approx(K * (tf + tb) + 2 * (K - 1) * (alpha + double(a) / rate)));
+  CHECK_FALSE(predict_step(schedule::local, K, M, compute, free, free, a));
+  CHECK_FALSE(predict_step(schedule::gpipe, K, M, compute, free, std::vector<link_time>{}, a));
+}
 
 TEST_CASE("stage_plan cuts a model into contiguous stages and names what is wrong", "[pipeline]") {
   const auto m = tiny(4);
@@ -367,6 +389,84 @@ std::vector<std::string> loopback_peers(int K) {
   return p;
 }
 }  // namespace
+
+TEST_CASE(
+    "2 pipelines x 2 stages on shaped links, replicas averaged, equal one process on "
+    "the global batch",
+    "[pipeline][tcp][replicas]") {
+  // DT-FM's D_PP = 2 × D_DP = 2 executed: device = pipeline·K + stage, one asio_tcp world with
+  // every link shaped (its own latency and rate per peer); each pipeline a subgroup running GPipe
+  // (M = 2) on its own batch of B sequences, each stage's replicas a subgroup averaging gradients.
+  const auto model = tiny(4);
+  const int K = 2, D = 2, steps = 3;
+  const auto plan = stage_plan::equal(4, K).value_or_throw();
+  const pipeline_options o{
+      .sched = schedule::gpipe, .micro_batches = 2, .timeout = std::chrono::seconds(30)};
+  const auto peers = loopback_peers(K * D);
+  std::vector<arena<host>> arenas;
+  for (int d = 0; d < K * D; ++d) arenas.push_back(fresh(model));
+  std::vector<status> errs(std::size_t(K * D));
+  std::vector<std::thread> th;
+  for (int d = 0; d < K * D; ++d)
+    th.emplace_back([&, d] {
+      const int j = d / K, s = d % K;
+      auto opts = tcp_rank(d, peers);
+      for (int q = 0; q < K * D; ++q)
+        if (q != d) {
+          net::shaper_options sh;
+          sh.latency = std::chrono::microseconds(500 + 700 * std::abs(q - d));
+          sh.rate_bytes_per_s = 4e6 + 1e6 * ((q + d) % 3);
+          opts.peer_shapers[q] = sh;
+        }
+      auto world = net::asio_tcp::connect(opts).value_or_throw();
+      net::subgroup<net::asio_tcp> pipe(*world, {j * K, j * K + 1});
+      net::subgroup<net::asio_tcp> reps(*world, {s, K + s});
+      stage_runner<nn::gpt, net::subgroup<net::asio_tcp>> run(model, plan, o, B, T, pipe, seed);
+      run.reduce_gradients_with(replica_mean(reps));
+      // Replica j draws batch j of the global batch: a sampler per replica.
+      io::batch_sampler batches(data(), B, T, seed + std::uint64_t(j));
+      std::vector<std::int32_t> x(B * T), y(B * T);
+      for (long t = 1; t <= steps && errs[std::size_t(d)].ok(); ++t) {
+        batches.next(x.data(), y.data());
+        if (auto l = run.step(arenas[std::size_t(d)], opt, lr_at(t), x.data(), y.data()); !l)
+          errs[std::size_t(d)] = l.error();
+      }
+      if (errs[std::size_t(d)].ok()) errs[std::size_t(d)] = run.drain();
+      if (errs[std::size_t(d)].ok())
+        errs[std::size_t(d)] =
+            collectives::barrier(*world, {.until = net::after(std::chrono::seconds(30))});
+    });
+  for (auto& t : th) t.join();
+  for (const auto& e : errs) REQUIRE(e.ok());
+  // One process: the global batch (replica 0's sequences, then replica 1's) as 2·M micro-batches.
+  auto a = fresh(model);
+  auto ws = model.make_workspace({B / o.micro_batches, T});
+  std::vector<io::batch_sampler> samplers;
+  for (int j = 0; j < D; ++j) samplers.emplace_back(data(), B, T, seed + std::uint64_t(j));
+  std::vector<std::int32_t> x(D * B * T), y(D * B * T);
+  for (long t = 1; t <= steps; ++t) {
+    for (int j = 0; j < D; ++j)
+      samplers[std::size_t(j)].next(x.data() + j * B * T, y.data() + j * B * T);
+    global_reference_step(model, a, opt, lr_at(t), t, x.data(), y.data(), D * B, T, schedule::gpipe,
+                          D * o.micro_batches, o.grad_clip, ws);
+  }
+  for (int d = 0; d < K * D; ++d) {
+    const auto [b, e] = param_span(model, plan, d % K);
+    const float* got = arenas[std::size_t(d)].get(plane::param).data();
+    const float* want = a.get(plane::param).data();
+    double worst = 0, scale = 0;
+    for (std::size_t i = b; i < e; ++i) {
+      worst = std::max(worst, double(std::abs(got[i] - want[i])));
+      scale = std::max(scale, double(std::abs(want[i])));
+    }
+    CAPTURE(d, worst, scale);
+    CHECK(worst <= 1e-5 * std::max(1.0, scale));
+    // The two replicas of a stage hold the same parameters, bit for bit.
+    if (d >= K) CHECK(same_params(arenas[std::size_t(d)], arenas[std::size_t(d - K)], b, e));
+  }
+  // The run trained: the model moved.
+  CHECK_FALSE(same_params(a, fresh(model), 0, model.layout().total()));
+}
 
 TEST_CASE("local losses over TCP with link delays are bit-identical to one process",
           "[pipeline][tcp]") {

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <span>
@@ -164,6 +165,14 @@ class stage_runner {
   const pipeline_options& options() const noexcept { return o_; }
   // The auxiliary head (local mode, stages 0 … K−2): training only.
   local_learner<M>& learner() noexcept { return learner_; }
+
+  // Global backprop with data parallelism (pipelines side by side, each stage's replicas joined):
+  // after a step's backward passes and before the clip, reduce(g, t) replaces this stage's
+  // gradient span g by what the replicas agree on (pipeline::replica_mean: their mean, by ring
+  // all-reduce). Then the chained clip sees the global gradient, as one process on the global
+  // batch would. Ignored in local mode.
+  using gradient_reducer = std::function<status(std::span<float>, long)>;
+  void reduce_gradients_with(gradient_reducer reduce) { reducer_ = std::move(reduce); }
 
   // One optimizer step of this stage on the batch (tokens, targets: batch × ctx, the same on
   // every stage) at learning rate lr. a: the whole model's arena (only this stage's span is
@@ -437,6 +446,8 @@ class stage_runner {
         free_slots.push_back(slot);
       }
     }
+    if (reducer_)
+      if (auto s = reducer_(std::span<float>(grad + b, e - b), t); !s) return s.error();
     if (auto s = clip_along_stages(grad + b, e - b, t); !s) return s.error();
     opt.step(a, b, e, t, lr);
     for (auto& r : grad_sends_)
@@ -506,6 +517,7 @@ class stage_runner {
   std::vector<double> losses_;  // the last stage: each micro-batch's loss
   int high_water_ = 0;
   stage_stats stats_;
+  gradient_reducer reducer_;
 };
 
 }  // namespace paco::pipeline
