@@ -103,18 +103,25 @@ int main(int argc, char** argv) {
         const fs::path file = dir / (name + "-" + std::to_string(i) + ".json");
         place::write_placement(file, plans[i]).throw_if_error();
         const fs::path log = dir / "emulate.out";
-        const auto pid = testing::spawn_logged(
-            {PACO_EMULATE, "--scenario", name, "--placement", file.string(), "--mode", mode,
-             "--iterations", std::to_string(iterations), "--scale-s", scale_s},
-            log);
-        const int code = testing::exit_code(testing::wait_exit(pid, std::chrono::minutes(30)));
-        const std::string out = testing::slurp(log);
-        fs::remove(log);
-        const auto nl = out.rfind('\n', out.size() - 2);
-        const auto j =
-            nlohmann::json::parse(out.substr(nl == std::string::npos ? 0 : nl + 1), nullptr, false);
-        if (code != 0 || j.is_discarded())
-          return std::fprintf(stderr, "paco_emulate failed (%d):\n%s\n", code, out.c_str()), 3;
+        // A run whose devices could not all meet (a port taken by another program) is run again
+        // once, saying so.
+        nlohmann::json j;
+        for (int attempt = 0; attempt < 2; ++attempt) {
+          const auto pid = testing::spawn_logged(
+              {PACO_EMULATE, "--scenario", name, "--placement", file.string(), "--mode", mode,
+               "--iterations", std::to_string(iterations), "--scale-s", scale_s},
+              log);
+          const int code = testing::exit_code(testing::wait_exit(pid, std::chrono::minutes(30)));
+          const std::string out = testing::slurp(log);
+          fs::remove(log);
+          const auto nl = out.rfind('\n', out.size() - 2);
+          j = nlohmann::json::parse(out.substr(nl == std::string::npos ? 0 : nl + 1), nullptr,
+                                    false);
+          if (code == 0 && !j.is_discarded()) break;
+          std::fprintf(stderr, "paco_emulate failed (%d)%s:\n%s\n", code,
+                       attempt ? "" : "; running it again", out.c_str());
+          if (attempt) return 3;
+        }
         measured.push_back(j["measured_s"]);
         predicted.push_back(j["predicted_s"]);
         std::printf("%-12s %12.4f %12.4f %8.3f\n", plans[i].method.c_str(), measured.back(),

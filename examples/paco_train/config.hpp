@@ -423,6 +423,36 @@ inline paco::store::compression compression_of(const train_config& c) {
       .value_or_throw();
 }
 
+// How stages train and talk ([pipeline]: schedule, head, activation format, queue, micro-batches,
+// links, timeout), for a pipeline job and for a DiPaCo job whose paths are cut into stages:
+// through the library's own parsers and pipeline_options::validate. Ensures: ok, or
+// invalid_argument naming the field.
+inline paco::status validate_stage_training(const train_config& c) {
+  namespace pl = paco::pipeline;
+  const auto& p = c.pipeline;
+  auto bad = [](const std::string& m) { return paco::status(errc::invalid_argument, m); };
+  auto sched = pl::parse_schedule(p.schedule);
+  if (!sched) return sched.error();
+  auto head = pl::parse_head_kind(p.head);
+  if (!head) return head.error();
+  if (auto f = pl::parse_wire_format(p.activations); !f) return f.error();
+  const pl::pipeline_options o{.sched = *sched,
+                               .micro_batches = p.micro_batches,
+                               .queue_depth = p.queue_depth,
+                               .head = *head,
+                               .readout_refresh = p.readout_refresh,
+                               .readout_delay = p.readout_delay};
+  if (auto s = o.validate(c.train.batch); !s)
+    return bad(s.error().message + " (train.batch is " + std::to_string(c.train.batch) + ")");
+  if (!(p.link_mbps >= 0 && p.link_mbps <= 1e6))
+    return bad("pipeline.link_mbps: must be in [0, 1e6] (megabits per second; 0: unlimited)");
+  if (!(p.link_latency_ms >= 0 && p.link_latency_ms <= 60000))
+    return bad("pipeline.link_latency_ms: must be in [0, 60000] (milliseconds)");
+  if (!(p.timeout_s > 0 && p.timeout_s <= 1e6))
+    return bad("pipeline.timeout_s: must be in (0, 1e6] (seconds)");
+  return {};
+}
+
 // The pipeline job's own checks (job.mode = "pipeline"): the stages, split, schedule, head and
 // queue through the library's own validation (pipeline/), then the job's ranges.
 // Ensures: ok, or invalid_argument naming the field.
@@ -438,19 +468,7 @@ inline paco::status validate_pipeline(const train_config& c) {
                std::to_string(plan->stages()) + " stages, pipeline.stages is " +
                std::to_string(p.stages) + " (give stages − 1 boundaries)");
   if (p.stages > 64) return bad("pipeline.stages: must be in [1, 64]");
-  auto sched = pl::parse_schedule(p.schedule);
-  if (!sched) return sched.error();
-  auto head = pl::parse_head_kind(p.head);
-  if (!head) return head.error();
-  if (auto f = pl::parse_wire_format(p.activations); !f) return f.error();
-  pl::pipeline_options o{.sched = *sched,
-                         .micro_batches = p.micro_batches,
-                         .queue_depth = p.queue_depth,
-                         .head = *head,
-                         .readout_refresh = p.readout_refresh,
-                         .readout_delay = p.readout_delay};
-  if (auto s = o.validate(c.train.batch); !s)
-    return bad(s.error().message + " (train.batch is " + std::to_string(c.train.batch) + ")");
+  if (auto s = validate_stage_training(c); !s) return s;
   if (c.model.tie_weights)
     return bad(
         "model.tie_weights: must be false in a pipeline (the last stage's head would share "
@@ -465,12 +483,6 @@ inline paco::status validate_pipeline(const train_config& c) {
                std::to_string(p.stages) + " stages (one each, or none for loopback)");
   if (p.base_port < 0 || p.base_port + p.stages > 65535)
     return bad("pipeline.base_port: must be in [0, 65535 − stages]");
-  if (!(p.link_mbps >= 0 && p.link_mbps <= 1e6))
-    return bad("pipeline.link_mbps: must be in [0, 1e6] (megabits per second; 0: unlimited)");
-  if (!(p.link_latency_ms >= 0 && p.link_latency_ms <= 60000))
-    return bad("pipeline.link_latency_ms: must be in [0, 60000] (milliseconds)");
-  if (!(p.timeout_s > 0 && p.timeout_s <= 1e6))
-    return bad("pipeline.timeout_s: must be in (0, 1e6] (seconds)");
   if (!(c.launch.peer_timeout_s > 0.2 && c.launch.peer_timeout_s <= 1e6))
     return bad("launch.peer_timeout_s must be in (0.2, 1e6] (seconds)");
   if (p.eval_tokens < 0) return bad("pipeline.eval_tokens: must be >= 0 (0: the whole splits)");
@@ -503,19 +515,7 @@ inline paco::status validate_dipaco_stages(const train_config& c) {
       if (m.rfind(from, 0) == 0) m = to + m.substr(from.size());
     return bad(m);
   }
-  auto sched = pl::parse_schedule(p.schedule);
-  if (!sched) return sched.error();
-  auto head = pl::parse_head_kind(p.head);
-  if (!head) return head.error();
-  if (auto f = pl::parse_wire_format(p.activations); !f) return f.error();
-  const pl::pipeline_options o{.sched = *sched,
-                               .micro_batches = p.micro_batches,
-                               .queue_depth = p.queue_depth,
-                               .head = *head,
-                               .readout_refresh = p.readout_refresh,
-                               .readout_delay = p.readout_delay};
-  if (auto s = o.validate(c.train.batch); !s)
-    return bad(s.error().message + " (train.batch is " + std::to_string(c.train.batch) + ")");
+  if (auto s = validate_stage_training(c); !s) return s;
   if (c.train.device != "cpu") return bad("train.device: the stages of a path run on \"cpu\"");
   if (c.sync.mode != "blocking")
     return bad("sync.mode: \"" + c.sync.mode +
@@ -530,12 +530,6 @@ inline paco::status validate_dipaco_stages(const train_config& c) {
                std::to_string(d.stages) +
                " stages (the host of each stage of every worker, "
                "or none for loopback)");
-  if (!(p.link_mbps >= 0 && p.link_mbps <= 1e6))
-    return bad("pipeline.link_mbps: must be in [0, 1e6] (megabits per second; 0: unlimited)");
-  if (!(p.link_latency_ms >= 0 && p.link_latency_ms <= 60000))
-    return bad("pipeline.link_latency_ms: must be in [0, 60000] (milliseconds)");
-  if (!(p.timeout_s > 0 && p.timeout_s <= 1e6))
-    return bad("pipeline.timeout_s: must be in (0, 1e6] (seconds)");
   return {};
 }
 
