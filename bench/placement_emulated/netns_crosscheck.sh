@@ -48,8 +48,11 @@ for r in $(seq 0 $((n - 1))); do
     rate=$(python3 -c "print(int($bits * 1514 / 1448))")
     ip netns exec "$ns" tc class add dev "$dev" parent 1:1 classid "1:$((10 + j))" \
       htb rate "${rate}bit" ceil "${rate}bit" burst 4k cburst 4k quantum 1514
-    ip netns exec "$ns" tc filter add dev "$dev" parent 1: protocol ip prio 1 u32 \
-      match ip dst "10.213.88.$((j + 1))/32" flowid "1:$((10 + j))"
+    # Only the data links (port 7401, either end) are shaped; the control group (7402) is not.
+    for port in dport sport; do
+      ip netns exec "$ns" tc filter add dev "$dev" parent 1: protocol ip prio 1 u32 \
+        match ip dst "10.213.88.$((j + 1))/32" match ip "$port" 7401 0xffff flowid "1:$((10 + j))"
+    done
   done < "$work/links"
 done
 hosts=$(seq -s, 1 $n | sed 's/[0-9]\+/10.213.88.&/g')

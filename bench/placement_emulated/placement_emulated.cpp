@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
                          {"gcma_speedup_measured", sp_meas},
                          {"gcma_speedup_predicted", sp_pred}};
       if (mode == "as_modelled") {
-        min_rho = std::min(min_rho, rho);
+        if (std::isnan(rho) || rho < min_rho) min_rho = rho;  // a NaN ρ is reported as such
         if (name == scenarios.front()) gcma_meas = sp_meas, gcma_pred = sp_pred;
       }
     }

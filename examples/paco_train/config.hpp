@@ -90,12 +90,13 @@ struct pipeline_section {
   int readout_refresh = 10;        // shared_readout: steps between copies of the final head
   int readout_delay = 2;           // shared_readout: steps before a copy applies
   std::vector<std::string> hosts;  // launch.mode = "manual": each stage's host (default loopback)
-  int base_port = 0;               // stage k listens on base_port + k; 0: free ports (local)
-  double link_mbps = 0;            // every link between stages, both ways (0: unlimited) …
-  double link_latency_ms = 0;      // … with this added one-way latency
-  double timeout_s = 120;          // every wait for a neighbour
-  long eval_tokens = 0;  // the final scores: about this many tokens of each split (the same
-                         // documents every time); 0: the whole splits
+  int base_port = 0;  // stage k listens on base_port + k (a staged DiPaCo job: base_port + s − 1
+                      // for its process s); 0: free ports (local)
+  double link_mbps = 0;        // every link between stages, both ways (0: unlimited) …
+  double link_latency_ms = 0;  // … with this added one-way latency
+  double timeout_s = 120;      // every wait for a neighbour
+  long eval_tokens = 0;        // the final scores: about this many tokens of each split (the same
+                               // documents every time); 0: the whole splits
   std::string activations = "fp32";  // on the links between stages: fp32, bf16 or int8
 };
 
@@ -525,6 +526,10 @@ inline paco::status validate_dipaco_stages(const train_config& c) {
     return bad(
         "sync.train_budget_s: must be 0 with dipaco.stages > 1 (a budget would cut the "
         "stages of a path at different steps)");
+  long workers = d.workers_per_path;
+  for (int e : d.grid) workers *= e;
+  if (p.base_port < 0 || p.base_port + workers * d.stages > 65535)
+    return bad("pipeline.base_port: must be in [0, 65535 − workers × dipaco.stages]");
   if (!p.hosts.empty() && int(p.hosts.size()) != d.stages)
     return bad("pipeline.hosts: " + std::to_string(p.hosts.size()) + " hosts for " +
                std::to_string(d.stages) +

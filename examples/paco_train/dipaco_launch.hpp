@@ -336,6 +336,15 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
   // With stages, each worker's pipeline: stage k of worker w on pipeline.hosts[k] (loopback when
   // unset or launched here), port pipeline.base_port + s − 1 (a free one when 0 and local).
   std::vector<std::string> stage_peers(std::size_t(g.workers()) + 1);
+  std::set<int> taken;  // free ports drawn so far (the store's too): none twice
+  if (routing->contains("ports"))
+    for (int q : (*routing)["ports"].get<std::vector<int>>()) taken.insert(q);
+  const auto fresh_port = [&] {
+    int q = net::free_loopback_port();
+    while (taken.count(q)) q = net::free_loopback_port();
+    taken.insert(q);
+    return q;
+  };
   if (jp.staged())
     for (int w = 1; w <= g.workers(); ++w)
       for (int k = 0; k < jp.K; ++k) {
@@ -344,7 +353,7 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
                                      : cfg.pipeline.hosts[std::size_t(k)];
         const int base = cfg.pipeline.base_port ? cfg.pipeline.base_port
                                                 : (cfg.launch.mode == "manual" ? 29600 : 0);
-        const int port = base ? base + jp.id(w, k) - 1 : net::free_loopback_port();
+        const int port = base ? base + jp.id(w, k) - 1 : fresh_port();
         stage_peers[std::size_t(w)] += (k ? "," : "") + host + ":" + std::to_string(port);
       }
   // The arguments of process s's role.

@@ -101,8 +101,13 @@ inline int run_stage_worker(const train_config& cfg, const run_dir& rd, int w, i
       .lr = tc.lr, .beta1 = tc.beta1, .beta2 = tc.beta2, .weight_decay = tc.weight_decay};
   // Every stage of worker w samples the batches worker w would (the same shard and seed).
   const std::uint64_t seed = std::uint64_t(tc.seed) * 1000 + std::uint64_t(w) * 7;
-  auto worker = train::make_stage_worker(s, model, g, p, cut, **net, pipeline_options_of(cfg), opt,
-                                         icfg, shard, seed);
+  // A stage whose modules' round closed early waits for its neighbour's first activation of the
+  // next round while that neighbour's round closes (up to two round deadlines and the pulls'
+  // retries): the pipeline's waits cover that too.
+  auto popts = pipeline_options_of(cfg);
+  popts.timeout = std::max(
+      popts.timeout, std::chrono::milliseconds(long(cfg.launch.round_timeout_s * 4000) + 10000));
+  auto worker = train::make_stage_worker(s, model, g, p, cut, **net, popts, opt, icfg, shard, seed);
   const auto comp = compression_of(cfg);
   if (comp.spec.kind != compress::codec_kind::identity) {
     std::vector<path::level_span> lv;

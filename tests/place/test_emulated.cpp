@@ -96,7 +96,8 @@ TEST_CASE("placement files: written, read back, refused when they do not fit",
   std::ofstream(dir / "junk.json") << "{\"format\": \"something else\"}";
   CHECK(read_placement(dir / "junk.json").error().code == make_error_code(errc::corrupt));
   std::ofstream(dir / "short.json") << "{\"format\": \"paco-placement-1\", \"n\": 8}";
-  CHECK_THAT(read_placement(dir / "short.json").error().what(), Catch::Contains("missing"));
+  CHECK_THAT(read_placement(dir / "short.json").error().what(),
+             Catch::Contains("placement.scenario is missing"));
   CHECK(read_placement(dir / "none.json").error().code == make_error_code(errc::not_found));
   fs::remove_all(dir);
 }

@@ -208,7 +208,8 @@ class stage_runner {
 
   // The run's closing barrier: root tells every stage once it heard from them all, and a stage
   // returns only then, so no stage closes its transport while a neighbour may still send to it
-  // (its last credits, a readout copy). Requires: every stage calls it (or gather), after drain().
+  // (its last credits, a readout copy). Requires: every stage calls it (all close, or all gather),
+  // after drain().
   status close(int root = 0) { return finish(nullptr, root); }
 
  private:

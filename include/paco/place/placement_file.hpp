@@ -11,11 +11,14 @@
 // Stage s's data-parallel group is {pipelines[j][s] : j}; pipeline j sends its activations from
 // stage s to s + 1 (forward) and back. predicted_cost computes the cost of such a placement from
 // the pipelines themselves (a second implementation of the cost model: equal to
-// cost_model::evaluate's for GCMA's pipelines and to the fixed pairing's for rank order, tested).
+// cost_model::evaluate's for GCMA's pipelines and to the fixed pairing's for rank order, tested;
+// with asymmetric links evaluate prices a hop in the direction of the lower partition index, this
+// in the pipeline's own direction).
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -109,7 +112,9 @@ inline status validate_placement(const placement& p, int n = 0, int d_pp = 0, in
   if (d_dp > 0 && p.d_dp != d_dp)
     return bad("d_dp: " + std::to_string(p.d_dp) + " pipelines, this run has " +
                std::to_string(d_dp));
-  if (p.d_pp < 1 || p.d_dp < 1 || p.d_pp * p.d_dp != p.n)
+  if (p.n < 1 || p.n > 4096)
+    return bad("n: " + std::to_string(p.n) + " devices (1 … 4096 accepted)");
+  if (p.d_pp < 1 || p.d_dp < 1 || std::int64_t(p.d_pp) * p.d_dp != p.n)
     return bad("d_pp, d_dp: " + std::to_string(p.d_pp) + " × " + std::to_string(p.d_dp) +
                " must be the " + std::to_string(p.n) + " devices");
   if (int(p.pipelines.size()) != p.d_dp)
@@ -152,22 +157,30 @@ inline result<placement> read_placement(const std::filesystem::path& file, int n
   if (!in) return error(errc::not_found, "no placement file '" + file.string() + "'");
   const auto j = nlohmann::json::parse(in, nullptr, false);
   const std::string where = "placement file '" + file.string() + "': ";
-  if (j.is_discarded() || !j.is_object() || j.value("format", "") != "paco-placement-1")
+  if (j.is_discarded() || !j.is_object() || !j.contains("format") || !j["format"].is_string() ||
+      j["format"].get<std::string>() != "paco-placement-1")
     return error(errc::corrupt, where + "not a paco-placement-1 JSON file");
   placement p;
+  // Each field read by name, so that a missing or mistyped one is named.
+  std::string field;
   try {
-    p.scenario = j.at("scenario").get<std::string>();
-    p.method = j.value("method", "");
-    p.n = j.at("n").get<int>();
-    p.d_pp = j.at("d_pp").get<int>();
-    p.d_dp = j.at("d_dp").get<int>();
-    p.pipelines = j.at("pipelines").get<std::vector<std::vector<int>>>();
-    const auto& pr = j.at("predicted");
-    p.dp_s = pr.at("dp_s").get<double>();
-    p.pp_s = pr.at("pp_s").get<double>();
-    p.total_s = pr.at("total_s").get<double>();
+    const auto get = [&](const nlohmann::json& obj, const std::string& k, const std::string& name) {
+      field = name;
+      return obj.at(k);
+    };
+    p.scenario = get(j, "scenario", "scenario").get<std::string>();
+    p.method = j.contains("method") ? get(j, "method", "method").get<std::string>() : "";
+    p.n = get(j, "n", "n").get<int>();
+    p.d_pp = get(j, "d_pp", "d_pp").get<int>();
+    p.d_dp = get(j, "d_dp", "d_dp").get<int>();
+    p.pipelines = get(j, "pipelines", "pipelines").get<std::vector<std::vector<int>>>();
+    const auto pr = get(j, "predicted", "predicted");
+    p.dp_s = get(pr, "dp_s", "predicted.dp_s").get<double>();
+    p.pp_s = get(pr, "pp_s", "predicted.pp_s").get<double>();
+    p.total_s = get(pr, "total_s", "predicted.total_s").get<double>();
   } catch (const std::exception& e) {
-    return error(errc::corrupt, where + "a field is missing or of the wrong type: " + e.what());
+    return error(errc::corrupt, where + "placement." + field +
+                                    " is missing or of the wrong type (" + e.what() + ")");
   }
   if (auto s = validate_placement(p, n, d_pp, d_dp); !s)
     return error(s.error().code, where + s.error().message);

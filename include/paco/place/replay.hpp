@@ -21,8 +21,9 @@
 // sleep per micro-batch), all pipelines at once; then each stage group's ring all-reduce of its
 // gradient (collectives::allreduce_ring over a net::subgroup, in pipeline order). Its
 // predictions are paco's own models: pipeline::predict_step and the ring's
-// 2 (D − 1) · max over the ring's links of (α + (c/D) / β); DT-FM's cost, which pipelines
-// nothing and exchanges pairwise, bounds it from above when compute is zero.
+// 2 (D − 1) · max over the ring's links of (α + (c/D) / β). With zero compute DT-FM's cost bounds
+// the pipeline from above (it pipelines nothing), and with D = 2 the ring too (the same two
+// exchanges); with D ≥ 3 a ring paced by one slow link can take longer than DT-FM's pairwise sum.
 
 #include <algorithm>
 #include <chrono>

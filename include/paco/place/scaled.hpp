@@ -12,7 +12,7 @@
 // of the subset, times s, is then the prediction of an emulated iteration.
 //
 //   auto sc = place::make_scaled_scenario("world8").value_or_throw();   // 4 cities × 2
-//   sc.link(0, 6);  // {latency_s, rate_bytes_per_s} of Oregon/0 → Tokyo/0, emulated
+//   sc.link(0, 4);  // {latency_s, rate_bytes_per_s} of Oregon/0 → Tokyo/0, emulated
 
 #include <cmath>
 #include <cstddef>
@@ -86,7 +86,7 @@ inline result<topology> subset(const topology& t, std::span<const int> keep) {
   return s;
 }
 
-// The small scenarios this machine runs: `per` devices of each named site of a 64-device
+// The small scenarios this machine runs: 2 devices of each of four sites of a 64-device
 // scenario, sites in the order given.
 //   world8      world's Oregon, Virginia, Tokyo and Frankfurt, 2 devices each (§7.4's example)
 //   regional8   regional's Virginia, Oregon, California and Ohio, 2 devices each

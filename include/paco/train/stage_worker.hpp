@@ -13,6 +13,9 @@
 //
 // Every stage of a path samples the same batches (the same shard and seed: only activations
 // cross between stages), so the stages of one path must be given the same shard, seed and H.
+// The stages' rounds close at different times (each waits for its own modules' partners), so
+// pipeline_options::timeout must cover a round's close as well as a step: a stage that pulled
+// early waits that long for its neighbour's first activation of the round.
 
 #include <cstdint>
 #include <memory>
@@ -44,6 +47,11 @@ std::unique_ptr<stage_worker<M, T>> make_stage_worker(
                            "make_stage_worker: the stages cut " +
                                std::to_string(ps.first_level.empty() ? 0 : ps.first_level.back()) +
                                " levels, the grid has " + std::to_string(plan.levels())});
+  if (ps.stages() != net.size())
+    throw error_exception(
+        {errc::invalid_argument, "make_stage_worker: the path is cut into " +
+                                     std::to_string(ps.stages()) + " stages, the transport has " +
+                                     std::to_string(net.size()) + " ranks (one stage per rank)"});
   if (cfg.start_step != 0)
     throw error_exception(
         {errc::unsupported, "make_stage_worker: a pipeline stage starts at step 0"});

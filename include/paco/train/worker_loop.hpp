@@ -514,7 +514,11 @@ run_worker(W& w, Store& store, const worker_loop_options& o,
         return {errc::unsupported,
                 "streaming through the store keeps every worker on one schedule of staggered "
                 "syncs: a train budget would cut it (use co2, eager or blocking)"};
-      return detail::run_streaming(w, store, o, *plan, on_round, on_refused);
+      try {  // a worker's failed step (a device call, a pipeline stage's lost neighbour)
+        return detail::run_streaming(w, store, o, *plan, on_round, on_refused);
+      } catch (const error_exception& e) {  // (its flight, if any, was waited for: ~future)
+        return e.err;
+      }
     } else {
       return {errc::unsupported, o.sync.name() +
                                      " through the store needs a worker that syncs one module "
