@@ -677,10 +677,11 @@ inline int run_launcher(const train_config& cfg, const run_dir& rd, const std::s
     table.add({g.path_name(p), std::to_string(docs[p]), io::cell(per[p].bits_per_token(), 4),
                io::cell(b / 1e6, 3, " MB")});
   }
-  table.add({"all (routed)", std::to_string(data->val.size()), io::cell(total.bits_per_token(), 4),
+  // The documents scored: those longer than the routing prefix (the others have nothing to score).
+  table.add({"all (routed)", std::to_string(spans.size()), io::cell(total.bits_per_token(), 4),
              io::cell(bytes / 1e6, 3, " MB")});
   if (rerouted.tokens)
-    table.add({"re-routed/" + std::to_string(W), std::to_string(data->val.size()),
+    table.add({"re-routed/" + std::to_string(W), std::to_string(spans.size()),
                io::cell(rerouted.bits_per_token(), 4), ""});
   std::printf("\n");
   table.print(stdout);
