@@ -11,7 +11,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -55,9 +54,7 @@ inline int run_stage_worker(const train_config& cfg, const run_dir& rd, int w, i
     return fail(exit_bad_input, "--worker must be in [1, " + std::to_string(g.workers()) + "]");
   if (k < 0 || k >= jp.K)
     return fail(exit_bad_input, "--stage must be in 0.." + std::to_string(jp.K - 1));
-  std::vector<std::string> peers;
-  std::stringstream ss(peers_csv);
-  for (std::string p; std::getline(ss, p, ',');) peers.push_back(p);
+  const auto peers = split_peers(peers_csv);
   if (int(peers.size()) != jp.K)
     return fail(exit_bad_input, "--peers names " + std::to_string(peers.size()) +
                                     " stages, dipaco.stages is " + std::to_string(jp.K));

@@ -120,6 +120,14 @@ inline std::vector<collectives::agree_field> stage_fields(const train_config& c)
           {"pipeline.activations", p.activations}};
 }
 
+// --peers: every stage's host:port, comma-separated.
+inline std::vector<std::string> split_peers(const std::string& csv) {
+  std::vector<std::string> peers;
+  std::stringstream ss(csv);
+  for (std::string p; std::getline(ss, p, ',');) peers.push_back(p);
+  return peers;
+}
+
 // One stage's process. peers: every stage's host:port, comma-separated.
 inline int run_stage(const train_config& cfg, int k, const std::string& peers_csv) {
   auto fail = [&](int code, const std::string& m) {
@@ -127,9 +135,7 @@ inline int run_stage(const train_config& cfg, int k, const std::string& peers_cs
     return code;
   };
   if (auto s = require_token("stage"); !s) return fail(exit_bad_input, s.error().what());
-  std::vector<std::string> peers;
-  std::stringstream ss(peers_csv);
-  for (std::string p; std::getline(ss, p, ',');) peers.push_back(p);
+  const auto peers = split_peers(peers_csv);
   if (int(peers.size()) != cfg.pipeline.stages)
     return fail(exit_bad_input, "--peers names " + std::to_string(peers.size()) + " stages, " +
                                     "pipeline.stages is " + std::to_string(cfg.pipeline.stages));
