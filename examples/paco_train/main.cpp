@@ -16,8 +16,7 @@
 
 #include "config.hpp"
 #include "device_lm.hpp"
-#include "dipaco_launch.hpp"
-#include "dipaco_stages.hpp"
+#include "dipaco_job.hpp"
 #include "paco/io/io.hpp"
 #include "paco/nn/nn.hpp"
 #include "paco/optim/optim.hpp"
@@ -90,27 +89,29 @@ int main(int argc, char** argv) {
     if (auto s = paco_train::device_available(); !s)
       return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
   if (cfg.job.mode == "dipaco") {
-    paco_train::run_dir rd{run_dir.empty() ? fs::path(cfg.output.dir) : fs::path(run_dir)};
+    const job::run_dir rd{run_dir.empty() ? fs::path(cfg.output.dir) : fs::path(run_dir)};
     try {
+      const auto dj =
+          paco_train::make_job(cfg, paco_train::config_args(config_path, overrides), export_hf);
       if (!export_dir.empty()) {
-        auto s = paco_train::export_paths(cfg, rd, export_dir, export_hf);
+        auto s = job::export_paths(dj, rd, export_dir);
         if (!s)
           return std::fprintf(stderr, "paco_train: export: %s\n", s.error().what().c_str()), 2;
         return 0;
       }
-      if (role == "store") return paco_train::run_store(cfg, rd, resume, fresh);
+      if (role == "store") return job::run_store(dj, rd, resume, fresh);
       if (role == "worker" && cfg.dipaco.stages > 1)
-        return paco_train::run_stage_worker(cfg, rd, worker, stage, peers, resume, fresh);
-      if (role == "worker") return paco_train::run_worker(cfg, rd, worker, resume, fresh);
+        return job::run_stage_worker(dj, rd, worker, stage, peers, resume, fresh);
+      if (role == "worker") return job::run_worker(dj, rd, worker, resume, fresh);
       if (role == "prepare") {
-        auto data = paco_train::load_job_data(cfg);
+        auto data = job::load_job_data(dj);
         if (!data) return std::fprintf(stderr, "paco_train: %s\n", data.error().what().c_str()), 2;
-        auto s = paco_train::prepare(cfg, rd, *data, paco_train::make_plan(cfg));
+        auto s = job::prepare(dj, rd, *data, job::make_plan(dj));
         if (!s) return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
         std::printf("paco_train: prepared %s\n", rd.dir.c_str());
         return 0;
       }
-      return paco_train::run_launcher(cfg, rd, config_path, overrides, resume, fresh);
+      return job::run_launcher(dj, rd, resume, fresh);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "paco_train (%s): %s\n", role.c_str(), e.what());
       return 2;

@@ -32,12 +32,13 @@
 #include <vector>
 
 #include "config.hpp"
-#include "dipaco_launch.hpp"
+#include "dipaco_job.hpp"
 #include "paco/collectives/agree.hpp"
 #include "paco/io/atomic_file.hpp"
 #include "paco/io/metrics.hpp"
 #include "paco/io/progress.hpp"
 #include "paco/io/table.hpp"
+#include "paco/job/stages.hpp"
 #include "paco/net/asio_tcp.hpp"
 #include "paco/net/free_port.hpp"
 #include "paco/pipeline/pipeline.hpp"
@@ -46,86 +47,24 @@
 
 namespace paco_train {
 
+using job::pipeline_options_of;
+using job::split_peers;
+using job::stage_link_options;
+
 inline pipeline::stage_plan stage_plan_of(const train_config& c) {
   return (c.pipeline.split.empty() ? pipeline::stage_plan::equal(c.model.layers, c.pipeline.stages)
                                    : pipeline::stage_plan::at(c.pipeline.split, c.model.layers))
       .value_or_throw();
 }
 
-inline pipeline::pipeline_options pipeline_options_of(const train_config& c) {
-  const auto& p = c.pipeline;
-  return {.sched = pipeline::parse_schedule(p.schedule).value_or_throw(),
-          .micro_batches = p.micro_batches,
-          .queue_depth = p.queue_depth,
-          .head = pipeline::parse_head_kind(p.head).value_or_throw(),
-          .readout_refresh = p.readout_refresh,
-          .readout_delay = p.readout_delay,
-          .grad_clip = c.train.grad_clip,
-          .activations = pipeline::parse_wire_format(p.activations).value_or_throw(),
-          .timeout = std::chrono::milliseconds(long(p.timeout_s * 1000))};
-}
-
 inline fs::path stage_log(const train_config& c, int k) {
   return fs::path(c.output.dir) / ("stage-" + std::to_string(k) + ".jsonl");
 }
 
-// Stage k's endpoint: the group of every stage, its links to the neighbouring stages shaped by
-// pipeline.link_mbps and pipeline.link_latency_ms.
-inline net::tcp_options stage_link_options(const train_config& c, int k,
-                                           const std::vector<std::string>& peers) {
-  net::tcp_options o;
-  o.rank = k;
-  o.size = int(peers.size());
-  o.peers = peers;
-  o.token = token_from_env();
-  o.allow_single = true;
-  o.peer_timeout = std::chrono::milliseconds(long(c.launch.peer_timeout_s * 1000));
-  o.connect_timeout = std::chrono::milliseconds(long(c.pipeline.timeout_s * 1000));
-  net::shaper_options link;
-  link.rate_bytes_per_s = c.pipeline.link_mbps * 1e6 / 8;
-  link.latency = std::chrono::microseconds(long(c.pipeline.link_latency_ms * 1000));
-  for (int n : {k - 1, k + 1})
-    if (n >= 0 && n < o.size) o.peer_shapers[n] = link;
-  return o;
-}
-
-// What every stage of a run must share: the model, the data, the batches and step count, the
-// optimizer and the pipeline's schedule (collectives::agree refuses a difference, naming it).
+// What every stage of a run must share (job::stage_fields, with the GPT's configuration).
 inline std::vector<collectives::agree_field> stage_fields(const train_config& c) {
-  auto str = [](auto v) {
-    std::ostringstream os;
-    os << v;
-    return os.str();
-  };
-  std::string split;
-  for (int b : c.pipeline.split) split += (split.empty() ? "" : ",") + std::to_string(b);
-  const auto& m = c.model;
-  const auto& t = c.train;
-  const auto& p = c.pipeline;
-  return {{"model", str(m.d) + "x" + str(m.layers) + " heads " + str(m.heads) + " ctx " +
-                        str(m.ctx) + " mlp " + str(m.mlp_mult)},
-          {"data.corpus", c.data.corpus},
-          {"train.batch", str(t.batch)},
-          {"train.steps", str(t.steps)},
-          {"train.seed", str(t.seed)},
-          {"train.lr", str(t.lr) + " " + str(t.min_lr) + " warmup " + str(t.warmup)},
-          {"train.weight_decay", str(t.weight_decay)},
-          {"train.grad_clip", str(t.grad_clip)},
-          {"pipeline.stages", str(p.stages)},
-          {"pipeline.split", split},
-          {"pipeline.schedule", p.schedule},
-          {"pipeline.micro_batches", str(p.micro_batches)},
-          {"pipeline.queue_depth", str(p.queue_depth)},
-          {"pipeline.head", p.head + " " + str(p.readout_refresh) + " " + str(p.readout_delay)},
-          {"pipeline.activations", p.activations}};
-}
-
-// --peers: every stage's host:port, comma-separated.
-inline std::vector<std::string> split_peers(const std::string& csv) {
-  std::vector<std::string> peers;
-  std::stringstream ss(csv);
-  for (std::string p; std::getline(ss, p, ',');) peers.push_back(p);
-  return peers;
+  return job::stage_fields(
+      c, gpt_fingerprint(c.model) + " model.mlp_mult=" + std::to_string(c.model.mlp_mult));
 }
 
 // One stage's process. peers: every stage's host:port, comma-separated.
@@ -304,7 +243,7 @@ inline int run_pipeline_launcher(const train_config& cfg, const std::string& con
     }
     return 0;
   }
-  auto lock = run_lock::acquire(dir);
+  auto lock = job::run_lock::acquire(dir, "paco_train");
   if (!lock) return std::fprintf(stderr, "paco_train: %s\n", lock.error().what().c_str()), 2;
   for (int k = 0; k < K; ++k) {
     std::error_code ec;

@@ -1,30 +1,37 @@
 #pragma once
-// paco_train's local-loss DiPaCo (job.mode = "dipaco" with dipaco.stages = K > 1): each worker's
-// path cut into K stages at level boundaries, one process per stage (--role worker --worker W
-// --stage k --peers …). The stages of a worker form a pipeline over TCP ([pipeline] says how
-// they train: local losses with auxiliary heads, or GPipe / 1F1B); each stage is a worker of the
-// unchanged store with its own link, pulling and pushing only its own modules' Δ
-// (train/stage_worker.hpp). The library does the work; this file is configuration and a process.
+// Local-loss DiPaCo (dipaco.stages = K > 1): each worker's path cut into K stages at level
+// boundaries, one process per stage (--role worker --worker W --stage k --peers …). The stages of
+// a worker form a pipeline over TCP ([pipeline] says how they train: local losses with auxiliary
+// heads, or GPipe / 1F1B); each stage is a worker of the unchanged store with its own link,
+// pulling and pushing only its own modules' Δ (train/stage_worker.hpp).
 //
 // A stage keeps no checkpoint (its auxiliary head and queue cannot rejoin a pipeline that went
 // on without it): a failed stage fails the run, which the launcher does not restart.
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include "dipaco_job.hpp"
 #include "paco/collectives/agree.hpp"
+#include "paco/io/metrics.hpp"
+#include "paco/job/data.hpp"
+#include "paco/job/dipaco_job.hpp"
+#include "paco/job/run_files.hpp"
+#include "paco/job/stages.hpp"
+#include "paco/net/asio_tcp.hpp"
 #include "paco/store/metered.hpp"
+#include "paco/store/store.hpp"
 #include "paco/train/stage_worker.hpp"
-#include "pipeline_job.hpp"
+#include "paco/train/worker_loop.hpp"
 
-namespace paco_train {
+namespace paco::job {
 
 // What every stage of a worker must share: the pipeline's fields and the DiPaCo run's.
-inline std::vector<collectives::agree_field> dipaco_stage_fields(const train_config& c) {
-  auto f = stage_fields(c);
+template <nn::BlockModel Model>
+std::vector<collectives::agree_field> dipaco_stage_fields(const dipaco_job<Model>& c) {
+  auto f = stage_fields(c, model_description(c));
   std::string grid, split;
   for (int e : c.dipaco.grid) grid += (grid.empty() ? "" : "x") + std::to_string(e);
   for (int l : c.dipaco.stage_split) split += (split.empty() ? "" : ",") + std::to_string(l);
@@ -36,9 +43,11 @@ inline std::vector<collectives::agree_field> dipaco_stage_fields(const train_con
   return f;
 }
 
-// Stage k of worker w. peers: every stage's host:port of this worker, comma-separated.
-inline int run_stage_worker(const train_config& cfg, const run_dir& rd, int w, int k,
-                            const std::string& peers_csv, bool resume, bool fresh) {
+// Stage k of worker w; returns the role's exit code (job/dipaco_job.hpp). peers: every stage's
+// host:port of this worker, comma-separated.
+template <nn::BlockModel Model>
+int run_stage_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, int k,
+                     const std::string& peers_csv, bool resume, bool fresh) {
   auto fail = [&](int code, const std::string& m) {
     std::fprintf(stderr, "worker %d stage %d: %s\n", w, k, m.c_str());
     return code;
@@ -48,8 +57,8 @@ inline int run_stage_worker(const train_config& cfg, const run_dir& rd, int w, i
     return fail(exit_bad_input,
                 "the stages of a path keep no checkpoints, so they cannot --resume: start the "
                 "run over (the launcher's --fresh)");
-  const auto g = make_plan(cfg);
-  const auto jp = processes_of(cfg, g);
+  const path::path_plan g = make_plan(cfg);
+  const job_processes jp = processes_of(cfg, g);
   if (w < 1 || w > g.workers())
     return fail(exit_bad_input, "--worker must be in [1, " + std::to_string(g.workers()) + "]");
   if (k < 0 || k >= jp.K)
@@ -72,9 +81,9 @@ inline int run_stage_worker(const train_config& cfg, const run_dir& rd, int w, i
   auto routing = read_routing(rd);
   if (!routing) return fail(exit_bad_input, routing.error().what());
   auto shard = stream_of(*data, (*routing)["train_route"].get<std::vector<int>>(), p);
-  if (shard.ids.size() <= std::size_t(cfg.model.ctx) + 1)
+  if (shard.ids.size() <= std::size_t(cfg.model.shape().ctx) + 1)
     return fail(exit_bad_input, "path " + std::to_string(p) + " has no training documents");
-  const nn::gpt model(cfg.model);
+  const Model& model = cfg.model;
   const auto cut = stages_of(cfg, g);
   // The pipeline of this worker's stages; every stage runs the same settings, or none runs.
   auto net = net::asio_tcp::connect(stage_link_options(cfg, k, peers));
@@ -87,7 +96,7 @@ inline int run_stage_worker(const train_config& cfg, const run_dir& rd, int w, i
   const auto& tc = cfg.train;
   const train::inner_config icfg{
       .batch = tc.batch,
-      .ctx = cfg.model.ctx,
+      .ctx = cfg.model.shape().ctx,
       .steps = cfg.dipaco.inner_steps,
       .grad_clip = tc.grad_clip,
       .schedule = {.lr = tc.lr,
@@ -183,4 +192,4 @@ inline int run_stage_worker(const train_config& cfg, const run_dir& rd, int w, i
   return 0;
 }
 
-}  // namespace paco_train
+}  // namespace paco::job

@@ -1,0 +1,42 @@
+// The three-level model of examples/three_levels (a block of its own: two attention sublayers
+// per MLP sublayer), trained as a DiPaCo job of real processes: a store and one worker process
+// per path over TCP, with checkpoints, resume, restarts and the results table (job/main.hpp).
+// Grid [1, 5, 1]: level 0 (embedding + block 0) and level 2 (block 2 + norm + head) are shared
+// by every path, level 1 (block 1) has 5 experts: 5 paths, 7 modules, 5 workers.
+//   example_three_levels_job [--run-dir DIR] [--fresh | --resume]   the launcher, on this machine
+//   example_three_levels_job --role store | --role worker --worker N   one process (manual)
+#include <paco/job/job.hpp>
+#include <paco/paco.hpp>
+
+using namespace paco;
+using my_block = nn::seq<nn::attention_block, nn::attention_block, nn::mlp_block>;
+
+my_block make_my_block(int C, int heads) {
+  auto attention = [&] {
+    return nn::attention_block{nn::seq<nn::layer_norm, nn::causal_attention>(
+        nn::layer_norm{.C = C}, nn::causal_attention{.C = C, .NH = heads})};
+  };
+  nn::mlp m(nn::linear{.in = C, .out = 4 * C}, nn::gelu{.C = 4 * C},
+            nn::linear{.in = 4 * C, .out = C});
+  nn::mlp_block mlp{nn::seq<nn::layer_norm, nn::mlp>(nn::layer_norm{.C = C}, std::move(m))};
+  return my_block(attention(), attention(), std::move(mlp));
+}
+
+int main(int argc, char** argv) {
+  using model_t = nn::block_lm<my_block>;
+  job::dipaco_job<model_t> dipaco{
+      {}, model_t({.vocab = 256, .ctx = 64, .d = 64}, make_my_block(64, 4), 3)};
+  dipaco.program = "example_three_levels_job";
+  dipaco.output.dir = "out/three_levels_job";
+  dipaco.dipaco.grid = {1, 5, 1};
+  dipaco.dipaco.rounds = 4;
+  dipaco.dipaco.inner_steps = 25;
+  dipaco.dipaco.pretrain_steps = 50;
+  dipaco.dipaco.reroute_every = 0;
+  dipaco.train.batch = 8;
+  dipaco.train.lr = 1e-3f;
+  dipaco.train.min_lr = 1e-4f;
+  dipaco.train.warmup = 10;
+  dipaco.train.threads = 1;
+  return job::run_main(dipaco, argc, argv);
+}

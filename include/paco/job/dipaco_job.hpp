@@ -1,0 +1,277 @@
+#pragma once
+// A DiPaCo / DiLoCo job over real processes: what it is made of and the names its processes
+// share. The job is one model (any nn::BlockModel: a block_lm of one's own, or nn::gpt) and its
+// settings (job/settings.hpp); its roles are
+//   launcher  job/launcher.hpp     prepares the run directory, starts (or prints) the processes
+//                                  below, shows progress, evaluates and prints the results table
+//   prepare   job/prepare.hpp      the shared base model (pretrained) and the routing
+//   store     job/store_role.hpp   every module of the grid, one TCP link per worker
+//   worker    job/worker_role.hpp  one path: pull, H inner steps, push Δ, wait; checkpoints
+// and job/main.hpp dispatches a program's command line to them, so a program of one's own is a
+// model, its settings and one call (examples/three_levels_job).
+//
+//   dipaco_job<Model>   the settings, the model and the job's hooks
+//   job_processes       the processes that push to the store (a worker, or a stage of one)
+//   config_fingerprint  what a checkpoint of the job depends on
+//   link_options        the TCP link of a worker (or stage) process to the store
+//
+// Exit codes of the store and worker roles (the launcher restarts only the restartable ones):
+//   0  the run is complete for this process
+//   2  bad input: configuration, files, checkpoints (restarting cannot help)
+//   3  the link to the store or to a worker was lost (restartable)
+//   4  the process's state could not be written (checkpoint or log, after retries): the run
+//      cannot go on without losing work, and nothing may report it finished
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "paco/core/arena.hpp"
+#include "paco/core/error.hpp"
+#include "paco/io/batches.hpp"
+#include "paco/io/safetensors.hpp"
+#include "paco/job/device_worker.hpp"
+#include "paco/job/settings.hpp"
+#include "paco/net/tcp_options.hpp"
+#include "paco/nn/concepts.hpp"
+#include "paco/optim/adamw.hpp"
+#include "paco/path/level_map.hpp"
+#include "paco/path/path_plan.hpp"
+#include "paco/pipeline/path_stages.hpp"
+#include "paco/store/compression.hpp"
+#include "paco/train/inner_loop.hpp"
+
+namespace paco::job {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr double ln2 = 0.6931471805599453;
+
+// Exit codes of the roles (see the file comment).
+constexpr int exit_bad_input = 2, exit_link_lost = 3, exit_write_failed = 4;
+// Tries of a checkpoint or log write before it is fatal (pauses of 0.2, 0.4, 0.8 s between).
+constexpr int write_tries = 4;
+
+// A worker on a device instead of the host (job/device_worker.hpp): worker `id` of a path
+// (its levels and modules) with the inner optimizer, inner loop settings, shard, seed and push
+// codec the host worker would have. Errors: unsupported (no device, no kernels for the codec).
+template <class Model>
+using device_factory = std::function<result<std::unique_ptr<device_path_worker>>(
+    int id, const Model& model, std::vector<path::level_span> levels, std::vector<int> modules,
+    optim::adamw opt, const train::inner_config& cfg, const io::token_stream& shard,
+    std::uint64_t seed, const store::compression& compression)>;
+
+// Writes one exported model (a path's θ, or the base model's) as out/<stem>…; meta: where it
+// came from (source, path, grid, round). Errors name the file.
+template <class Model>
+using model_writer =
+    std::function<status(const fs::path& out, const std::string& stem, const Model& model,
+                         const float* theta, const std::map<std::string, std::string>& meta)>;
+
+// A DiPaCo job: the settings (every section), the model, and what the job cannot know of it.
+// The model's blocks are cut into the grid's levels (path::split_gpt_levels: the embedding with
+// the first level, the final norm and head with the last), so Model is a BlockModel
+// (nn::block_lm of any block, or nn::gpt).
+template <nn::BlockModel Model>
+struct dipaco_job : settings {
+  Model model;
+  // The model's configuration as space-separated key=value items: the first part of every
+  // checkpoint's fingerprint (empty: describe_model's, from its shape and size).
+  std::string model_fingerprint;
+  // The name in the launcher's messages and its lock.
+  std::string program = "paco";
+  // The arguments that give a child process of this program this job, after the program's name
+  // (paco_train: --config FILE and every --set): the launcher appends the process's role.
+  std::vector<std::string> child_args;
+  // train.device = "cuda": the device worker (empty: only host workers).
+  device_factory<Model> make_device_worker;
+  // --export: how a model is written (empty: write_safetensors_model).
+  model_writer<Model> write_model;
+};
+
+// The model's shape and size as key=value items (model.vocab, ctx, d, blocks, params).
+template <nn::BlockModel Model>
+std::string describe_model(const Model& m) {
+  std::ostringstream o;
+  o << "model.vocab=" << m.vocab() << " model.ctx=" << m.shape().ctx << " model.d=" << m.width()
+    << " model.blocks=" << m.blocks() << " model.params=" << m.param_count();
+  return o.str();
+}
+
+// The job's model as its checkpoints and its stages describe it.
+template <nn::BlockModel Model>
+std::string model_description(const dipaco_job<Model>& cfg) {
+  return cfg.model_fingerprint.empty() ? describe_model(cfg.model) : cfg.model_fingerprint;
+}
+
+// The default model_writer: out/<stem>.safetensors with the model's tensor names and meta.
+template <nn::BlockModel Model>
+status write_safetensors_model(const fs::path& out, const std::string& stem, const Model& model,
+                               const float* theta, const std::map<std::string, std::string>& meta) {
+  std::vector<io::tensor_ref> t;
+  for (auto& nt : model.tensors()) t.push_back({nt.name, nt.shape, theta + nt.offset});
+  auto m = meta;
+  m["format"] = "paco-model-1";
+  m["model"] = describe_model(model);
+  return io::save_safetensors(out / (stem + ".safetensors"), t, m);
+}
+
+// The model's levels: its blocks cut into as many levels as the grid has.
+template <nn::BlockModel Model>
+std::vector<path::level_span> levels_of(const dipaco_job<Model>& cfg) {
+  return path::split_gpt_levels(cfg.model.layout(), cfg.model.blocks(), int(cfg.dipaco.grid.size()))
+      .value_or_throw();
+}
+
+// 32 random hex digits (the launcher's PACO_TOKEN, a run's id).
+inline std::string random_token() {
+  std::random_device rd;
+  char b[33];
+  for (int i = 0; i < 32; ++i) b[i] = "0123456789abcdef"[rd() % 16];
+  b[32] = 0;
+  return b;
+}
+
+// The run's plan: the configured grid over the model's levels, workers_per_path workers per
+// path. Worker ids of the job are 1 … workers; worker w is the plan's worker w − 1.
+template <nn::BlockModel Model>
+path::path_plan make_plan(const dipaco_job<Model>& cfg) {
+  return path::path_plan::make_runtime(cfg.dipaco.grid, levels_of(cfg), cfg.dipaco.workers_per_path)
+      .value_or_throw();
+}
+
+// ---- the processes that push to the store ----
+// One per worker; with dipaco.stages = K > 1 (local-loss DiPaCo) one per stage of each worker's
+// path, every stage pushing its own modules' Δ. Process s (1 … count()) is stage (s − 1) % K of
+// worker (s − 1) / K + 1, and the store's worker s (its link, port and pushes).
+struct job_processes {
+  int workers = 0, K = 1;
+  int count() const noexcept { return workers * K; }
+  bool staged() const noexcept { return K > 1; }
+  int worker_of(int s) const noexcept { return (s - 1) / K + 1; }
+  int stage_of(int s) const noexcept { return (s - 1) % K; }
+  int id(int w, int k) const noexcept { return (w - 1) * K + k + 1; }
+  // The name of its log files: worker-W, or worker-W-stage-K.
+  std::string name(int s) const {
+    const std::string w = "worker-" + std::to_string(worker_of(s));
+    return staged() ? w + "-stage-" + std::to_string(stage_of(s)) : w;
+  }
+};
+inline job_processes processes_of(const settings& cfg, const path::path_plan& g) {
+  return {g.workers(), std::max(1, cfg.dipaco.stages)};
+}
+// The cut of a path into dipaco.stages stages.
+template <nn::BlockModel Model>
+pipeline::path_stages stages_of(const dipaco_job<Model>& cfg, const path::path_plan& g) {
+  return pipeline::path_stages::make(cfg.model, g.level_spans(), std::max(1, cfg.dipaco.stages),
+                                     cfg.dipaco.stage_split)
+      .value_or_throw();
+}
+// The modules process s pushes: its worker's path's, or those of its stage's levels.
+template <nn::BlockModel Model>
+std::vector<int> process_modules(const dipaco_job<Model>& cfg, const path::path_plan& g,
+                                 const job_processes& jp, int s) {
+  const auto& all = g.worker_modules(jp.worker_of(s) - 1);
+  if (!jp.staged()) return all;
+  std::vector<int> m;
+  for (int l : stages_of(cfg, g).levels_of(jp.stage_of(s))) m.push_back(all[std::size_t(l)]);
+  return m;
+}
+
+// The environment variable `name`, or `fallback` when it is unset or empty.
+inline std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+inline std::string token_from_env() {
+  return env_or("PACO_TOKEN", "");
+}
+
+// The store and the workers authenticate every link with PACO_TOKEN: without it nothing can
+// connect, so a process without one refuses to start.
+inline status require_token(const char* role) {
+  if (!token_from_env().empty()) return {};
+  return {errc::invalid_argument,
+          std::string(role) +
+              ": PACO_TOKEN is not set (the launcher sets it for the processes "
+              "it starts; set the same secret on every machine of a manual run)"};
+}
+
+// The configuration a checkpoint of this job depends on, as space-separated key=value items
+// (recorded in every checkpoint's metadata and compared on resume; dipaco.rounds may change).
+template <nn::BlockModel Model>
+std::string config_fingerprint(const dipaco_job<Model>& cfg) {
+  std::string grid;
+  for (std::size_t i = 0; i < cfg.dipaco.grid.size(); ++i)
+    grid += (i ? "x" : "") + std::to_string(cfg.dipaco.grid[i]);
+  const auto& d = cfg.dipaco;
+  std::ostringstream o;
+  o << model_description(cfg) << " dipaco.grid=" << grid
+    << " dipaco.workers_per_path=" << d.workers_per_path << " dipaco.inner_steps=" << d.inner_steps
+    << " dipaco.pretrain_steps=" << d.pretrain_steps << " dipaco.outer_lr=" << d.outer_lr
+    << " dipaco.outer_momentum=" << d.outer_momentum << " dipaco.path_rescale=" << d.path_rescale
+    << " dipaco.weight_by_shard=" << d.weight_by_shard << " dipaco.prefix=" << d.prefix
+    << " dipaco.compress=" << d.compress << " train.batch=" << cfg.train.batch
+    << " train.seed=" << cfg.train.seed;
+  // The routing file holds a route per scored document: another split is another run.
+  if (d.eval_split != "validation") o << " dipaco.eval_split=" << d.eval_split;
+  // An overlapped rule's checkpoint holds a round trained and not landed, a blocking one's a
+  // round already pushed: neither resumes under the other (blocking adds nothing, so checkpoints
+  // written before the overlapped rules existed still resume).
+  if (cfg.sync.mode != "blocking") o << " sync.mode=" << cfg.sync.mode;
+  if (cfg.sync.mode == "streaming")
+    o << " sync.overlap_steps=" << cfg.sync.overlap_steps << " sync.alpha=" << cfg.sync.alpha;
+  // Likewise the outer optimizer: nesterov, the only one before dipaco.outer, adds nothing.
+  if (d.outer != "nesterov")
+    o << " dipaco.outer=" << d.outer << " dipaco.outer_gap_penalty=" << d.outer_gap_penalty
+      << " dipaco.outer_clip=" << d.outer_clip
+      << " dipaco.outer_clip_threshold=" << d.outer_clip_threshold;
+  return o.str();
+}
+
+// The link of process `worker` to the store on `port`: rank 0 the store's end, 1 the worker's.
+inline net::tcp_options link_options(const settings& cfg, int worker, int port, int rank,
+                                     const std::string& token) {
+  net::tcp_options o;
+  o.rank = rank;
+  o.size = 2;
+  o.coordinator = cfg.launch.store_host + ":" + std::to_string(port);
+  o.listen_host = cfg.launch.store_host == "127.0.0.1" ? "127.0.0.1" : "0.0.0.0";
+  o.token = token;
+  o.epoch = std::uint64_t(worker);
+  o.connect_timeout = std::chrono::milliseconds(rank == 0 ? 2000 : 60000);
+  o.peer_timeout = std::chrono::milliseconds(long(cfg.launch.peer_timeout_s * 1000));
+  o.heartbeat_interval =
+      std::chrono::milliseconds(std::max(50L, long(cfg.launch.peer_timeout_s * 100)));
+  o.shaper.rate_bytes_per_s = cfg.launch.link_mbps * 1e6 / 8;
+  o.shaper.latency = std::chrono::microseconds(long(cfg.launch.link_latency_ms * 1000));
+  if (cfg.launch.tls) {
+    o.tls = {.enabled = true,
+             .ca_file = cfg.launch.tls_ca,
+             .cert_file = env_or("PACO_TLS_CERT", cfg.launch.tls_cert),
+             .key_file = env_or("PACO_TLS_KEY", cfg.launch.tls_key),
+             .peer_name = cfg.launch.tls_peer_name};
+  }
+  return o;
+}
+
+// The store's port of process `worker`: the run's drawn ports, else launch.base_port + worker.
+inline int port_of(const settings& cfg, const json& routing, int worker) {
+  if (routing.contains("ports")) return routing["ports"][std::size_t(worker - 1)].get<int>();
+  return cfg.launch.base_port + worker;
+}
+
+}  // namespace paco::job

@@ -1,0 +1,127 @@
+#pragma once
+// A program's command line for its DiPaCo job: run_main(job, argc, argv) is the whole main() of
+// a program that trains its own model as store + worker processes (examples/three_levels_job).
+//
+//   prog                          the launcher: launch.mode "local" starts the store and every
+//                                 worker on this machine, "manual" prints one command each
+//   prog --role prepare           write the run directory's base model and routing
+//   prog --role store             the store (on launch.store_host)
+//   prog --role worker --worker N worker N (1 … workers); with dipaco.stages > 1 also
+//        --stage K --peers H:P,…    stage K of its path, the worker's stages' endpoints
+//   prog --export DIR             every path of a finished run, and the base model
+// with, for any of them: --run-dir DIR (default output.dir), --resume, --fresh. The launcher
+// starts this same program (/proc/self/exe) with job.child_args and a role, so a process of any
+// role has the same job. PACO_TOKEN authenticates every link (the launcher draws one).
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "paco/job/data.hpp"
+#include "paco/job/dipaco_job.hpp"
+#include "paco/job/export.hpp"
+#include "paco/job/launcher.hpp"
+#include "paco/job/prepare.hpp"
+#include "paco/job/stage_role.hpp"
+#include "paco/job/store_role.hpp"
+#include "paco/job/worker_role.hpp"
+
+namespace paco::job {
+
+// The roles' flags.
+struct command_line {
+  std::string role = "launcher";  // launcher, prepare, store, worker
+  int worker = 0, stage = 0;
+  std::string run_dir, export_dir, peers;
+  bool resume = false, fresh = false;
+};
+
+// Parses argv[1 …]. Errors: invalid_argument naming the flag (unknown, missing its value, a
+// role that is not one, a worker id that is not a number).
+inline result<command_line> parse_command_line(int argc, const char* const* argv) {
+  command_line c;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> result<std::string> {
+      if (i + 1 >= argc) return error(errc::invalid_argument, a + " needs a value");
+      return std::string(argv[++i]);
+    };
+    if (a == "--resume") {
+      c.resume = true;
+    } else if (a == "--fresh") {
+      c.fresh = true;
+    } else if (a == "--role" || a == "--run-dir" || a == "--export" || a == "--worker" ||
+               a == "--stage" || a == "--peers") {
+      auto v = value();
+      if (!v) return v.error();
+      if (a == "--role") {
+        if (*v != "launcher" && *v != "prepare" && *v != "store" && *v != "worker")
+          return error(errc::invalid_argument,
+                       "--role " + *v + ": a role is launcher, prepare, store or worker");
+        c.role = *v;
+      } else if (a == "--run-dir") {
+        c.run_dir = *v;
+      } else if (a == "--export") {
+        c.export_dir = *v;
+      } else if (a == "--peers") {
+        c.peers = *v;
+      } else {
+        char* end = nullptr;
+        const long n = std::strtol(v->c_str(), &end, 10);
+        const long least = a == "--worker" ? 1 : 0;
+        if (v->empty() || *end || n < least || n > 1 << 20)
+          return error(errc::invalid_argument,
+                       a + " " + *v + ": not a number ≥ " + std::to_string(least));
+        (a == "--worker" ? c.worker : c.stage) = int(n);
+      }
+    } else {
+      return error(
+          errc::invalid_argument,
+          "unknown argument '" + a +
+              "' (--role, --worker, --stage, --peers, --run-dir, --resume, --fresh, --export)");
+    }
+  }
+  return c;
+}
+
+// The job's role named by the command line. Returns the process's exit code: 0 done, 2 bad input
+// (a message on stderr names it), the roles' codes otherwise (job/dipaco_job.hpp).
+// Requires: job's settings are valid (the ranges beside each field).
+template <nn::BlockModel Model>
+int run_main(const dipaco_job<Model>& job, int argc, const char* const* argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  std::signal(SIGPIPE, SIG_IGN);  // a peer that died must be an error code, not a dead process
+  const char* P = job.program.c_str();
+  auto c = parse_command_line(argc, argv);
+  if (!c) return std::fprintf(stderr, "%s: %s\n", P, c.error().what().c_str()), exit_bad_input;
+  const run_dir rd{c->run_dir.empty() ? fs::path(job.output.dir) : fs::path(c->run_dir)};
+  try {
+    if (!c->export_dir.empty()) {
+      if (auto s = export_paths(job, rd, c->export_dir); !s)
+        return std::fprintf(stderr, "%s: export: %s\n", P, s.error().what().c_str()),
+               exit_bad_input;
+      return 0;
+    }
+    if (c->role == "store") return run_store(job, rd, c->resume, c->fresh);
+    if (c->role == "worker" && job.dipaco.stages > 1)
+      return run_stage_worker(job, rd, c->worker, c->stage, c->peers, c->resume, c->fresh);
+    if (c->role == "worker") return run_worker(job, rd, c->worker, c->resume, c->fresh);
+    if (c->role == "prepare") {
+      auto data = load_job_data(job);
+      if (!data) return std::fprintf(stderr, "%s: %s\n", P, data.error().what().c_str()), 2;
+      if (auto s = prepare(job, rd, *data, make_plan(job)); !s)
+        return std::fprintf(stderr, "%s: %s\n", P, s.error().what().c_str()), exit_bad_input;
+      std::printf("%s: prepared %s\n", P, rd.dir.c_str());
+      return 0;
+    }
+    return run_launcher(job, rd, c->resume, c->fresh);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s (%s): %s\n", P, c->role.c_str(), e.what());
+    return exit_bad_input;
+  }
+}
+
+}  // namespace paco::job

@@ -1,0 +1,226 @@
+#pragma once
+// The results of a finished DiPaCo run: every path scored on the documents of dipaco.eval_split
+// routed to it (the one scorer, route/evaluate.hpp), their union, DiPaCo's frequent re-routing,
+// the bytes each path sent against fp32 pushes and a data-parallel run, and the loss curves.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "paco/core/arena.hpp"
+#include "paco/io/table.hpp"
+#include "paco/job/data.hpp"
+#include "paco/job/dipaco_job.hpp"
+#include "paco/job/run_files.hpp"
+#include "paco/route/evaluate.hpp"
+#include "paco/route/route.hpp"
+#include "paco/store/store.hpp"
+
+namespace paco::job {
+
+// How the stages of a path train (dipaco.stages > 1), for the launcher's lines.
+inline std::string pipeline_name(const settings& cfg) {
+  const auto& p = cfg.pipeline;
+  if (p.schedule == "local")
+    return "local losses, head " + p.head + ", queue " + std::to_string(p.queue_depth) +
+           ", activations " + p.activations;
+  return p.schedule + ", M = " + std::to_string(p.micro_batches) + " micro-batches, activations " +
+         p.activations;
+}
+
+// The last record of each process's JSONL log (job_processes: a worker, or a stage of one).
+inline std::map<int, json> latest_records(const run_dir& rd, const job_processes& jp) {
+  std::map<int, json> out;
+  for (int w = 1; w <= jp.count(); ++w) {
+    std::ifstream in(rd.process_log(jp, w));
+    std::string line, last;
+    while (std::getline(in, line))
+      if (!line.empty()) last = line;
+    if (!last.empty()) {
+      json j = json::parse(last, nullptr, false);
+      if (!j.is_discarded()) out[w] = j;
+    }
+  }
+  return out;
+}
+
+// Loss curves per path to a PNG with gnuplot (skipped with a message when gnuplot is missing).
+// With stages, each worker's last stage (the path's own loss).
+inline std::string plot_curves(const run_dir& rd, const path::path_plan& g,
+                               const job_processes& jp) {
+  const fs::path data = rd.dir / "loss_curves.dat", png = rd.dir / "loss_curves.png";
+  std::ofstream out(data);
+  for (int w = 1; w <= g.workers(); ++w) {
+    out << "# worker " << w << "\n";
+    std::ifstream in(rd.process_log(jp, jp.id(w, jp.K - 1)));
+    std::string line;
+    while (std::getline(in, line)) {
+      json j = json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.contains("round") && j["bpb"].is_number())
+        out << j["step"] << " " << j["bpb"] << "\n";
+    }
+    out << "\n\n";
+  }
+  out.close();
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) return "(gnuplot not installed)";
+  std::ofstream gp(rd.dir / "loss_curves.gp");
+  gp << "set terminal png size 900,560\nset output '" << png.string() << "'\n"
+     << "set title 'DiPaCo " << g.paths() << " paths: training loss per path'\n"
+     << "set xlabel 'inner step'\nset ylabel 'bits per byte'\nset grid\nplot ";
+  for (int w = 1; w <= g.workers(); ++w)
+    gp << (w > 1 ? ", " : "") << "'" << data.string() << "' index " << (w - 1)
+       << " with linespoints title 'worker " << w << " path "
+       << g.path_name(g.path_of_worker(w - 1)) << "'";
+  gp << "\n";
+  gp.close();
+  const std::string cmd = "gnuplot '" + (rd.dir / "loss_curves.gp").string() + "' 2>/dev/null";
+  return std::system(cmd.c_str()) == 0 ? png.string() : "(gnuplot failed)";
+}
+
+// Prints the results table of a finished, whole run (check_run_whole) and what it sent; the
+// loss curves go to loss_curves.png when gnuplot is installed. train_s: the run's time. Returns
+// 0, or exit_bad_input when the store checkpoint cannot be read.
+template <nn::BlockModel Model>
+int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::path_plan& g,
+                  const job_data& data_, const json& routing_, double train_s) {
+  const char* P = cfg.program.c_str();
+  const job_processes jp = processes_of(cfg, g);
+  const auto* data = &data_;
+  const auto* routing = &routing_;
+  const std::string split = cfg.dipaco.eval_split;
+  const std::string tag = split == "test" ? "test" : "val";
+  std::printf("%s: evaluating every path on its routed %s documents...\n", P, split.c_str());
+  const Model& model = cfg.model;
+  store::module_store<store_outer> store(g.module_table(), outer_of(cfg));
+  if (auto s = load_store(cfg, rd, g, store); !s)
+    return std::fprintf(stderr, "%s: %s\n", P, s.error().what().c_str()), exit_bad_input;
+  auto val_route = (*routing)["val_route"].template get<std::vector<int>>();
+  // The one scorer (route/evaluate.hpp): every figure below gives every token the same context.
+  const auto rule = route::sliding_window::make(cfg.model.shape().ctx).value_or_throw();
+  auto ws = model.make_workspace({cfg.train.batch, cfg.model.shape().ctx});
+  std::vector<arena<host>> thetas;  // every path's parameters after the final outer step
+  std::vector<const float*> th;
+  for (int p = 0; p < g.paths(); ++p) {
+    auto& a = thetas.emplace_back(model.layout());
+    for (int m : g.path_modules(p)) {
+      const auto& sp = g.span_of(m);
+      store.pull(m, std::span<float>(a.get(plane::param).data() + sp.offset, sp.size));
+    }
+  }
+  for (auto& a : thetas) th.push_back(a.get(plane::param).data());
+  std::vector<route::scored_span> spans;
+  std::vector<int> routed;
+  for (std::size_t i = 0; i < data->val.size(); ++i)
+    if (data->val[i].size() > std::size_t(cfg.dipaco.prefix) + 1) {
+      spans.push_back({data->val[i], std::size_t(cfg.dipaco.prefix), data->val[i].size()});
+      routed.push_back(val_route[i]);
+    }
+  std::vector<route::nll> per(g.paths());
+  std::vector<int> docs(g.paths(), 0);
+  route::nll total;
+  for (int p = 0; p < g.paths(); ++p) {
+    std::vector<route::scored_span> mine;
+    for (std::size_t j = 0; j < spans.size(); ++j)
+      if (routed[j] == p) mine.push_back(spans[j]), ++docs[p];
+    per[p] = route::routed_nll(model, std::span(th).subspan(std::size_t(p), 1), mine,
+                               std::vector<int>(mine.size(), 0), rule, ws);
+    total += per[p];
+  }
+  // Frequent re-routing (DiPaCo Table 3): the same documents and bytes, each chunk of
+  // reroute_every bytes scored by the path that best predicted the previous chunk.
+  route::nll rerouted;
+  const std::size_t W = std::size_t(cfg.dipaco.reroute_every);
+  if (W > 0 && g.paths() > 1) {
+    std::printf("%s: re-routing every %zu bytes by likelihood (%d paths score each chunk)...\n", P,
+                W, g.paths());
+    rerouted = route::likelihood_rerouted_nll(model, th, spans, W, rule, ws);
+  }
+  std::map<int, json> rec = latest_records(rd, jp);
+  double bytes = 0;
+  for (auto& [w, j] : rec) bytes += j["bytes_sent"].template get<double>();
+  const std::size_t n_params = model.param_count();
+  const long steps = long(cfg.dipaco.rounds) * cfg.dipaco.inner_steps;
+  const double dp =
+      double(steps) * 2.0 * (g.workers() - 1) / std::max(g.workers(), 1) * double(n_params) * 4.0;
+  const std::string png = plot_curves(rd, g, jp);
+
+  // What fp32 pushes of the same rounds would have sent (request header + 4 bytes per float).
+  const auto comp = compression_of(cfg);
+  double fp32_bytes = 0;
+  for (int w = 1; w <= g.workers(); ++w)
+    for (int m : g.worker_modules(w - 1))
+      fp32_bytes +=
+          double(cfg.dipaco.rounds) * double(store::wire::push_bytes(4 * g.span_of(m).size));
+  io::table table({"path", tag + " docs", tag + " bits/byte", "sent (" + comp.name() + ")"});
+  for (int p = 0; p < g.paths(); ++p) {
+    double b = 0;
+    for (auto& [s, j] : rec)
+      if (g.path_of_worker(jp.worker_of(s) - 1) == p) b += j["bytes_sent"].template get<double>();
+    table.add({g.path_name(p), std::to_string(docs[p]), io::cell(per[p].bits_per_token(), 4),
+               io::cell(b / 1e6, 3, " MB")});
+  }
+  // The documents scored: those longer than the routing prefix (the others have nothing to score).
+  table.add({"all (routed)", std::to_string(spans.size()), io::cell(total.bits_per_token(), 4),
+             io::cell(bytes / 1e6, 3, " MB")});
+  if (rerouted.tokens)
+    table.add({"re-routed/" + std::to_string(W), std::to_string(spans.size()),
+               io::cell(rerouted.bits_per_token(), 4), ""});
+  std::printf("\n");
+  table.print(stdout);
+  std::printf("(scorer %s; routed: each document by its first %d bytes, scored on the rest",
+              rule.name().c_str(), cfg.dipaco.prefix);
+  if (rerouted.tokens)
+    std::printf(
+        "; re-routed/%zu: the same bytes, each chunk of %zu scored by the path that best "
+        "predicted the previous one",
+        W, W);
+  std::printf(")\n");
+  std::printf(
+      "\nper-path model %.2fM parameters, %d modules of %.2fM; %ld inner steps per worker; "
+      "%.0f s in all\n",
+      n_params / 1e6, g.modules(), g.level(0).size / 1e6, steps, train_s);
+  std::printf(
+      "codec %s%s: bytes sent per worker %.3f MB (payloads and request headers, as "
+      "sent); fp32 pushes would send %.2f MB (%.2fx more)\n",
+      comp.name().c_str(),
+      comp.spec.kind == compress::codec_kind::identity ? ""
+      : comp.spec.error_feedback                       ? " with error feedback"
+                                                       : " without error feedback",
+      bytes / g.workers() / 1e6, fp32_bytes / g.workers() / 1e6, fp32_bytes / std::max(bytes, 1.0));
+  std::printf("a data-parallel run of the same steps would send %.1f MB per worker (%.0fx more)\n",
+              dp / 1e6, dp / std::max(bytes / g.workers(), 1.0));
+  if (jp.staged()) {
+    // Each stage's own loss in its last round, and what crossed between the stages.
+    double act = 0;
+    std::string stages;
+    for (int k = 0; k < jp.K; ++k) {
+      double sum = 0;
+      int n = 0;
+      for (auto& [s, j] : rec)
+        if (jp.stage_of(s) == k && j["bpb"].is_number())
+          sum += j["bpb"].template get<double>(), ++n;
+      char b[64];
+      std::snprintf(b, sizeof b, "%sstage %d %s", k ? ", " : "", k, n ? "" : "-");
+      stages += b;
+      if (n) {
+        std::snprintf(b, sizeof b, "%.3f", sum / n);
+        stages += b;
+      }
+    }
+    for (auto& [s, j] : rec)
+      if (j.contains("activation_bytes")) act += j["activation_bytes"].template get<double>();
+    std::printf(
+        "paths cut into %d stages (%s): training bits/byte of the last round %s (stages before "
+        "the last: their auxiliary heads'); %.1f MB of activations between stages per worker\n",
+        jp.K, pipeline_name(cfg).c_str(), stages.c_str(), act / g.workers() / 1e6);
+  }
+  std::printf("loss curves: %s; store checkpoint: %s\n", png.c_str(), rd.store().c_str());
+  return 0;
+}
+
+}  // namespace paco::job

@@ -1,0 +1,180 @@
+#pragma once
+// The store role of a DiPaCo job: owns every module of the grid; one TCP link per worker
+// process (a worker that restarts reconnects on its link); checkpoints the modules after every
+// round close, before any worker hears of it. Decodes encoded pushes with its own codec of each
+// module.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "paco/io/atomic_file.hpp"
+#include "paco/job/dipaco_job.hpp"
+#include "paco/job/run_files.hpp"
+#include "paco/net/asio_tcp.hpp"
+#include "paco/store/store.hpp"
+
+namespace paco::job {
+
+// resume: continue from the store checkpoint (without one: start from the base model, when no
+// worker has completed a round). fresh: start from the base model, overwriting a checkpoint.
+// Returns the role's exit code (job/dipaco_job.hpp).
+template <nn::BlockModel Model>
+int run_store(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool fresh) {
+  if (auto s = require_token("store"); !s)
+    return std::fprintf(stderr, "%s\n", s.error().what().c_str()), exit_bad_input;
+  if (resume && fresh)
+    return std::fprintf(stderr, "store: --resume and --fresh exclude each other\n"), exit_bad_input;
+  const path::path_plan g = make_plan(cfg);
+  const Model& model = cfg.model;
+  auto routing = read_routing(rd);
+  if (!routing)
+    return std::fprintf(stderr, "store: %s\n", routing.error().what().c_str()), exit_bad_input;
+  store::module_store<store_outer> store(
+      g.module_table(), outer_of(cfg),
+      {.weight_by_shard = cfg.dipaco.weight_by_shard,
+       .rescale = *outer::parse_path_rescale(cfg.dipaco.path_rescale)});
+  const bool have = fs::exists(rd.store());
+  if (have && !resume && !fresh)
+    return std::fprintf(stderr,
+                        "store: the run directory '%s' holds a store checkpoint (%s): pass "
+                        "--resume to continue that run, or --fresh to start the store over "
+                        "from the base model\n",
+                        rd.dir.c_str(), rd.store().c_str()),
+           exit_bad_input;
+  const auto completed = completed_rounds(cfg, rd, *routing, g);
+  if (!completed)
+    return std::fprintf(stderr, "store: %s\n", completed.error().what().c_str()), exit_bad_input;
+  if (resume && have) {
+    if (auto s = load_store(cfg, rd, g, store); !s)
+      return std::fprintf(stderr, "store: cannot resume: %s\n", s.error().what().c_str()),
+             exit_bad_input;
+    if (auto s = check_store_not_behind(rd, g, store, *completed); !s)
+      return std::fprintf(stderr, "store: cannot resume: %s\n", s.error().what().c_str()),
+             exit_bad_input;
+    std::printf("store: resumed from %s at round %ld\n", rd.store().c_str(), store.round(0));
+    // Killed after the last close (the workers may be gone already): nothing is left to serve.
+    bool complete = true;
+    for (int m = 0; m < g.modules(); ++m) complete &= store.round(m) >= cfg.dipaco.rounds;
+    if (complete) {
+      std::printf("store: every module is at round %d: the run is complete\n", cfg.dipaco.rounds);
+      return 0;
+    }
+  } else {
+    // Starting from the base model is right only if no worker completed a round: with --resume
+    // nothing was checkpointed yet; --fresh alone would put the store behind its workers.
+    for (int w = 1; w <= g.workers(); ++w)
+      if (const long done = (*completed)[std::size_t(w - 1)]; done >= 0)
+        return std::fprintf(stderr,
+                            resume ? "store: cannot resume: the store checkpoint '%s' is missing "
+                                     "while worker %d completed round %ld\n"
+                                   : "store: --fresh would start '%s' over behind worker %d, "
+                                     "which completed round %ld: start the whole run over "
+                                     "with the launcher's --fresh\n",
+                            rd.store().c_str(), w, done),
+               exit_bad_input;
+    arena<host> a(model.layout());
+    if (auto s = load_base(cfg, rd, model, a); !s)
+      return std::fprintf(stderr, "store: %s\n", s.error().what().c_str()), exit_bad_input;
+    for (int m = 0; m < g.modules(); ++m) {
+      const auto& sp = g.span_of(m);
+      store.set(m, std::span<const float>(a.get(plane::param).data() + sp.offset, sp.size));
+    }
+    if (auto s = io::with_retries([&] { return save_store(cfg, rd, g, store); }, write_tries); !s)
+      return std::fprintf(stderr, "store: %s\n", s.error().what().c_str()), exit_write_failed;
+    std::printf("store: starting from the base model%s\n",
+                resume ? " (no store checkpoint yet)" : "");
+  }
+  const std::string token = token_from_env();
+  // The store's workers: every process that pushes (one per worker, or per stage of a worker).
+  const job_processes jp = processes_of(cfg, g);
+  std::map<int, std::vector<int>> mods;
+  for (int s = 1; s <= jp.count(); ++s) mods[s] = process_modules(cfg, g, jp, s);
+  // Decoders of the workers' encoded pushes, one per module (none for fp32 pushes).
+  const auto comp = compression_of(cfg);
+  std::shared_ptr<const std::vector<compress::module_codec>> codecs;
+  if (comp.spec.kind != compress::codec_kind::identity) {
+    auto c = store::make_codecs(comp, model, g.module_spans());
+    if (!c) return std::fprintf(stderr, "store: %s\n", c.error().what().c_str()), exit_bad_input;
+    codecs = std::make_shared<const std::vector<compress::module_codec>>(std::move(*c));
+  }
+  // A round's close is checkpointed before any worker hears of it; a checkpoint that cannot be
+  // written (after retries) stops the store: serving on would lose every round since.
+  std::optional<error> write_failed;
+  store::server<net::asio_tcp, store_outer>* serving = nullptr;
+  store::server<net::asio_tcp, store_outer> server(
+      std::map<int, store::worker_link<net::asio_tcp>>{}, store, mods,
+      {.round_timeout = std::chrono::milliseconds(long(cfg.launch.round_timeout_s * 1000)),
+       .on_close =
+           [&](const store::round_summary& r) {
+             if (write_failed) return;
+             if (auto s =
+                     io::with_retries([&] { return save_store(cfg, rd, g, store); }, write_tries);
+                 !s) {
+               write_failed = s.error();
+               std::fprintf(stderr,
+                            "store: checkpoint of module %d round %ld failed: %s; stopping (the "
+                            "store cannot keep its state)\n",
+                            r.module, r.round, s.error().what().c_str());
+               serving->stop();
+               return;
+             }
+             std::printf(
+                 "store: module %d round %ld closed with %d/%d pushes after %.2f s%s, |Δ| "
+                 "%.4g, hash %016llx\n",
+                 r.module, r.round, r.arrived, r.expected, r.open_s,
+                 r.by_deadline ? " (deadline)" : "", r.delta_norm, (unsigned long long)r.hash);
+           },
+       .codecs = codecs,
+       .on_refuse =
+           [](const std::string& why) { std::fprintf(stderr, "store: %s\n", why.c_str()); },
+       .rounds = cfg.dipaco.rounds});
+  serving = &server;
+  server.expect_rejoins(true);
+  // One accept loop per worker link (per process): a worker that restarts reconnects here.
+  std::atomic<bool> done{false};
+  std::vector<std::thread> acceptors;
+  std::mutex keep_mu;
+  std::vector<std::unique_ptr<net::asio_tcp>> keep;
+  for (int w = 1; w <= jp.count(); ++w)
+    acceptors.emplace_back([&, w] {
+      const int port = port_of(cfg, *routing, w);
+      while (!done) {
+        auto t = net::asio_tcp::connect(link_options(cfg, w, port, 0, token));
+        if (!t) continue;  // nobody came within the connect timeout: listen again
+        net::asio_tcp* raw = t->get();
+        {
+          std::lock_guard lk(keep_mu);
+          keep.push_back(std::move(*t));
+        }
+        server.attach(w, {raw, 1});
+        while (!done && raw->alive(1)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+  std::printf("store: serving %d modules to %d workers%s; pushes %s\n", g.modules(), jp.count(),
+              jp.staged() ? (" (" + std::to_string(g.workers()) + " workers x " +
+                             std::to_string(jp.K) + " stages)")
+                                .c_str()
+                          : "",
+              comp.name().c_str());
+  server.serve();
+  done = true;
+  for (auto& t : acceptors) t.join();
+  if (write_failed) return exit_write_failed;
+  if (!server.complete())
+    return std::fprintf(stderr,
+                        "store: stopped before every module reached round %d (%zu rounds "
+                        "closed)\n",
+                        cfg.dipaco.rounds, server.history().size()),
+           exit_link_lost;
+  std::printf("store: done; %zu rounds closed, %.1f MB received, %zu late pushes dropped\n",
+              server.history().size(), server.bytes_received() / 1e6, server.late_refused());
+  return 0;
+}
+
+}  // namespace paco::job

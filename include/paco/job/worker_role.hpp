@@ -1,0 +1,272 @@
+#pragma once
+// The worker role of a DiPaCo job: trains one path. Pull (hash-checked), H inner steps, push Δ
+// (encoded with dipaco.compress, error-feedback residual kept here), wait; checkpoints its inner
+// optimizer state and residual after every round, and on restart resumes from them. The round
+// loop is train::run_worker's, driving a host path worker or the job's device worker.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "paco/io/atomic_file.hpp"
+#include "paco/io/metrics.hpp"
+#include "paco/job/data.hpp"
+#include "paco/job/device_worker.hpp"
+#include "paco/job/dipaco_job.hpp"
+#include "paco/job/run_files.hpp"
+#include "paco/net/asio_tcp.hpp"
+#include "paco/store/metered.hpp"
+#include "paco/store/store.hpp"
+#include "paco/train/path_worker.hpp"
+#include "paco/train/worker_file.hpp"
+#include "paco/train/worker_loop.hpp"
+
+namespace paco::job {
+
+// The round loop drives either worker over the TCP store client.
+static_assert(train::PathWorker<device_worker_ref, store::client<net::asio_tcp>>);
+
+// Worker w (1 … workers) of the job. resume: continue from this worker's checkpoint (without
+// one: start, when its log records no completed round). fresh: delete its checkpoint and log and
+// start over. Returns the role's exit code (job/dipaco_job.hpp).
+template <nn::BlockModel Model>
+int run_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resume, bool fresh) {
+  if (auto s = require_token("worker"); !s)
+    return std::fprintf(stderr, "%s\n", s.error().what().c_str()), exit_bad_input;
+  if (resume && fresh)
+    return std::fprintf(stderr, "worker: --resume and --fresh exclude each other\n"),
+           exit_bad_input;
+  const path::path_plan g = make_plan(cfg);
+  if (w < 1 || w > g.workers())
+    return std::fprintf(stderr, "worker: --worker must be in [1, %d]\n", g.workers()),
+           exit_bad_input;
+  const int p = g.path_of_worker(w - 1);
+  result<job_data> data = load_job_data(cfg);
+  if (!data)
+    return std::fprintf(stderr, "worker: %s\n", data.error().what().c_str()), exit_bad_input;
+  auto routing = read_routing(rd);
+  if (!routing)
+    return std::fprintf(stderr, "worker: %s\n", routing.error().what().c_str()), exit_bad_input;
+  auto shard = stream_of(*data, (*routing)["train_route"].get<std::vector<int>>(), p);
+  if (shard.ids.size() <= std::size_t(cfg.model.shape().ctx) + 1)
+    return std::fprintf(stderr, "worker %d: path %d has no training documents\n", w, p),
+           exit_bad_input;
+  const Model& model = cfg.model;
+  const auto lv = g.path_spans(p);
+  const auto& tc = cfg.train;
+  const long total = long(cfg.dipaco.rounds) * cfg.dipaco.inner_steps;
+  train::inner_config icfg{
+      .batch = tc.batch,
+      .ctx = cfg.model.shape().ctx,
+      .steps = cfg.dipaco.inner_steps,
+      .grad_clip = tc.grad_clip,
+      .schedule = {.lr = tc.lr, .min_lr = tc.min_lr, .warmup = tc.warmup, .total = total},
+      .threads = std::max(1, tc.threads / g.workers())};
+  if (fresh) {
+    std::error_code ec;
+    fs::remove(rd.worker_state(w), ec);
+    fs::remove(rd.worker_log(w), ec);
+  }
+  if (!resume && (fs::exists(rd.worker_state(w)) || logged_round(rd, w) >= 0))
+    return std::fprintf(stderr,
+                        "worker %d: the run directory '%s' holds this worker's state (%s): pass "
+                        "--resume to continue it, or --fresh to start this worker over\n",
+                        w, rd.dir.c_str(), rd.worker_state(w).c_str()),
+           exit_bad_input;
+  // Resume the inner optimizer state (moments, residual, step) if this worker ran before
+  // (train/worker_file.hpp). A checkpoint that exists but cannot be read (truncated, corrupt,
+  // another configuration, run, worker or path) or that is missing or older than the rounds its
+  // log records is an error naming it, never a silent restart at step 0.
+  long start_step = 0;
+  std::optional<train::worker_checkpoint> saved;
+  std::size_t bytes_before = 0;
+  auto verified = verified_worker_checkpoint(cfg, rd, *routing, g, model, w);
+  if (!verified)
+    return std::fprintf(stderr, "worker %d: cannot resume: %s\n", w,
+                        verified.error().what().c_str()),
+           exit_bad_input;
+  if (*verified) {
+    auto& ck = **verified;
+    // Killed after its last round was saved: it has nothing left to do (the store may be done).
+    if (ck.round + 1 >= cfg.dipaco.rounds) {
+      std::printf("worker %d: every round is done (checkpoint '%s')\n", w,
+                  rd.worker_state(w).c_str());
+      return 0;
+    }
+    start_step = ck.step;
+    if (ck.metadata.count("bytes_sent")) bytes_before = std::stoull(ck.metadata.at("bytes_sent"));
+    saved = std::move(ck);
+  }
+  icfg.start_step = start_step;
+  optim::adamw opt{
+      .lr = tc.lr, .beta1 = tc.beta1, .beta2 = tc.beta2, .weight_decay = tc.weight_decay};
+  const std::uint64_t seed =
+      std::uint64_t(tc.seed) * 1000 + std::uint64_t(w) * 7 + std::uint64_t(start_step);
+  const auto comp = compression_of(cfg);
+  // The path worker on the host (train::path_worker) or, with train.device = "cuda", on the
+  // device (the job's make_device_worker); the round loop below drives either.
+  std::optional<train::path_worker<Model, optim::adamw>> host;
+  std::unique_ptr<device_path_worker> dev;
+  if (tc.device == "cuda") {
+    if (!cfg.make_device_worker)
+      return std::fprintf(stderr,
+                          "worker %d: train.device = \"cuda\": this program has no device "
+                          "worker for its model\n",
+                          w),
+             exit_bad_input;
+    auto d = cfg.make_device_worker(w, model, lv, g.path_modules(p), opt, icfg, shard, seed, comp);
+    if (!d)
+      return std::fprintf(stderr, "worker %d: %s\n", w, d.error().what().c_str()), exit_bad_input;
+    dev = std::move(*d);
+    if (saved)
+      if (auto s = dev->restore(saved->state); !s)
+        return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), exit_bad_input;
+  } else {
+    auto& worker = host.emplace(w, model, lv, g.path_modules(p), opt, icfg, shard, seed);
+    if (comp.spec.kind != compress::codec_kind::identity) {
+      auto c = store::make_codecs(comp, model, lv);
+      if (!c)
+        return std::fprintf(stderr, "worker %d: %s\n", w, c.error().what().c_str()), exit_bad_input;
+      if (auto s = worker.set_codecs(std::move(*c)); !s)
+        return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), exit_bad_input;
+    }
+    if (saved) train::restore_worker_state(*saved, worker);
+  }
+  auto inner_step = [&] { return dev ? dev->inner_step() : host->inner_step(); };
+  // The worker's checkpoint after a completed round (a device worker's planes come down first).
+  const auto who = identity_of(*routing, g, w);
+  auto save = [&](long round, std::map<std::string, std::string> meta) -> status {
+    if (host)
+      return train::save_worker_file(rd.worker_state(w), model, *host, round,
+                                     config_fingerprint(cfg), who, std::move(meta));
+    arena<paco::host> a(model.layout());
+    if (auto s = dev->download(a); !s) return s;
+    return train::save_worker_state(rd.worker_state(w), model, a, dev->inner_step(), round,
+                                    config_fingerprint(cfg), who, std::move(meta));
+  };
+  auto log = io::metrics_log::open(rd.worker_log(w), true);
+  if (!log)
+    return std::fprintf(stderr, "worker %d: %s\n", w, log.error().what().c_str()),
+           exit_write_failed;
+  // Restarted after the store closed the path's last round (killed between its last push and
+  // its checkpoint): the store may be gone, and there is nothing left to train. Only a worker
+  // that ran before can be in that state, so only it reads the store's checkpoint first; any
+  // worker does when the store cannot be reached.
+  auto finished = [&] {
+    if (!store_finished_path(cfg, rd, g, p)) return false;
+    std::printf("worker %d: the store's checkpoint holds path %d at the last round %d: done\n", w,
+                p, cfg.dipaco.rounds);
+    return true;
+  };
+  if (saved && finished()) return 0;
+  const int port = port_of(cfg, *routing, w);
+  auto link = net::asio_tcp::connect(link_options(cfg, w, port, 1, token_from_env()));
+  if (!link && finished()) return 0;
+  if (!link)
+    return std::fprintf(stderr, "worker %d: %s\n", w, link.error().what().c_str()),
+           link.error().code == errc::auth ? exit_bad_input : exit_link_lost;
+  store::client<net::asio_tcp> client(
+      std::map<int, store::worker_link<net::asio_tcp>>{{0, {link->get(), 0}}},
+      store::store_layout{{0}}, w);
+  // A link lost to a store that has since finished the path (its partners closed the last
+  // rounds while this worker restarted) is the end of this worker's part, not a failure.
+  if (auto s = client.hello(); !s) {
+    std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str());
+    return finished() ? 0 : exit_link_lost;
+  }
+  // The round loop (train/worker_loop.hpp): pull (retried while the path's modules sit at
+  // different rounds), H inner steps, push (a refused late push is not fatal), wait; after each
+  // round a checkpoint of the inner optimizer state and a metrics record. With an overlapped
+  // sync.mode the push runs behind the next round's steps, and the checkpoint after round r
+  // closed holds θ and θ_start of round r+1, trained and not yet landed (a resume lands them).
+  // Under streaming a round is a cycle of H steps whose staggered per-level syncs closed round
+  // r; its checkpoint has nothing in flight, and each level resumes on its own.
+  // This worker's slowdown for experiments (launch.throttle; checked by validate) and its pushes
+  // dropped because their round closed without them.
+  const double throttle = [&] {
+    const auto th = parse_throttle(cfg.launch.throttle, g.workers());
+    return th && th->count(w) ? th->at(w) : 1.0;
+  }();
+  long late = 0;
+  // The sync rule (checked by validate) and, for eager's own share, the workers of each module.
+  std::vector<int> sharing;
+  for (int m : g.path_modules(p)) sharing.push_back(g.paths_through(m) * g.workers_per_path());
+  const train::worker_loop_options lo{
+      .rounds = cfg.dipaco.rounds,
+      .round_deadline = std::chrono::milliseconds(long(cfg.launch.round_timeout_s * 2000)),
+      .pull_tries = int(cfg.launch.round_timeout_s * 20) + 50,  // ≈ 2 round timeouts
+      .completed = saved ? saved->round : -1,
+      .train_budget = std::chrono::milliseconds(long(cfg.sync.train_budget_s * 1000)),
+      .throttle = throttle,
+      .sync = sync_of(cfg),
+      .sharing = sharing,
+      .resumed_loss = saved && saved->metadata.count("pending_loss")
+                          ? std::stod(saved->metadata.at("pending_loss"))
+                          : 0.0};
+  // After each round: its checkpoint, then its log record, each retried, each fatal when it
+  // cannot be written (the loop stops with the error; the process exits 4).
+  bool write_failed = false;
+  // Every push's time and bytes, for the log: how bursty the wire is (store/metered.hpp).
+  store::metered metered(client);
+  const auto on_round = [&](const train::worker_round& r) -> status {
+    const std::size_t sent = bytes_before + client.bytes_sent();
+    json pushes = json::array();
+    for (const auto& q : metered.take())
+      pushes.push_back(
+          {std::round(q.start_s * 1e4) / 1e4, std::round(q.end_s * 1e4) / 1e4, q.bytes});
+    status s = io::with_retries(
+        [&] {
+          return save(r.round, {{"bytes_sent", std::to_string(sent)},
+                                {"pending_loss", std::to_string(r.pending_loss)}});
+        },
+        write_tries);
+    if (s)
+      s = io::with_retries(
+          [&] {
+            return log->write({{"worker", w},
+                               {"path", p},
+                               {"round", r.round},
+                               {"loss", r.loss},
+                               {"bpb", r.loss / ln2},
+                               {"step", inner_step()},
+                               {"bytes_sent", sent},
+                               {"codec", comp.name()},
+                               {"round_s", r.seconds},
+                               {"sync_s", r.sync_s},
+                               {"late", late},
+                               {"pushes", pushes}});
+          },
+          write_tries);
+    write_failed = !s;
+    return s;
+  };
+  const auto on_refused = [&](const error& e) {
+    ++late;
+    std::fprintf(stderr, "worker %d: %s; continuing with the next round\n", w, e.what().c_str());
+  };
+  status st;
+  if (dev) {
+    device_worker_ref ref(*dev);
+    st = train::run_worker(ref, metered, lo, on_round, on_refused);
+  } else {
+    st = train::run_worker(*host, metered, lo, on_round, on_refused);
+  }
+  if (!st) {
+    std::fprintf(stderr, "worker %d: %s\n", w, st.error().what().c_str());
+    if (write_failed) return exit_write_failed;
+    // A store behind this worker's checkpoint stays behind however often it is restarted.
+    const long at = dev ? dev->round() : host->round();
+    const bool behind = saved && at <= saved->round;
+    if (behind) return exit_bad_input;
+    return finished() ? 0 : exit_link_lost;
+  }
+  client.bye();
+  (*link)->close();
+  return 0;
+}
+
+}  // namespace paco::job
