@@ -12,6 +12,10 @@
 //   full_disk    the run directory (a 16 MB tmpfs) filled up: the run must fail loudly (non-zero
 //                exit naming a failed write, no results table), then resume whole once freed
 //   read_only    the run directory made immutable (chattr +i): the same
+//   wiped_worker one random worker stopped (SIGSTOP), its checkpoint and log deleted, then
+//                kill -9: the launcher restarts it with nothing of its own, and it must join
+//                where the store is (fresh inner state; job/worker_role.hpp) and log every round
+//                from there to the last
 // and against DiLoCo over an all-reduce (examples/diloco_ranks: 3 ranks by run_local.sh over
 // TCP, int8, checkpoints after every round, --deadline 6 s):
 //   allreduce_kill  kill -9 of one random rank: every rank must end non-zero within the deadline
@@ -72,13 +76,13 @@ struct options {
   double round_timeout_s = 3;
   std::uint64_t seed = 0;
   bool keep = false;
-  std::vector<std::string> kinds = {"worker",         "store",       "launcher",  "two_workers",
-                                    "store_stall",    "stray_store", "full_disk", "read_only",
-                                    "allreduce_kill", "straggler"};
+  std::vector<std::string> kinds = {"worker",       "store",          "launcher",    "two_workers",
+                                    "wiped_worker", "store_stall",    "stray_store", "full_disk",
+                                    "read_only",    "allreduce_kill", "straggler"};
 };
 
 const std::vector<std::string> all_kinds = {
-    "worker",      "store",     "launcher",  "two_workers",    "store_stall",
+    "worker",      "store",     "launcher",  "two_workers",    "wiped_worker", "store_stall",
     "stray_store", "full_disk", "read_only", "allreduce_kill", "straggler"};
 
 bool allreduce_kind(const std::string& k) {
@@ -322,6 +326,7 @@ trial_result run_trial(const options& o, const std::string& kind, int trial, pac
   };
   std::string what;
   int code = -1;
+  int wiped = 0;  // wiped_worker: the worker whose files were deleted
   if (kind == "worker" || kind == "two_workers") {
     const int a = 1 + int(r.below(4));
     int b = kind == "two_workers" ? 1 + int(r.below(3)) : 0;
@@ -333,6 +338,19 @@ trial_result run_trial(const options& o, const std::string& kind, int trial, pac
         t.missed |= p <= 0;
         what += (what.empty() ? "worker " : " and ") + std::to_string(w) + (p > 0 ? "" : " (gone)");
       }
+    code = finish(launcher);
+  } else if (kind == "wiped_worker") {
+    wiped = 1 + int(r.below(4));
+    const pid_t p = pid_of({"--role worker", "--worker " + std::to_string(wiped), d});
+    t.missed = p <= 0;
+    if (p > 0) {
+      // Stopped first, so that it cannot write its checkpoint or log again before it dies.
+      ::kill(p, SIGSTOP);
+      for (const char* ext : {".safetensors", ".jsonl"})
+        fs::remove(dir / ("worker-" + std::to_string(wiped) + ext));
+      ::kill(p, SIGKILL);
+    }
+    what = "worker " + std::to_string(wiped) + (p > 0 ? " wiped" : " (gone)");
     code = finish(launcher);
   } else if (kind == "store") {
     const pid_t p = pid_of({"--role store", d});
@@ -420,6 +438,14 @@ trial_result run_trial(const options& o, const std::string& kind, int trial, pac
               (kind == "store" ? "kill" : "stall");
   }
   check_run(o, dir, t);
+  if (wiped > 0 && !t.missed && t.why.empty()) {
+    // Its new log (the old one was deleted): every round from where it joined to the last.
+    const auto rounds = paco::testing::worker_log_values(dir, wiped, "round");
+    bool consecutive = !rounds.empty() && rounds.back() == o.rounds - 1;
+    for (std::size_t i = 1; consecutive && i < rounds.size(); ++i)
+      consecutive = rounds[i] == rounds[i - 1] + 1;
+    if (!consecutive) t.why = "the wiped worker's new log does not run on to the last round";
+  }
   std::printf(
       "[chaos] %-11s trial %2d: %s; %sfinished %d, hashes %s, on-time pushes refused "
       "%d, orphans %d, longest round %.2f s, run %.1f s%s%s\n",

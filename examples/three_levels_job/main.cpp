@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   job::dipaco_job<model_t> dipaco{
       {}, model_t({.vocab = 256, .ctx = 64, .d = 64}, make_my_block(64, 4), 3)};
   dipaco.program = "example_three_levels_job";
+  dipaco.model_fingerprint = "model=three_levels block=attention,attention,mlp d=64 heads=4 ctx=64";
   dipaco.output.dir = "out/three_levels_job";
   dipaco.dipaco.grid = {1, 5, 1};
   dipaco.dipaco.rounds = 4;

@@ -88,12 +88,16 @@ template <nn::BlockModel Model>
 struct dipaco_job : settings {
   Model model;
   // The model's configuration as space-separated key=value items: the first part of every
-  // checkpoint's fingerprint (empty: describe_model's, from its shape and size).
+  // checkpoint's fingerprint, so a checkpoint of another model is refused. Empty:
+  // describe_model's (vocab, ctx, width, blocks, parameter count), which does not tell apart
+  // models of the same size (another head count): set it whenever that can happen.
   std::string model_fingerprint;
   // The name in the launcher's messages and its lock.
   std::string program = "paco";
   // The arguments that give a child process of this program this job, after the program's name
-  // (paco_train: --config FILE and every --set): the launcher appends the process's role.
+  // (paco_train: --config FILE and every --set): the launcher appends the process's role. A
+  // program whose main() is run_main builds its job in code and leaves this empty (run_main
+  // refuses arguments it does not know).
   std::vector<std::string> child_args;
   // train.device = "cuda": the device worker (empty: only host workers).
   device_factory<Model> make_device_worker;
@@ -101,12 +105,14 @@ struct dipaco_job : settings {
   model_writer<Model> write_model;
 };
 
-// The model's shape and size as key=value items (model.vocab, ctx, d, blocks, params).
+// The model's shape and size as key=value items (model.vocab, ctx, d, blocks, params,
+// tie_weights).
 template <nn::BlockModel Model>
 std::string describe_model(const Model& m) {
   std::ostringstream o;
-  o << "model.vocab=" << m.vocab() << " model.ctx=" << m.shape().ctx << " model.d=" << m.width()
-    << " model.blocks=" << m.blocks() << " model.params=" << m.param_count();
+  o << "model.vocab=" << m.shape().vocab << " model.ctx=" << m.shape().ctx
+    << " model.d=" << m.shape().d << " model.blocks=" << m.blocks()
+    << " model.params=" << m.param_count() << " model.tie_weights=" << m.shape().tie_weights;
   return o.str();
 }
 

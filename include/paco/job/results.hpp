@@ -87,11 +87,9 @@ inline std::string plot_curves(const run_dir& rd, const path::path_plan& g,
 // 0, or exit_bad_input when the store checkpoint cannot be read.
 template <nn::BlockModel Model>
 int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::path_plan& g,
-                  const job_data& data_, const json& routing_, double train_s) {
+                  const job_data& data, const json& routing, double train_s) {
   const char* P = cfg.program.c_str();
   const job_processes jp = processes_of(cfg, g);
-  const auto* data = &data_;
-  const auto* routing = &routing_;
   const std::string split = cfg.dipaco.eval_split;
   const std::string tag = split == "test" ? "test" : "val";
   std::printf("%s: evaluating every path on its routed %s documents...\n", P, split.c_str());
@@ -99,7 +97,7 @@ int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::p
   store::module_store<store_outer> store(g.module_table(), outer_of(cfg));
   if (auto s = load_store(cfg, rd, g, store); !s)
     return std::fprintf(stderr, "%s: %s\n", P, s.error().what().c_str()), exit_bad_input;
-  auto val_route = (*routing)["val_route"].template get<std::vector<int>>();
+  auto val_route = routing.at("val_route").template get<std::vector<int>>();
   // The one scorer (route/evaluate.hpp): every figure below gives every token the same context.
   const auto rule = route::sliding_window::make(cfg.model.shape().ctx).value_or_throw();
   auto ws = model.make_workspace({cfg.train.batch, cfg.model.shape().ctx});
@@ -115,9 +113,9 @@ int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::p
   for (auto& a : thetas) th.push_back(a.get(plane::param).data());
   std::vector<route::scored_span> spans;
   std::vector<int> routed;
-  for (std::size_t i = 0; i < data->val.size(); ++i)
-    if (data->val[i].size() > std::size_t(cfg.dipaco.prefix) + 1) {
-      spans.push_back({data->val[i], std::size_t(cfg.dipaco.prefix), data->val[i].size()});
+  for (std::size_t i = 0; i < data.val.size(); ++i)
+    if (data.val[i].size() > std::size_t(cfg.dipaco.prefix) + 1) {
+      spans.push_back({data.val[i], std::size_t(cfg.dipaco.prefix), data.val[i].size()});
       routed.push_back(val_route[i]);
     }
   std::vector<route::nll> per(g.paths());

@@ -31,7 +31,8 @@ namespace paco::job {
 // What every stage of a worker must share: the pipeline's fields and the DiPaCo run's.
 template <nn::BlockModel Model>
 std::vector<collectives::agree_field> dipaco_stage_fields(const dipaco_job<Model>& c) {
-  auto f = stage_fields(c, model_description(c));
+  // The model: its fingerprint and its shape and size (a GPT's mlp_mult shows in the latter).
+  auto f = stage_fields(c, model_description(c) + " " + describe_model(c.model));
   std::string grid, split;
   for (int e : c.dipaco.grid) grid += (grid.empty() ? "" : "x") + std::to_string(e);
   for (int l : c.dipaco.stage_split) split += (split.empty() ? "" : ",") + std::to_string(l);

@@ -21,6 +21,18 @@
 
 namespace paco::job {
 
+// What a worker that starts from nothing asks the store (store::client::describe): the run's
+// routing file as written (its checksum inside), the configuration fingerprint and every
+// module's round now. Called on the serving thread.
+template <nn::BlockModel Model, class OuterOpt>
+std::string describe_run(const dipaco_job<Model>& cfg, const json& routing,
+                         const path::path_plan& g, const store::module_store<OuterOpt>& st) {
+  std::vector<long> rounds;
+  for (int m = 0; m < g.modules(); ++m) rounds.push_back(st.round(m));
+  return json{{"routing", routing}, {"fingerprint", config_fingerprint(cfg)}, {"rounds", rounds}}
+      .dump();
+}
+
 // resume: continue from the store checkpoint (without one: start from the base model, when no
 // worker has completed a round). fresh: start from the base model, overwriting a checkpoint.
 // Returns the role's exit code (job/dipaco_job.hpp).
@@ -133,7 +145,8 @@ int run_store(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool
        .codecs = codecs,
        .on_refuse =
            [](const std::string& why) { std::fprintf(stderr, "store: %s\n", why.c_str()); },
-       .rounds = cfg.dipaco.rounds});
+       .rounds = cfg.dipaco.rounds,
+       .describe = [&] { return describe_run(cfg, *routing, g, store); }});
   serving = &server;
   server.expect_rejoins(true);
   // One accept loop per worker link (per process): a worker that restarts reconnects here.

@@ -30,11 +30,55 @@ namespace paco::job {
 // The round loop drives either worker over the TCP store client.
 static_assert(train::PathWorker<device_worker_ref, store::client<net::asio_tcp>>);
 
+// Where the run stands, as the store describes it (describe_run): its routing file and the
+// round of every module. Errors: the store's or the link's; corrupt when the answer is not a
+// description; mismatch when the store runs another configuration (naming both).
+struct store_view {
+  json routing;
+  std::vector<long> rounds;
+};
+template <nn::BlockModel Model>
+result<store_view> ask_store(const dipaco_job<Model>& cfg, store::client<net::asio_tcp>& client,
+                             const path::path_plan& g) {
+  auto d = client.describe();
+  if (!d) return d.error();
+  json j = json::parse(*d, nullptr, false);
+  const bool shaped = !j.is_discarded() && j.is_object() && j.contains("routing") &&
+                      j["routing"].is_object() && j.contains("fingerprint") &&
+                      j["fingerprint"].is_string() && j.contains("rounds") &&
+                      j["rounds"].is_array() && int(j["rounds"].size()) == g.modules();
+  if (!shaped)
+    return error(errc::corrupt, "the store's description of its run is not one of this job's");
+  if (const std::string theirs = j["fingerprint"].get<std::string>(),
+      mine = config_fingerprint(cfg);
+      theirs != mine)
+    return error(errc::mismatch, "the store runs another configuration: the store's '" + theirs +
+                                     "', this worker's '" + mine + "'");
+  store_view v{j["routing"], {}};
+  for (auto& r : j["rounds"]) {
+    if (!r.is_number_integer() || r.get<long>() < 0)
+      return error(errc::corrupt, "the store's description holds a round that is not one");
+    v.rounds.push_back(r.get<long>());
+  }
+  return v;
+}
+
 // Worker w (1 … workers) of the job. resume: continue from this worker's checkpoint (without
 // one: start, when its log records no completed round). fresh: delete its checkpoint and log and
 // start over. Returns the role's exit code (job/dipaco_job.hpp).
+//
+// A worker without a checkpoint joins the run where the store is: it asks the store for the
+// run's description first and starts at the lowest round of its path's modules, with fresh inner
+// optimizer state (zero moments, no residual) and its step count on the run's schedule (that
+// round × H, so its learning rate is its partners'). A worker with --resume on a directory that
+// holds nothing of the run (a new machine, or a wiped one) joins from nothing: with
+// launch.base_port set it reaches the store on base_port + w, and writes the store's routing.json
+// (checksummed) into its directory before it starts.
 template <nn::BlockModel Model>
 int run_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resume, bool fresh) {
+  // The round loop drives the host worker over the TCP store client.
+  static_assert(
+      train::PathWorker<train::path_worker<Model, optim::adamw>, store::client<net::asio_tcp>>);
   if (auto s = require_token("worker"); !s)
     return std::fprintf(stderr, "%s\n", s.error().what().c_str()), exit_bad_input;
   if (resume && fresh)
@@ -48,9 +92,55 @@ int run_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resu
   result<job_data> data = load_job_data(cfg);
   if (!data)
     return std::fprintf(stderr, "worker: %s\n", data.error().what().c_str()), exit_bad_input;
+  // The link to the store, its client, and where the store says the run is (a worker without a
+  // checkpoint asks before it builds its path worker).
+  std::unique_ptr<net::asio_tcp> link;
+  std::optional<store::client<net::asio_tcp>> client;
+  std::optional<store_view> view;
+  const auto open_link = [&](int port) -> status {
+    auto l = net::asio_tcp::connect(link_options(cfg, w, port, 1, token_from_env()));
+    if (!l) return l.error();
+    link = std::move(*l);
+    client.emplace(std::map<int, store::worker_link<net::asio_tcp>>{{0, {link.get(), 0}}},
+                   store::store_layout{{0}}, w);
+    return {};
+  };
+  const auto link_failed = [&](const error& e) {
+    std::fprintf(stderr, "worker %d: %s\n", w, e.what().c_str());
+    return e.code == errc::auth ? exit_bad_input : exit_link_lost;
+  };
   auto routing = read_routing(rd);
+  const bool nothing_here = !routing && routing.error().code == errc::not_found &&
+                            !fs::exists(rd.worker_state(w)) && logged_round(rd, w) < 0;
+  if (nothing_here && resume) {
+    if (cfg.launch.base_port == 0)
+      return std::fprintf(stderr,
+                          "worker %d: the run directory '%s' holds no routing.json, and a worker "
+                          "joins from nothing only when the store listens on fixed ports "
+                          "(launch.base_port > 0; it reaches the store on base_port + %d): set it, "
+                          "or copy the run's routing.json here\n",
+                          w, rd.dir.c_str(), w),
+             exit_bad_input;
+    if (auto s = open_link(cfg.launch.base_port + w); !s) return link_failed(s.error());
+    auto v = ask_store(cfg, *client, g);
+    if (!v)
+      return std::fprintf(stderr, "worker %d: %s\n", w, v.error().what().c_str()),
+             v.error().code == errc::mismatch || v.error().code == errc::corrupt ? exit_bad_input
+                                                                                 : exit_link_lost;
+    std::error_code ec;
+    fs::create_directories(rd.dir, ec);
+    if (auto s = io::write_file_atomic(rd.routing(), v->routing.dump()); !s)
+      return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()),
+             exit_write_failed;
+    std::printf("worker %d: joined from nothing: the store's routing.json written to %s\n", w,
+                rd.dir.c_str());
+    view = std::move(*v);
+    routing = read_routing(rd);
+  }
   if (!routing)
-    return std::fprintf(stderr, "worker: %s\n", routing.error().what().c_str()), exit_bad_input;
+    return std::fprintf(stderr, "worker: %s%s\n", routing.error().what().c_str(),
+                        nothing_here ? " (or pass --resume to join the run from its store)" : ""),
+           exit_bad_input;
   auto shard = stream_of(*data, (*routing)["train_route"].get<std::vector<int>>(), p);
   if (shard.ids.size() <= std::size_t(cfg.model.shape().ctx) + 1)
     return std::fprintf(stderr, "worker %d: path %d has no training documents\n", w, p),
@@ -100,6 +190,34 @@ int run_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resu
     start_step = ck.step;
     if (ck.metadata.count("bytes_sent")) bytes_before = std::stoull(ck.metadata.at("bytes_sent"));
     saved = std::move(ck);
+  }
+  // No checkpoint: start where the store is (above). A path whose modules all reached the last
+  // round has nothing left to train.
+  if (!saved) {
+    if (!link)
+      if (auto s = open_link(port_of(cfg, *routing, w)); !s) {
+        if (store_finished_path(cfg, rd, g, p)) return 0;  // the store is done and gone
+        return link_failed(s.error());
+      }
+    if (!view) {
+      auto v = ask_store(cfg, *client, g);
+      if (!v)
+        return std::fprintf(stderr, "worker %d: %s\n", w, v.error().what().c_str()),
+               v.error().code == errc::mismatch || v.error().code == errc::corrupt ? exit_bad_input
+                                                                                   : exit_link_lost;
+      view = std::move(*v);
+    }
+    long at = cfg.dipaco.rounds;
+    for (int m : g.path_modules(p)) at = std::min(at, view->rounds[std::size_t(m)]);
+    if (at >= cfg.dipaco.rounds) {
+      std::printf("worker %d: the store holds path %d at the last round %d: done\n", w, p,
+                  cfg.dipaco.rounds);
+      return 0;
+    }
+    start_step = at * cfg.dipaco.inner_steps;
+    if (at > 0)
+      std::printf("worker %d: joining at round %ld (step %ld) with fresh inner optimizer state\n",
+                  w, at, start_step);
   }
   icfg.start_step = start_step;
   optim::adamw opt{
@@ -163,18 +281,14 @@ int run_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resu
     return true;
   };
   if (saved && finished()) return 0;
-  const int port = port_of(cfg, *routing, w);
-  auto link = net::asio_tcp::connect(link_options(cfg, w, port, 1, token_from_env()));
-  if (!link && finished()) return 0;
   if (!link)
-    return std::fprintf(stderr, "worker %d: %s\n", w, link.error().what().c_str()),
-           link.error().code == errc::auth ? exit_bad_input : exit_link_lost;
-  store::client<net::asio_tcp> client(
-      std::map<int, store::worker_link<net::asio_tcp>>{{0, {link->get(), 0}}},
-      store::store_layout{{0}}, w);
+    if (auto s = open_link(port_of(cfg, *routing, w)); !s) {
+      if (finished()) return 0;
+      return link_failed(s.error());
+    }
   // A link lost to a store that has since finished the path (its partners closed the last
   // rounds while this worker restarted) is the end of this worker's part, not a failure.
-  if (auto s = client.hello(); !s) {
+  if (auto s = client->hello(); !s) {
     std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str());
     return finished() ? 0 : exit_link_lost;
   }
@@ -211,9 +325,9 @@ int run_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resu
   // cannot be written (the loop stops with the error; the process exits 4).
   bool write_failed = false;
   // Every push's time and bytes, for the log: how bursty the wire is (store/metered.hpp).
-  store::metered metered(client);
+  store::metered metered(*client);
   const auto on_round = [&](const train::worker_round& r) -> status {
-    const std::size_t sent = bytes_before + client.bytes_sent();
+    const std::size_t sent = bytes_before + client->bytes_sent();
     json pushes = json::array();
     for (const auto& q : metered.take())
       pushes.push_back(
@@ -264,8 +378,8 @@ int run_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resu
     if (behind) return exit_bad_input;
     return finished() ? 0 : exit_link_lost;
   }
-  client.bye();
-  (*link)->close();
+  client->bye();
+  link->close();
   return 0;
 }
 

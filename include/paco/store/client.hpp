@@ -2,7 +2,8 @@
 // client: the worker side of the module store service (server.hpp) over any
 // Transport. It models the ModuleStore and EncodedModuleStore concepts of path_worker: pull,
 // push (fp32 Δ), push_encoded (a compress::module_codec payload) and wait_closed go to the store
-// rank that owns the module (store_layout), in the messages of wire.hpp.
+// rank that owns the module (store_layout), in the messages of wire.hpp; describe asks a store
+// for its run's description (what a worker starting from nothing needs).
 
 #include <chrono>
 #include <cstddef>
@@ -11,6 +12,7 @@
 #include <span>
 #include <string>
 
+#include "paco/core/hash.hpp"
 #include "paco/net/concepts.hpp"
 #include "paco/store/concepts.hpp"
 #include "paco/store/link.hpp"
@@ -55,6 +57,33 @@ class client {
       if (auto ec = r.wait()) return error(ec, "bye to store " + std::to_string(s));
     }
     return {};
+  }
+
+  // The description of the run that store s serves (server_options::describe), at most
+  // max_bytes. Errors: unsupported (the store serves none), too_large (the store announced more
+  // than max_bytes: nothing is read, the link must be dropped), corrupt (the bytes do not hash to
+  // what the store announced), the transport's.
+  result<std::string> describe(std::size_t max_bytes = std::size_t(64) << 20, int s = 0) {
+    wire::request rq{std::uint32_t(wire::kind::describe), -1, 0, worker_, 0, 0, 0};
+    auto rp = call(s, rq);
+    if (!rp)
+      return error(rp.error().code, "store " + std::to_string(s) +
+                                        " does not describe its run: " + rp.error().message);
+    if (rp->count > max_bytes)
+      return error(errc::too_large, "store " + std::to_string(s) + " announced a description of " +
+                                        std::to_string(rp->count) + " bytes, more than " +
+                                        std::to_string(max_bytes));
+    std::string d(rp->count, '\0');
+    auto& l = stores_.at(s);
+    auto r =
+        l.t->recv(l.peer, wire::data_tag, std::as_writable_bytes(std::span<char>(d)), deadline());
+    if (auto ec = r.wait())
+      return error(ec, "receiving the description of store " + std::to_string(s));
+    bytes_in_ += d.size();
+    if (hash64(d.data(), d.size()) != rp->hash)
+      return error(errc::corrupt,
+                   "the description of store " + std::to_string(s) + " does not match its hash");
+    return d;
   }
 
   result<pulled> pull(int m, std::span<float> dst) {

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "paco/compress/module_codec.hpp"
+#include "paco/core/hash.hpp"
 #include "paco/net/concepts.hpp"
 #include "paco/store/link.hpp"
 #include "paco/store/module_store.hpp"
@@ -62,6 +63,10 @@ struct server_options {
   // Called with the reason whenever a push is refused (bad payload), on the serving thread.
   std::function<void(const std::string&)> on_refuse = {};
   long rounds = 0;  // the run's number of rounds: no module goes past it (0: no end)
+  // The answer to a worker's describe request (client::describe), made on the serving thread
+  // when asked: what a worker that starts from nothing needs to know of the run. Empty: the
+  // store refuses describe (unsupported).
+  std::function<std::string()> describe = {};
 };
 
 // Serves the modules this store owns to the given workers until every worker said bye or died
@@ -193,6 +198,14 @@ class server {
     if (k == wire::kind::hello) {
       if (!alive_.count(w)) join(w);
       return send_reply(w, {0, -1, 0, 0, 0});
+    }
+    if (k == wire::kind::describe) {
+      if (!o_.describe) return send_reply(w, {int(errc::unsupported), -1, 0, 0, 0});
+      const std::string d = o_.describe();
+      if (!send_reply(w, {0, -1, 0, hash64(d.data(), d.size()), d.size()})) return false;
+      auto& l = links_.at(w);
+      return !l.t->send(l.peer, data_tag, std::as_bytes(std::span<const char>(d)), io_deadline())
+                  .wait();
     }
     if (rq.module < 0 || rq.module >= store_.module_count())
       return send_reply(w, {int(errc::invalid_argument), rq.module, 0, 0, 0});

@@ -8,6 +8,9 @@
 //   store → worker: reply{status, module, round, hash, count}  tag reply_tag
 //   pull:  reply, then count floats (θ)                         tag data_tag
 //   wait:  reply once the round is closed (or the request's deadline passed)
+//   describe: reply{count = bytes, hash = hash64 of them}, then the store's description of its
+//          run (server_options::describe: text, e.g. a job's routing and module rounds)
+//                                                               tag data_tag
 // local_store counts the same bytes for its in-process pushes (push_bytes).
 
 #include <cstddef>
@@ -29,7 +32,8 @@ enum class kind : std::uint32_t {
   push = 3,
   wait = 4,
   bye = 5,
-  push_encoded = 6
+  push_encoded = 6,
+  describe = 7
 };
 
 #pragma pack(push, 1)
