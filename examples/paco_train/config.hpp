@@ -438,8 +438,8 @@ inline paco::status validate(const train_config& c) {
                 "in [0, model.ctx] (0: off)"),
           range(!c.model.tie_weights || d.grid.size() == 1, "model.tie_weights",
                 "false when the grid has several levels"),
-          range(c.launch.mode == "local" || c.launch.mode == "manual", "launch.mode",
-                "\"local\" or \"manual\""),
+          range(c.launch.mode == "local" || c.launch.mode == "manual" || c.launch.mode == "mpi",
+                "launch.mode", "\"local\", \"manual\" or \"mpi\""),
           range(c.launch.base_port >= 0 && c.launch.base_port < 65000, "launch.base_port",
                 "in [0, 65000)"),
           // Both become milliseconds in a long: bounded well inside it.

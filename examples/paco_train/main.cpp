@@ -111,6 +111,7 @@ int main(int argc, char** argv) {
         std::printf("paco_train: prepared %s\n", rd.dir.c_str());
         return 0;
       }
+      if (cfg.launch.mode == "mpi") return job::run_ranks(dj, rd, resume, fresh);
       return job::run_launcher(dj, rd, resume, fresh);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "paco_train (%s): %s\n", role.c_str(), e.what());

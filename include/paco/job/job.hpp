@@ -8,6 +8,7 @@
 #include "paco/job/launcher.hpp"
 #include "paco/job/main.hpp"
 #include "paco/job/prepare.hpp"
+#include "paco/job/ranks.hpp"
 #include "paco/job/results.hpp"
 #include "paco/job/run_files.hpp"
 #include "paco/job/settings.hpp"

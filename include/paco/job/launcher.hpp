@@ -137,62 +137,62 @@ inline std::chrono::duration<double> store_silence(const settings& cfg) {
       std::max({60.0, 2 * cfg.launch.round_timeout_s, 10 * cfg.launch.peer_timeout_s}));
 }
 
+// A run's start, the launcher's (or the store rank's): the run directory locked, a previous run
+// refused (neither --resume nor --fresh) or verified (--resume), the data loaded, and for a new
+// run the directory cleared and prepared (base model, routing; drawn ports when
+// launch.base_port is 0). check_tls: the TLS files are checked before anything starts.
+struct started_run {
+  run_lock lock;
+  bool store_resumes = false;  // the store resumes from its checkpoint (else from the base)
+  job_data data;
+  json routing;
+};
 template <nn::BlockModel Model>
-int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool fresh) {
+result<started_run> start_run(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume,
+                              bool fresh, bool check_tls) {
   const char* P = cfg.program.c_str();
   const path::path_plan g = make_plan(cfg);
   const job_processes jp = processes_of(cfg, g);
-  const auto t_start = std::chrono::steady_clock::now();
   if (resume && fresh)
-    return std::fprintf(stderr, "%s: --resume and --fresh exclude each other\n", P), 2;
+    return error(errc::invalid_argument, "--resume and --fresh exclude each other");
   // The lock first: it also proves the run directory writable before anything is trained.
   auto lock = run_lock::acquire(rd.dir, cfg.program);
-  if (!lock) return std::fprintf(stderr, "%s: %s\n", P, lock.error().what().c_str()), 2;
+  if (!lock) return lock.error();
   if (!resume && !fresh) {
     const auto prev = previous_run_files(rd, jp);
     if (!prev.empty())
-      return std::fprintf(stderr,
-                          "%s: the run directory '%s' holds a previous run (%s, ...): pass "
-                          "--resume to continue it or --fresh to delete it and start over\n",
-                          P, rd.dir.c_str(), prev.front().filename().c_str()),
-             2;
+      return error(errc::invalid_argument,
+                   "the run directory '" + rd.dir.string() + "' holds a previous run (" +
+                       prev.front().filename().string() +
+                       ", ...): pass --resume to continue it or --fresh to delete it and start "
+                       "over");
   }
   if (resume && jp.staged())
-    return std::fprintf(stderr,
-                        "%s: --resume: the stages of a path keep no checkpoints "
-                        "(dipaco.stages = %d): start the run over with --fresh\n",
-                        P, jp.K),
-           2;
+    return error(errc::invalid_argument,
+                 "--resume: the stages of a path keep no checkpoints (dipaco.stages = " +
+                     std::to_string(jp.K) + "): start the run over with --fresh");
   bool store_resumes = resume;
   if (resume) {
     auto v = verify_resume(cfg, rd, g);
-    if (!v) return std::fprintf(stderr, "%s: %s\n", P, v.error().what().c_str()), 2;
+    if (!v) return v.error();
     store_resumes = *v;
     if (!*v) std::printf("%s: no store checkpoint yet: the store starts from the base model\n", P);
   }
-  // Local runs: TLS files are checked here, before anything starts (a store or worker that
-  // cannot load them would only fail in its log).
-  if (cfg.launch.mode == "local")
+  if (check_tls)
     if (auto s = net::asio_tcp::check_tls(link_options(cfg, 1, 0, 1, "").tls); !s)
-      return std::fprintf(stderr, "%s: launch.tls: %s\n", P, s.error().what().c_str()), 2;
+      return error(s.error().code, "launch.tls: " + s.error().message);
   result<job_data> data = load_job_data(cfg);
-  if (!data) return std::fprintf(stderr, "%s: %s\n", P, data.error().what().c_str()), 2;
+  if (!data) return data.error();
+  std::string grid;
+  for (std::size_t i = 0; i < cfg.dipaco.grid.size(); ++i)
+    grid += (i ? "x" : "") + std::to_string(cfg.dipaco.grid[i]);
   std::printf(
       "%s: DiPaCo grid %s: %d paths, %d modules, %d workers; %d rounds x %d inner "
       "steps; sync %s; outer %s; pushes %s; corpus %s: %zu training / %zu %s documents\n",
-      P,
-      [&] {
-        std::string s;
-        for (std::size_t i = 0; i < cfg.dipaco.grid.size(); ++i) {
-          if (i) s += 'x';
-          s += std::to_string(cfg.dipaco.grid[i]);
-        }
-        return s;
-      }()
-          .c_str(),
-      g.paths(), g.modules(), g.workers(), cfg.dipaco.rounds, cfg.dipaco.inner_steps,
-      cfg.sync.mode.c_str(), cfg.dipaco.outer.c_str(), cfg.dipaco.compress.c_str(),
-      cfg.data.corpus.c_str(), data->train.size(), data->val.size(), cfg.dipaco.eval_split.c_str());
+      P, grid.c_str(), g.paths(), g.modules(), g.workers(), cfg.dipaco.rounds,
+      cfg.dipaco.inner_steps, cfg.sync.mode.c_str(), cfg.dipaco.outer.c_str(),
+      cfg.dipaco.compress.c_str(), cfg.data.corpus.c_str(), data->train.size(), data->val.size(),
+      cfg.dipaco.eval_split.c_str());
   if (!resume) {
     std::error_code ec;
     for (int w = 1; w <= g.workers(); ++w) {
@@ -201,25 +201,38 @@ int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, b
     }
     for (int s = 1; s <= jp.count(); ++s) fs::remove(rd.process_log(jp, s), ec);
     fs::remove(rd.store(), ec);
-    if (auto s = prepare(cfg, rd, *data, g); !s)
-      return std::fprintf(stderr, "%s: %s\n", P, s.error().what().c_str()), 2;
+    if (auto s = prepare(cfg, rd, *data, g); !s) return s.error();
   }
   auto routing = read_routing(rd);
-  if (!routing) return std::fprintf(stderr, "%s: %s\n", P, routing.error().what().c_str()), 2;
+  if (!routing) return routing.error();
   // Ports: one per worker link (per process: a stage of a worker has its own) on the store.
   if (cfg.launch.base_port == 0) {
     std::set<int> ports;
     while (int(ports.size()) < jp.count()) ports.insert(net::free_loopback_port());
     (*routing)["ports"] = std::vector<int>(ports.begin(), ports.end());
-    if (auto s = write_routing(rd, *routing); !s)
-      return std::fprintf(stderr, "%s: %s\n", P, s.error().what().c_str()), 2;
+    if (auto s = write_routing(rd, *routing); !s) return s.error();
   }
   std::vector<int> per_path(g.paths(), 0);
   for (int r : (*routing)["train_route"].template get<std::vector<int>>()) ++per_path[r];
   std::printf("%s: k-means routing, training documents per path:", P);
   for (int p = 0; p < g.paths(); ++p) std::printf(" %s %d", g.path_name(p).c_str(), per_path[p]);
   std::printf("\n");
+  return started_run{std::move(*lock), store_resumes, std::move(*data), std::move(*routing)};
+}
 
+template <nn::BlockModel Model>
+int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool fresh) {
+  const char* P = cfg.program.c_str();
+  const path::path_plan g = make_plan(cfg);
+  const job_processes jp = processes_of(cfg, g);
+  const auto t_start = std::chrono::steady_clock::now();
+  // Local runs: TLS files are checked before anything starts (a store or worker that cannot
+  // load them would only fail in its log).
+  auto run = start_run(cfg, rd, resume, fresh, cfg.launch.mode == "local");
+  if (!run) return std::fprintf(stderr, "%s: %s\n", P, run.error().what().c_str()), exit_bad_input;
+  const bool store_resumes = run->store_resumes;
+  const job_data* data = &run->data;
+  json* routing = &run->routing;
   // With stages, each worker's pipeline: stage k of worker w on pipeline.hosts[k] (loopback when
   // unset or launched here), port pipeline.base_port + s − 1 (a free one when 0 and local).
   std::vector<std::string> stage_peers(std::size_t(g.workers()) + 1);

@@ -3,7 +3,8 @@
 // a program that trains its own model as store + worker processes (examples/three_levels_job).
 //
 //   prog                          the launcher: launch.mode "local" starts the store and every
-//                                 worker on this machine, "manual" prints one command each
+//                                 worker on this machine, "manual" prints one command each,
+//                                 "mpi": this process is one rank of mpirun / srun's (ranks.hpp)
 //   prog --role prepare           write the run directory's base model and routing
 //   prog --role store             the store (on launch.store_host)
 //   prog --role worker --worker N worker N (1 … workers); with dipaco.stages > 1 also
@@ -25,6 +26,7 @@
 #include "paco/job/export.hpp"
 #include "paco/job/launcher.hpp"
 #include "paco/job/prepare.hpp"
+#include "paco/job/ranks.hpp"
 #include "paco/job/stage_role.hpp"
 #include "paco/job/store_role.hpp"
 #include "paco/job/worker_role.hpp"
@@ -117,6 +119,7 @@ int run_main(const dipaco_job<Model>& job, int argc, const char* const* argv) {
       std::printf("%s: prepared %s\n", P, rd.dir.c_str());
       return 0;
     }
+    if (job.launch.mode == "mpi") return run_ranks(job, rd, c->resume, c->fresh);
     return run_launcher(job, rd, c->resume, c->fresh);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s (%s): %s\n", P, c->role.c_str(), e.what());

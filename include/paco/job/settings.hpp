@@ -138,7 +138,9 @@ struct sync_section {
 
 struct launch_section {
   std::string mode = "local";  // local: spawn store and workers here over TCP;
-                               // manual: prepare the run, print one command per process
+                               // manual: prepare the run, print one command per process;
+                               // mpi: every process started by mpirun / srun, its role by its
+                               // rank (job/ranks.hpp)
   std::string store_host = "127.0.0.1";
   int base_port = 0;             // store listens on base_port + worker; 0: free ports
   double round_timeout_s = 120;  // a round closes this long after its first push

@@ -63,6 +63,18 @@ result<store_view> ask_store(const dipaco_job<Model>& cfg, store::client<net::as
   return v;
 }
 
+// How a worker reaches its store: launched by the job's launcher (the defaults), or as a rank of
+// an engine's launch (job/ranks.hpp: from_store, a long wait while the store rank prepares).
+struct worker_start {
+  // Take the run's routing from the store before reading anything of the run here (written
+  // into the run directory when it differs): the store's process prepared the run.
+  bool from_store = false;
+  // How long the first connection to the store may take.
+  std::chrono::milliseconds connect_wait{60000};
+  // The store's host (empty: launch.store_host).
+  std::string store_host;
+};
+
 // Worker w (1 … workers) of the job. resume: continue from this worker's checkpoint (without
 // one: start, when its log records no completed round). fresh: delete its checkpoint and log and
 // start over. Returns the role's exit code (job/dipaco_job.hpp).
@@ -75,7 +87,8 @@ result<store_view> ask_store(const dipaco_job<Model>& cfg, store::client<net::as
 // launch.base_port set it reaches the store on base_port + w, and writes the store's routing.json
 // (checksummed) into its directory before it starts.
 template <nn::BlockModel Model>
-int run_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resume, bool fresh) {
+int run_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resume, bool fresh,
+               const worker_start& how = {}) {
   // The round loop drives the host worker over the TCP store client.
   static_assert(
       train::PathWorker<train::path_worker<Model, optim::adamw>, store::client<net::asio_tcp>>);
@@ -98,7 +111,10 @@ int run_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resu
   std::optional<store::client<net::asio_tcp>> client;
   std::optional<store_view> view;
   const auto open_link = [&](int port) -> status {
-    auto l = net::asio_tcp::connect(link_options(cfg, w, port, 1, token_from_env()));
+    auto o = link_options(cfg, w, port, 1, token_from_env());
+    o.connect_timeout = how.connect_wait;
+    if (!how.store_host.empty()) o.coordinator = how.store_host + ":" + std::to_string(port);
+    auto l = net::asio_tcp::connect(o);
     if (!l) return l.error();
     link = std::move(*l);
     client.emplace(std::map<int, store::worker_link<net::asio_tcp>>{{0, {link.get(), 0}}},
@@ -112,7 +128,7 @@ int run_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resu
   auto routing = read_routing(rd);
   const bool nothing_here = !routing && routing.error().code == errc::not_found &&
                             !fs::exists(rd.worker_state(w)) && logged_round(rd, w) < 0;
-  if (nothing_here && resume) {
+  if ((nothing_here && resume) || how.from_store) {
     if (cfg.launch.base_port == 0)
       return std::fprintf(stderr,
                           "worker %d: the run directory '%s' holds no routing.json, and a worker "
@@ -129,11 +145,15 @@ int run_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resu
                                                                                  : exit_link_lost;
     std::error_code ec;
     fs::create_directories(rd.dir, ec);
-    if (auto s = io::write_file_atomic(rd.routing(), v->routing.dump()); !s)
-      return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()),
-             exit_write_failed;
-    std::printf("worker %d: joined from nothing: the store's routing.json written to %s\n", w,
-                rd.dir.c_str());
+    const bool same = routing && *routing == v->routing;
+    if (!same) {
+      if (auto s = io::write_file_atomic(rd.routing(), v->routing.dump()); !s)
+        return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()),
+               exit_write_failed;
+      std::printf("worker %d: %s: the store's routing.json written to %s\n", w,
+                  nothing_here ? "joined from nothing" : "the run's routing from its store",
+                  rd.dir.c_str());
+    }
     view = std::move(*v);
     routing = read_routing(rd);
   }

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# ctest dipaco_mpi_launch: the demo configuration, small, launched by mpirun (launch.mode = mpi:
+# rank 0 the store, ranks 1-4 the workers, over the job's TCP links) ends with the same modules,
+# bit for bit, as the same run launched by paco_train itself (launch.mode = local): every
+# module's hash at its last close, as each store logged it, is the same. A world of the wrong
+# size stops every rank with an error naming the size the job needs.
+#   check_mpi_launch.sh MPIRUN PACO_TRAIN SOURCE_DIR
+set -uo pipefail
+mpirun=$1 paco_train=$2 src=$3
+work=$(mktemp -d /tmp/paco_mpi_launch.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+small=(-c "$src/examples/configs/dipaco_brown.toml" --set model.d=32 --set model.layers=2
+       --set model.heads=2 --set model.ctx=64 --set train.batch=4 --set train.threads=1
+       --set dipaco.rounds=3 --set dipaco.inner_steps=20 --set dipaco.pretrain_steps=10
+       --set train.warmup=2 --set dipaco.reroute_every=0 --set launch.round_timeout_s=60)
+export PACO_TOKEN=mpi-launch-test
+"$paco_train" "${small[@]}" --set output.dir="$work/local" >"$work/local.out" 2>&1 ||
+  { cat "$work/local.out"; fail "the local launch exited $?"; }
+base=$((14000 + ($$ % 1000) * 8))
+mpi=("$mpirun" --allow-run-as-root --oversubscribe --mca btl tcp,self -x PACO_TOKEN)
+"${mpi[@]}" -np 5 "$paco_train" "${small[@]}" --set output.dir="$work/mpi" \
+  --set launch.mode=mpi --set launch.base_port=$base >"$work/mpi.out" 2>&1 ||
+  { cat "$work/mpi.out"; fail "the mpirun launch exited $?"; }
+cat "$work/mpi.out"
+grep -q '^| all (routed)' "$work/mpi.out" || fail "rank 0 printed no results table"
+# module -> hash at its last close.
+last_hashes() {
+  grep -o 'module [0-9]* round [0-9]* closed with .*hash [0-9a-f]\{16\}' "$1" |
+    awk '{h[$2] = $NF} END {for (m in h) print m, h[m]}' | sort
+}
+local_h=$(last_hashes "$work/local/store.log")
+mpi_h=$(last_hashes "$work/mpi.out")
+echo "local: $(tr '\n' ' ' <<<"$local_h")"
+echo "mpi:   $(tr '\n' ' ' <<<"$mpi_h")"
+[ "$(wc -l <<<"$local_h")" = 4 ] || fail "the local run's store logged $(wc -l <<<"$local_h") modules"
+[ "$local_h" = "$mpi_h" ] || fail "the modules differ between the launches"
+# 3 ranks for a job of 1 store + 4 workers: every rank refuses, the launch fails.
+"${mpi[@]}" -np 3 "$paco_train" "${small[@]}" --set output.dir="$work/short" \
+  --set launch.mode=mpi --set launch.base_port=$base >"$work/short.out" 2>&1 &&
+  fail "3 ranks for 5 processes exited 0"
+[ "$(grep -c '3 ranks were started, the job needs 5' "$work/short.out")" -ge 1 ] ||
+  { cat "$work/short.out"; fail "no rank named the size the job needs"; }
+echo "PASS: mpirun -np 5 gives the local launch's modules, bit for bit; -np 3 is refused"
