@@ -9,7 +9,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config clang clang-format
   libeigen3-dev libboost-dev librange-v3-dev libssl-dev nlohmann-json3-dev
-  catch2 libcli11-dev libtomlplusplus-dev libbenchmark-dev
+  catch2 libcli11-dev libtomlplusplus-dev libbenchmark-dev prometheus-cpp-dev chromium
   libopenblas-dev libopenblas0-openmp libopenmpi-dev openmpi-bin
   python3 python3-numpy python3-torch gnuplot-nox iproute2 ca-certificates
 )

@@ -240,6 +240,7 @@ inline std::map<std::string, detail::field> fields(train_config& c) {
   add("launch.restarts", l.restarts);
   add("launch.link_mbps", l.link_mbps);
   add("launch.link_latency_ms", l.link_latency_ms);
+  add("launch.metrics_port", l.metrics_port);
   add("launch.tls", l.tls);
   add("launch.tls_ca", l.tls_ca);
   add("launch.tls_cert", l.tls_cert);
@@ -452,6 +453,8 @@ inline paco::status validate(const train_config& c) {
                 "in [0, 1e6] (megabits per second; 0: unlimited)"),
           range(c.launch.link_latency_ms >= 0 && c.launch.link_latency_ms <= 60000,
                 "launch.link_latency_ms", "in [0, 60000] (milliseconds)"),
+          range(c.launch.metrics_port >= 0 && c.launch.metrics_port < 65000,
+                "launch.metrics_port", "in [0, 65000) (0: off)"),
           range(!c.launch.tls || !c.launch.tls_ca.empty(), "launch.tls_ca",
                 "a CA certificate file when launch.tls = true"),
           range(d.lgreco_every >= 1 && d.lgreco_every <= 1000000, "dipaco.lgreco_every",

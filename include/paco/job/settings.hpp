@@ -159,6 +159,11 @@ struct launch_section {
   // this added one-way latency per frame.
   double link_mbps = 0;
   double link_latency_ms = 0;
+  // HTTP for watching a run (job/metrics.hpp, job/status_page.hpp): the store serves Prometheus
+  // metrics at /metrics and its status page at / on this port, worker process s its metrics on
+  // this port + s, on launch.store_host's interface (all interfaces unless it is 127.0.0.1).
+  // 0: off.
+  int metrics_port = 0;
 };
 
 // Every section of a job.

@@ -15,8 +15,11 @@
 
 #include "paco/io/atomic_file.hpp"
 #include "paco/job/dipaco_job.hpp"
+#include "paco/job/metrics.hpp"
 #include "paco/job/run_files.hpp"
+#include "paco/job/status_page.hpp"
 #include "paco/net/asio_tcp.hpp"
+#include "paco/net/http_server.hpp"
 #include "paco/store/store.hpp"
 
 namespace paco::job {
@@ -115,6 +118,33 @@ int run_store(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool
     if (!c) return std::fprintf(stderr, "store: %s\n", c.error().what().c_str()), exit_bad_input;
     codecs = std::make_shared<const std::vector<compress::module_codec>>(std::move(*c));
   }
+  // With launch.metrics_port: Prometheus metrics at /metrics and the status page at /, kept up to
+  // date from the server's callbacks (job/metrics.hpp, job/status_page.hpp).
+  const bool watched = cfg.launch.metrics_port > 0;
+  store_metrics metrics;
+  std::map<int, status_board::process> who;
+  for (int s = 1; s <= jp.count(); ++s)
+    who[s] = {g.path_of_worker(jp.worker_of(s) - 1), jp.name(s)};
+  status_board board(cfg.program + ": DiPaCo", g, who, cfg.dipaco.rounds);
+  std::unique_ptr<net::http_server> http;
+  if (watched) {
+    auto h = net::http_server::start(
+        cfg.launch.store_host == "127.0.0.1" ? "127.0.0.1" : "0.0.0.0", cfg.launch.metrics_port,
+        {{"/metrics",
+          [&] {
+            return net::http_reply{200, prometheus_content_type, metrics.text()};
+          }},
+         {"/", [&] {
+            return net::http_reply{200, "text/html; charset=utf-8", board.page()};
+          }}});
+    if (!h)
+      return std::fprintf(stderr, "store: launch.metrics_port: %s\n", h.error().what().c_str()),
+             exit_bad_input;
+    http = std::move(*h);
+    std::printf("store: metrics on http://%s:%d/metrics, status page on http://%s:%d/\n",
+                cfg.launch.store_host.c_str(), http->port(), cfg.launch.store_host.c_str(),
+                http->port());
+  }
   // A round's close is checkpointed before any worker hears of it; a checkpoint that cannot be
   // written (after retries) stops the store: serving on would lose every round since.
   std::optional<error> write_failed;
@@ -136,6 +166,7 @@ int run_store(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool
                serving->stop();
                return;
              }
+             if (watched) metrics.on_close(r), board.on_close(r);
              std::printf(
                  "store: module %d round %ld closed with %d/%d pushes after %.2f s%s, |Δ| "
                  "%.4g, hash %016llx\n",
@@ -146,7 +177,15 @@ int run_store(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool
        .on_refuse =
            [](const std::string& why) { std::fprintf(stderr, "store: %s\n", why.c_str()); },
        .rounds = cfg.dipaco.rounds,
-       .describe = [&] { return describe_run(cfg, *routing, g, store); }});
+       .describe = [&] { return describe_run(cfg, *routing, g, store); },
+       .on_traffic =
+           [&](const store::traffic& t) {
+             if (watched) metrics.on_traffic(t), board.on_traffic(t);
+           },
+       .on_report =
+           [&](const store::worker_report& r) {
+             if (watched) metrics.on_report(r), board.on_report(r);
+           }});
   serving = &server;
   server.expect_rejoins(true);
   // One accept loop per worker link (per process): a worker that restarts reconnects here.

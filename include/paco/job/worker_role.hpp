@@ -17,8 +17,10 @@
 #include "paco/job/data.hpp"
 #include "paco/job/device_worker.hpp"
 #include "paco/job/dipaco_job.hpp"
+#include "paco/job/metrics.hpp"
 #include "paco/job/run_files.hpp"
 #include "paco/net/asio_tcp.hpp"
+#include "paco/net/http_server.hpp"
 #include "paco/store/metered.hpp"
 #include "paco/store/store.hpp"
 #include "paco/train/path_worker.hpp"
@@ -306,6 +308,21 @@ int run_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resu
       if (finished()) return 0;
       return link_failed(s.error());
     }
+  // With launch.metrics_port: this worker's metrics on that port + w (job/metrics.hpp).
+  worker_metrics metrics;
+  std::unique_ptr<net::http_server> http;
+  if (cfg.launch.metrics_port > 0) {
+    auto h = net::http_server::start(
+        cfg.launch.store_host == "127.0.0.1" ? "127.0.0.1" : "0.0.0.0", cfg.launch.metrics_port + w,
+        {{"/metrics", [&] {
+            return net::http_reply{200, prometheus_content_type, metrics.text()};
+          }}});
+    if (!h)
+      return std::fprintf(stderr, "worker %d: launch.metrics_port: %s\n", w,
+                          h.error().what().c_str()),
+             exit_bad_input;
+    http = std::move(*h);
+  }
   // A link lost to a store that has since finished the path (its partners closed the last
   // rounds while this worker restarted) is the end of this worker's part, not a failure.
   if (auto s = client->hello(); !s) {
@@ -376,6 +393,20 @@ int run_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resu
           },
           write_tries);
     write_failed = !s;
+    if (!s) return s;
+    // The round's account: to the store (its status page and metrics; a report that does not
+    // reach it is not this round's failure) and to this worker's metrics.
+    const double tokens = double(tc.batch) * cfg.model.shape().ctx * cfg.dipaco.inner_steps;
+    const double train_s = r.seconds - r.sync_s;
+    (void)client->report(r.round, r.loss, train_s > 0 ? tokens / train_s : 0);
+    metrics.on_round({.round = r.round,
+                      .loss = r.loss,
+                      .seconds = r.seconds,
+                      .sync_s = r.sync_s,
+                      .tokens = tokens,
+                      .inner_step = inner_step(),
+                      .bytes_sent = sent,
+                      .late = late});
     return s;
   };
   const auto on_refused = [&](const error& e) {

@@ -5,6 +5,7 @@
 // rank that owns the module (store_layout), in the messages of wire.hpp; describe asks a store
 // for its run's description (what a worker starting from nothing needs).
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -84,6 +85,20 @@ class client {
       return error(errc::corrupt,
                    "the description of store " + std::to_string(s) + " does not match its hash");
     return d;
+  }
+
+  // Tells every store how this worker's round went (server_options::on_report): its loss and
+  // throughput, for status pages. No reply; not counted in bytes_sent() (which counts the
+  // sync's bytes). Errors: the transport's.
+  status report(long round, double loss, double tokens_per_s) {
+    for (int s : layout_.store_ranks) {
+      wire::request rq{std::uint32_t(wire::kind::report),         -1, round, worker_, 0, loss,
+                       std::uint64_t(std::max(0.0, tokens_per_s))};
+      auto& l = stores_.at(s);
+      auto r = l.t->send(l.peer, wire::request_tag, wire::bytes_of(rq), deadline());
+      if (auto ec = r.wait()) return error(ec, "report to store " + std::to_string(s));
+    }
+    return {};
   }
 
   result<pulled> pull(int m, std::span<float> dst) {

@@ -52,6 +52,28 @@
 
 namespace paco::store {
 
+// What moved through a store (server_options::on_traffic): a push accepted, refused because its
+// round had closed without it (late), or refused otherwise (a bad payload, a duplicate, past the
+// run's end); a pull; or the live workers changed. bytes: the payload (a push as received, a
+// pull's θ as sent).
+struct traffic {
+  enum class kind { push_accepted, push_late, push_refused, pull, live };
+  kind what = kind::live;
+  int worker = -1, module = -1;
+  long round = 0;
+  std::size_t bytes = 0;
+  std::size_t live = 0;  // workers live after the event
+  bool alive = true;     // live: whether `worker` joined (true) or left (false: died, or bye)
+};
+
+// A worker's account of a round it completed (client::report), for a status page.
+struct worker_report {
+  int worker = -1;
+  long round = 0;
+  double loss = 0;          // its training loss over the round (nats per token)
+  double tokens_per_s = 0;  // its inner steps' throughput
+};
+
 struct server_options {
   std::chrono::milliseconds round_timeout{60000};  // after a round opened; > a round's compute
   std::chrono::milliseconds io_timeout{10000};     // one send or recv
@@ -67,6 +89,11 @@ struct server_options {
   // when asked: what a worker that starts from nothing needs to know of the run. Empty: the
   // store refuses describe (unsupported).
   std::function<std::string()> describe = {};
+  // Called on the serving thread for every push and pull and whenever the live workers change:
+  // what a metrics exporter counts (job/metrics.hpp).
+  std::function<void(const traffic&)> on_traffic = {};
+  // Called on the serving thread with every worker's report of a round.
+  std::function<void(const worker_report&)> on_report = {};
 };
 
 // Serves the modules this store owns to the given workers until every worker said bye or died
@@ -191,6 +218,7 @@ class server {
     const auto k = static_cast<wire::kind>(rq.kind);
     if (k == wire::kind::bye) {
       alive_.erase(w);
+      note({traffic::kind::live, w, -1, 0, 0, 0, false});
       finished_.insert(w);
       check_complete_all();
       return false;
@@ -198,6 +226,10 @@ class server {
     if (k == wire::kind::hello) {
       if (!alive_.count(w)) join(w);
       return send_reply(w, {0, -1, 0, 0, 0});
+    }
+    if (k == wire::kind::report) {
+      if (o_.on_report) o_.on_report({w, rq.round, rq.weight, double(rq.count)});
+      return true;  // no reply: a report is news, not a question
     }
     if (k == wire::kind::describe) {
       if (!o_.describe) return send_reply(w, {int(errc::unsupported), -1, 0, 0, 0});
@@ -218,7 +250,9 @@ class server {
       auto& l = links_.at(w);
       auto r =
           l.t->send(l.peer, data_tag, std::as_bytes(std::span<const float>(buf_)), io_deadline());
-      return !r.wait();
+      if (r.wait()) return false;
+      note({traffic::kind::pull, w, m, round, n * sizeof(float)});
+      return true;
     }
     if (k == wire::kind::push) {
       if (rq.count != n) {
@@ -234,10 +268,12 @@ class server {
       bytes_in_ += n * sizeof(float);
       alive_.insert(w);
       auto s = push_within_run(m, w, rq.round, rq.weight);
-      if (s.ok())
+      if (s.ok()) {
+        note({traffic::kind::push_accepted, w, m, rq.round, n * sizeof(float)});
         check_complete(m);
-      else
-        refuse_push(w, m, rq.round, s);
+      } else {
+        refuse_push(w, m, rq.round, s, n * sizeof(float));
+      }
       return send_reply(w, {s.ok() ? 0 : s.error().code.value(), m, store_.round(m), 0, 0});
     }
     if (k == wire::kind::push_encoded) return push_encoded(w, rq);
@@ -275,12 +311,15 @@ class server {
                                                    slice<float>(buf_.data(), buf_.size()));
     if (!s) {
       refuse(w, m, s.error().what());
+      note({traffic::kind::push_refused, w, m, rq.round, rq.count});
     } else {
       s = push_within_run(m, w, rq.round, rq.weight);
-      if (s.ok())
+      if (s.ok()) {
+        note({traffic::kind::push_accepted, w, m, rq.round, rq.count});
         check_complete(m);
-      else
-        refuse_push(w, m, rq.round, s);
+      } else {
+        refuse_push(w, m, rq.round, s, rq.count);
+      }
     }
     return send_reply(w, {s.ok() ? 0 : s.error().code.value(), m, store_.round(m), 0, 0});
   }
@@ -293,10 +332,12 @@ class server {
   }
   // A push the module store refused: on time if its round opened less than round_timeout ago
   // (it closed early without this worker), late otherwise (or a duplicate, or early).
-  void refuse_push(int w, int m, long round, const status& s) {
+  void refuse_push(int w, int m, long round, const status& s, std::size_t bytes) {
     std::string when = "late";
     const auto it = prev_opened_.find(m);
-    if (s.error().code == errc::mismatch && round < store_.round(m)) ++late_refused_;
+    const bool late = s.error().code == errc::mismatch && round < store_.round(m);
+    if (late) ++late_refused_;
+    note({late ? traffic::kind::push_late : traffic::kind::push_refused, w, m, round, bytes});
     if (s.error().code == errc::mismatch && round == store_.round(m) - 1 &&
         it != prev_opened_.end() && clock::now() - it->second <= o_.round_timeout) {
       when = "on time";
@@ -310,6 +351,13 @@ class server {
     refusals_.push_back("push of module " + std::to_string(m) + " from worker " +
                         std::to_string(w) + " refused: " + why);
     if (o_.on_refuse) o_.on_refuse(refusals_.back());
+  }
+
+  // Tells on_traffic, with the live workers now.
+  void note(traffic t) {
+    if (!o_.on_traffic) return;
+    t.live = alive_.size();
+    o_.on_traffic(t);
   }
 
   bool send_reply(int w, wire::reply rp) {
@@ -336,6 +384,7 @@ class server {
   // all its modules at one round; the others reach R with their live workers.
   void join(int w) {
     alive_.insert(w);
+    note({traffic::kind::live, w});
     const bool died = died_.count(w) > 0;
     long R = 0, lo = -1;
     for (int m : workers_.at(w)) {
@@ -396,6 +445,7 @@ class server {
   }
   void mark_dead(int w) {
     alive_.erase(w);
+    note({traffic::kind::live, w, -1, 0, 0, 0, false});
     if (!finished_.count(w)) died_.insert(w);
     drop_waits(w);
     check_complete_all();

@@ -11,6 +11,7 @@
 //   describe: reply{count = bytes, hash = hash64 of them}, then the store's description of its
 //          run (server_options::describe: text, e.g. a job's routing and module rounds)
 //                                                               tag data_tag
+//   report: request{round, weight = the round's loss, count = tokens per second}; no reply
 // local_store counts the same bytes for its in-process pushes (push_bytes).
 
 #include <cstddef>
@@ -33,7 +34,8 @@ enum class kind : std::uint32_t {
   wait = 4,
   bye = 5,
   push_encoded = 6,
-  describe = 7
+  describe = 7,
+  report = 8
 };
 
 #pragma pack(push, 1)

@@ -1,0 +1,243 @@
+#pragma once
+// The store's status page: one HTML page with no external assets (inline CSS and SVG, no
+// script), refreshing itself every 2 s, served at "/" next to "/metrics" on launch.metrics_port.
+// It shows the grid (every module's round), each path's workers (round, loss and its curve,
+// throughput, bytes in and out, health) and the run's progress. status_board collects what the
+// page shows from the store's callbacks (serving thread); page() renders a snapshot (HTTP thread).
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "paco/path/path_plan.hpp"
+#include "paco/store/module_store.hpp"
+#include "paco/store/server.hpp"
+
+namespace paco::job {
+
+class status_board {
+ public:
+  // workers: the store's worker processes, id → its path (−1 when it has none) and name.
+  struct process {
+    int path = -1;
+    std::string name;
+  };
+  status_board(std::string title, const path::path_plan& g, std::map<int, process> workers,
+               long rounds)
+      : title_(std::move(title)),
+        plan_(g),
+        rounds_(rounds),
+        module_round_(std::size_t(g.modules()), 0),
+        start_(clock::now()) {
+    for (auto& [w, p] : workers) workers_[w].who = p;
+  }
+
+  void on_close(const store::round_summary& r) {
+    std::lock_guard lk(mu_);
+    module_round_[std::size_t(r.module)] = r.round + 1;
+    ++closed_;
+  }
+  void on_traffic(const store::traffic& t) {
+    std::lock_guard lk(mu_);
+    if (!workers_.count(t.worker)) return;
+    auto& w = workers_[t.worker];
+    using k = store::traffic::kind;
+    if (t.what == k::live) {
+      w.health = t.alive ? "live" : "gone";
+      if (t.alive) w.seen = true;
+      return;
+    }
+    w.seen = true;
+    w.health = "live";
+    if (t.what == k::pull) w.bytes_out += t.bytes;
+    if (t.what != k::pull) w.bytes_in += t.bytes;
+    if (t.what == k::push_late) ++w.late;
+  }
+  void on_report(const store::worker_report& r) {
+    std::lock_guard lk(mu_);
+    if (!workers_.count(r.worker)) return;
+    auto& w = workers_[r.worker];
+    w.curve.push_back({double(r.round), r.loss / 0.6931471805599453});
+    w.tokens_per_s = r.tokens_per_s;
+    w.round = r.round;
+  }
+
+  // The page: the state now, rendered.
+  std::string page() const {
+    std::lock_guard lk(mu_);
+    std::string h;
+    h.reserve(16384);
+    const double up = std::chrono::duration<double>(clock::now() - start_).count();
+    long lowest = rounds_;
+    for (long r : module_round_) lowest = std::min(lowest, r);
+    h += "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" "
+         "content=\"2\"><title>" +
+         esc(title_) +
+         "</title><style>body{font:14px sans-serif;margin:20px;color:#222}table{border-"
+         "collapse:collapse;margin:8px 0}td,th{border:1px solid #bbb;padding:3px 8px;text-align:"
+         "right}th{background:#eee}td.l{text-align:left}.live{color:#080}.gone{color:#b00}"
+         ".wait{color:#888}.grid td{text-align:center}</style></head><body>";
+    h += "<h1>" + esc(title_) + "</h1><p id=\"progress\">grid " + esc(plan_.describe()) + ": " +
+         std::to_string(plan_.paths()) + " paths, " + std::to_string(plan_.modules()) +
+         " modules; every module at round &ge; " + std::to_string(lowest) + " of " +
+         std::to_string(rounds_) + "; " + std::to_string(closed_) + " rounds closed; up " +
+         fmt(up, 0) + " s</p>";
+    // The grid: levels down, experts across; each cell a module and its round.
+    h += "<h2>Modules</h2><table class=\"grid\" id=\"grid\"><tr><th>level</th>";
+    int widest = 0;
+    for (int l = 0; l < plan_.levels(); ++l) widest = std::max(widest, experts_of(l));
+    for (int e = 0; e < widest; ++e) h += "<th>expert " + std::to_string(e) + "</th>";
+    h += "</tr>";
+    for (int l = 0; l < plan_.levels(); ++l) {
+      h += "<tr><th>" + std::to_string(l) + "</th>";
+      for (int e = 0; e < widest; ++e) {
+        const int m = module_at(l, e);
+        if (m < 0) {
+          h += "<td></td>";
+          continue;
+        }
+        h += "<td>module " + std::to_string(m) + "<br>round " +
+             std::to_string(module_round_[std::size_t(m)]) + "</td>";
+      }
+      h += "</tr>";
+    }
+    h += "</table>";
+    // The workers, by path.
+    h += "<h2>Workers</h2><table id=\"workers\"><tr><th>worker</th><th>path</th><th>round</th>"
+         "<th>loss (bits/byte)</th><th>curve</th><th>tokens/s</th><th>in (MB)</th><th>out "
+         "(MB)</th><th>late</th><th>health</th></tr>";
+    for (auto& [id, w] : workers_) {
+      const std::string health = w.seen ? w.health : "waiting";
+      h += "<tr><td class=\"l\">" + esc(w.who.name) + "</td><td class=\"l\">" +
+           (w.who.path >= 0 ? esc(plan_.path_name(w.who.path)) : "") + "</td><td>" +
+           (w.round >= 0 ? std::to_string(w.round) : "") + "</td><td>" +
+           (w.curve.empty() ? "" : fmt(w.curve.back().second, 3)) + "</td><td>" +
+           sparkline(w.curve) + "</td><td>" + fmt(w.tokens_per_s, 0) + "</td><td>" +
+           fmt(double(w.bytes_in) / 1e6, 2) + "</td><td>" + fmt(double(w.bytes_out) / 1e6, 2) +
+           "</td><td>" + std::to_string(w.late) + "</td><td class=\"" +
+           (health == "live"   ? "live"
+            : health == "gone" ? "gone"
+                               : "wait") +
+           "\">" + health + "</td></tr>";
+    }
+    h += "</table>";
+    h += "<h2>Training loss per worker</h2>" + chart();
+    h += "<p><a href=\"/metrics\">/metrics</a> (Prometheus)</p></body></html>";
+    return h;
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  struct worker_state {
+    process who;
+    bool seen = false;
+    std::string health = "waiting";
+    long round = -1;
+    double tokens_per_s = 0;
+    std::size_t bytes_in = 0, bytes_out = 0;
+    long late = 0;
+    std::vector<std::pair<double, double>> curve;  // (round, bits/byte)
+  };
+
+  int experts_of(int l) const {
+    int n = 0;
+    for (int m = 0; m < plan_.modules(); ++m)
+      if (plan_.level_of(m) == l) ++n;
+    return n;
+  }
+  int module_at(int l, int e) const {
+    int n = 0;
+    for (int m = 0; m < plan_.modules(); ++m)
+      if (plan_.level_of(m) == l && n++ == e) return m;
+    return -1;
+  }
+  static std::string fmt(double v, int digits) {
+    if (!std::isfinite(v)) return "-";
+    char b[48];
+    std::snprintf(b, sizeof b, "%.*f", digits, v);
+    return b;
+  }
+  static std::string esc(const std::string& s) {
+    std::string o;
+    for (char c : s) {
+      if (c == '<')
+        o += "&lt;";
+      else if (c == '>')
+        o += "&gt;";
+      else if (c == '&')
+        o += "&amp;";
+      else if (c == '"')
+        o += "&quot;";
+      else
+        o += c;
+    }
+    return o;
+  }
+  // An SVG polyline of points scaled into w × h (empty: no points).
+  static std::string polyline(const std::vector<std::pair<double, double>>& pts, double x0,
+                              double x1, double y0, double y1, int w, int h, int pad,
+                              const char* colour) {
+    if (pts.empty()) return "";
+    std::string p;
+    for (auto [x, y] : pts) {
+      const double px = pad + (x1 > x0 ? (x - x0) / (x1 - x0) : 0.5) * (w - 2 * pad);
+      const double py = pad + (y1 > y0 ? (y1 - y) / (y1 - y0) : 0.5) * (h - 2 * pad);
+      p += fmt(px, 1) + "," + fmt(py, 1) + " ";
+    }
+    return std::string("<polyline fill=\"none\" stroke=\"") + colour +
+           "\" stroke-width=\"1.5\" points=\"" + p + "\"/>";
+  }
+  static void bounds(const std::vector<std::pair<double, double>>& pts, double& x0, double& x1,
+                     double& y0, double& y1) {
+    for (auto [x, y] : pts) {
+      if (!std::isfinite(y)) continue;
+      x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
+    }
+  }
+  static std::string sparkline(const std::vector<std::pair<double, double>>& pts) {
+    double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
+    bounds(pts, x0, x1, y0, y1);
+    return "<svg width=\"120\" height=\"24\">" + polyline(pts, x0, x1, y0, y1, 120, 24, 2, "#36c") +
+           "</svg>";
+  }
+  std::string chart() const {
+    static const char* colours[] = {"#36c", "#c33", "#393", "#f90", "#909", "#099", "#663", "#333"};
+    double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
+    for (auto& [id, w] : workers_) bounds(w.curve, x0, x1, y0, y1);
+    const int W = 640, H = 240, pad = 30;
+    std::string s = "<svg id=\"chart\" width=\"" + std::to_string(W) + "\" height=\"" +
+                    std::to_string(H) + "\" style=\"border:1px solid #ccc\">";
+    if (x1 >= x0) {
+      s += "<text x=\"4\" y=\"14\" font-size=\"11\">" + fmt(y1, 2) +
+           " bits/byte</text><text x=\"4\" y=\"" + std::to_string(H - 4) + "\" font-size=\"11\">" +
+           fmt(y0, 2) + "</text><text x=\"" + std::to_string(W - 90) + "\" y=\"" +
+           std::to_string(H - 4) + "\" font-size=\"11\">round " + fmt(x1, 0) + "</text>";
+      int i = 0;
+      for (auto& [id, w] : workers_) {
+        const char* c = colours[i++ % 8];
+        s += polyline(w.curve, x0, x1, y0, y1, W, H, pad, c);
+        s += "<text x=\"" + std::to_string(W - 150) + "\" y=\"" + std::to_string(14 + 13 * i) +
+             "\" font-size=\"11\" fill=\"" + c + "\">" + esc(w.who.name) + "</text>";
+      }
+    } else {
+      s += "<text x=\"20\" y=\"40\">no round reported yet</text>";
+    }
+    return s + "</svg>";
+  }
+
+  std::string title_;
+  const path::path_plan& plan_;
+  long rounds_;
+  mutable std::mutex mu_;
+  std::vector<long> module_round_;
+  long closed_ = 0;
+  std::map<int, worker_state> workers_;
+  clock::time_point start_;
+};
+
+}  // namespace paco::job
