@@ -79,6 +79,7 @@ inline gpt_job make_job(const train_config& cfg, std::vector<std::string> child_
   return gpt_job{static_cast<const job::settings&>(cfg),
                  nn::gpt(cfg.model),
                  gpt_fingerprint(cfg.model),
+                 nn::gpt_config_json(cfg.model),
                  "paco_train",
                  std::move(child_args),
                  [gemm](int id, const nn::gpt& model, std::vector<path::level_span> levels,

@@ -72,6 +72,10 @@ int main(int argc, char** argv) {
                  "write the trained model(s) to DIR as self-describing safetensors (GPT-2 tensor "
                  "names, config in the metadata) and exit: dipaco jobs every path and the base "
                  "model, the LM job its checkpoint");
+  std::vector<std::string> score_files;
+  app.add_option("--score", score_files,
+                 "dipaco jobs: route each text file with the run's router and score it with the "
+                 "path it picks (bits/byte), then exit");
   bool export_hf = false;
   app.add_flag("--export-hf", export_hf,
                "with --export: also write each model in Hugging Face's GPT-2 layout, "
@@ -99,6 +103,7 @@ int main(int argc, char** argv) {
           return std::fprintf(stderr, "paco_train: export: %s\n", s.error().what().c_str()), 2;
         return 0;
       }
+      if (!score_files.empty()) return job::run_score(dj, rd, score_files);
       if (role == "store") return job::run_store(dj, rd, resume, fresh);
       if (role == "worker" && cfg.dipaco.stages > 1)
         return job::run_stage_worker(dj, rd, worker, stage, peers, resume, fresh);

@@ -100,6 +100,19 @@ TEST_CASE("an exported GPT loads back bit for bit and scores the same in PyTorch
       for (std::size_t i : {0u, 7u, 31u})
         REQUIRE(qkv.values[i * 96 + o] == theta[off + o * 32 + i]);
     REQUIRE(std::abs(torch_bpb(dir / "hf") - bpb) < 1e-4 * bpb);
+    // A byte-level model's tokenizer, checked against GPT-2's byte map re-derived in Python.
+    const std::string tok_check =
+        "/usr/bin/python3 " +
+        (fs::path(PACO_SOURCE_DIR) / "tests" / "parity" / "byte_tokenizer_check.py").string() +
+        " " + (dir / "hf").string() + " 2>&1";
+    FILE* pipe = ::popen(tok_check.c_str(), "r");
+    REQUIRE(pipe);
+    std::string said;
+    char line[512];
+    while (std::fgets(line, sizeof line, pipe)) said += line;
+    INFO(said);
+    REQUIRE(::pclose(pipe) == 0);
+    REQUIRE(said == "ok\n");
     fs::remove_all(dir);
   }
 }

@@ -45,6 +45,14 @@ struct safetensors_file {
 
 inline constexpr std::uint64_t safetensors_max_header = 100u << 20;  // 100 MiB
 inline constexpr const char* checksum_key = "paco.checksum";
+// Every file also names how its checksum is computed (detail::content_checksum), so that a reader
+// without paco can verify it.
+inline constexpr const char* checksum_algorithm_key = "paco.checksum_algorithm";
+inline constexpr const char* checksum_algorithm =
+    "paco-hash64-chain-1: h = 0x70616365; for each tensor in name order: h = hash64(name, h), "
+    "h = hash64(each dim as uint64 LE, h), h = hash64(float32 LE data, h); for each other "
+    "metadata entry in key order: h = hash64(value, hash64(key, h)); 16 lowercase hex digits of "
+    "h; hash64 is paco/core/hash.hpp's";
 
 namespace detail {
 // hash64 chained over every tensor in name order (name, shape, float32 bytes), then every
@@ -70,7 +78,8 @@ using checksum_entry = std::tuple<const std::vector<std::size_t>*, const float*,
 }  // namespace detail
 
 // Writes tensors + metadata to path atomically. Requires: distinct names, non-null data.
-// Ensures: the metadata gains checksum_key, the checksum of the tensors and the metadata.
+// Ensures: the metadata gains checksum_algorithm_key and checksum_key, the checksum of the
+// tensors and the metadata (checksum_algorithm_key's entry included).
 inline status save_safetensors(const std::filesystem::path& path,
                                const std::vector<tensor_ref>& tensors,
                                std::map<std::string, std::string> metadata = {}) {
@@ -82,6 +91,7 @@ inline status save_safetensors(const std::filesystem::path& path,
       for (auto d : t.shape) n *= d;
       by_name[t.name] = {&t.shape, t.data, n};
     }
+    metadata[checksum_algorithm_key] = checksum_algorithm;
     metadata[checksum_key] = detail::content_checksum(by_name, metadata);
   }
   h["__metadata__"] = metadata;

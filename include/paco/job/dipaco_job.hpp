@@ -92,6 +92,9 @@ struct dipaco_job : settings {
   // describe_model's (vocab, ctx, width, blocks, parameter count), which does not tell apart
   // models of the same size (another head count): set it whenever that can happen.
   std::string model_fingerprint;
+  // The model's whole configuration as JSON, recorded (not compared) in the store checkpoint and
+  // quoted by the export's model card (empty: describe_model's items).
+  std::string model_config;
   // The name in the launcher's messages and its lock.
   std::string program = "paco";
   // The arguments that give a child process of this program this job, after the program's name

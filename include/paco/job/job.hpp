@@ -11,6 +11,7 @@
 #include "paco/job/ranks.hpp"
 #include "paco/job/results.hpp"
 #include "paco/job/run_files.hpp"
+#include "paco/job/score.hpp"
 #include "paco/job/settings.hpp"
 #include "paco/job/stage_role.hpp"
 #include "paco/job/stages.hpp"

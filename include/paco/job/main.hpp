@@ -9,7 +9,9 @@
 //   prog --role store             the store (on launch.store_host)
 //   prog --role worker --worker N worker N (1 … workers); with dipaco.stages > 1 also
 //        --stage K --peers H:P,…    stage K of its path, the worker's stages' endpoints
-//   prog --export DIR             every path of a finished run, and the base model
+//   prog --export DIR             every path of a finished run, the base model, the router and
+//                                 a model card (job/export.hpp)
+//   prog --score FILE …           route and score text files with the run (job/score.hpp)
 // with, for any of them: --run-dir DIR (default output.dir), --resume, --fresh. The launcher
 // starts this same program (/proc/self/exe) with job.child_args and a role, so a process of any
 // role has the same job. PACO_TOKEN authenticates every link (the launcher draws one).
@@ -27,6 +29,7 @@
 #include "paco/job/launcher.hpp"
 #include "paco/job/prepare.hpp"
 #include "paco/job/ranks.hpp"
+#include "paco/job/score.hpp"
 #include "paco/job/stage_role.hpp"
 #include "paco/job/store_role.hpp"
 #include "paco/job/worker_role.hpp"
@@ -38,6 +41,7 @@ struct command_line {
   std::string role = "launcher";  // launcher, prepare, store, worker
   int worker = 0, stage = 0;
   std::string run_dir, export_dir, peers;
+  std::vector<std::string> score;  // --score (repeatable)
   bool resume = false, fresh = false;
 };
 
@@ -56,7 +60,7 @@ inline result<command_line> parse_command_line(int argc, const char* const* argv
     } else if (a == "--fresh") {
       c.fresh = true;
     } else if (a == "--role" || a == "--run-dir" || a == "--export" || a == "--worker" ||
-               a == "--stage" || a == "--peers") {
+               a == "--stage" || a == "--peers" || a == "--score") {
       auto v = value();
       if (!v) return v.error();
       if (a == "--role") {
@@ -70,6 +74,8 @@ inline result<command_line> parse_command_line(int argc, const char* const* argv
         c.export_dir = *v;
       } else if (a == "--peers") {
         c.peers = *v;
+      } else if (a == "--score") {
+        c.score.push_back(*v);
       } else {
         char* end = nullptr;
         const long n = std::strtol(v->c_str(), &end, 10);
@@ -83,7 +89,8 @@ inline result<command_line> parse_command_line(int argc, const char* const* argv
       return error(
           errc::invalid_argument,
           "unknown argument '" + a +
-              "' (--role, --worker, --stage, --peers, --run-dir, --resume, --fresh, --export)");
+              "' (--role, --worker, --stage, --peers, --run-dir, --resume, --fresh, --export, "
+              "--score)");
     }
   }
   return c;
@@ -107,6 +114,7 @@ int run_main(const dipaco_job<Model>& job, int argc, const char* const* argv) {
                exit_bad_input;
       return 0;
     }
+    if (!c->score.empty()) return run_score(job, rd, c->score);
     if (c->role == "store") return run_store(job, rd, c->resume, c->fresh);
     if (c->role == "worker" && job.dipaco.stages > 1)
       return run_stage_worker(job, rd, c->worker, c->stage, c->peers, c->resume, c->fresh);

@@ -62,12 +62,20 @@ status prepare(const dipaco_job<Model>& cfg, const run_dir& rd, const job_data& 
   auto ft = route::prefix_features(model, theta, tr, P),
        fv = route::prefix_features(model, theta, va, P);
   std::vector<int> train_route(data.train.size(), 0), val_route(data.val.size(), 0);
+  // The router itself, kept with the routes so that new text can be routed later (router_of,
+  // --score, --export): k centroids of D floats; one path needs none.
+  json router = {{"kind", "single"}, {"prefix", P}};
   if (g.paths() > 1) {
     auto km = route::kmeans_router::fit(ft, int(tr.size()), D,
                                         {.k = g.paths(), .seed = std::uint64_t(tc.seed)});
     if (!km) return km.error();
     for (std::size_t i = 0; i < tr.size(); ++i) train_route[i] = km->route(&ft[i * D]);
     for (std::size_t i = 0; i < va.size(); ++i) val_route[i] = km->route(&fv[i * D]);
+    router = {{"kind", "kmeans"},
+              {"prefix", P},
+              {"k", g.paths()},
+              {"dim", D},
+              {"centroids", km->centroids()}};
   }
   std::vector<io::tensor_ref> t;
   for (auto& nt : model.tensors()) t.push_back({nt.name, nt.shape, theta + nt.offset});
@@ -78,6 +86,7 @@ status prepare(const dipaco_job<Model>& cfg, const run_dir& rd, const job_data& 
   json r = {{"paths", g.paths()},
             {"train_route", train_route},
             {"val_route", val_route},
+            {"router", router},
             {"run_id", random_token()}};
   return write_routing(rd, r);
 }

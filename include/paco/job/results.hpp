@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "paco/core/arena.hpp"
+#include "paco/io/atomic_file.hpp"
 #include "paco/io/table.hpp"
 #include "paco/job/data.hpp"
 #include "paco/job/dipaco_job.hpp"
@@ -155,13 +156,27 @@ int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::p
       fp32_bytes +=
           double(cfg.dipaco.rounds) * double(store::wire::push_bytes(4 * g.span_of(m).size));
   io::table table({"path", tag + " docs", tag + " bits/byte", "sent (" + comp.name() + ")"});
+  // The same figures for files (results.json: the exported model card quotes them).
+  json figures = {{"split", split},
+                  {"scorer", rule.name()},
+                  {"routing_prefix", cfg.dipaco.prefix},
+                  {"paths", json::array()}};
   for (int p = 0; p < g.paths(); ++p) {
     double b = 0;
     for (auto& [s, j] : rec)
       if (g.path_of_worker(jp.worker_of(s) - 1) == p) b += j["bytes_sent"].template get<double>();
     table.add({g.path_name(p), std::to_string(docs[p]), io::cell(per[p].bits_per_token(), 4),
                io::cell(b / 1e6, 3, " MB")});
+    figures["paths"].push_back({{"path", g.path_name(p)},
+                                {"docs", docs[p]},
+                                {"bits_per_byte", per[p].bits_per_token()},
+                                {"bytes_sent", b}});
   }
+  figures["all_routed"] = {{"docs", spans.size()}, {"bits_per_byte", total.bits_per_token()}};
+  if (rerouted.tokens)
+    figures["rerouted"] = {{"every", W}, {"bits_per_byte", rerouted.bits_per_token()}};
+  if (auto s = io::write_file_atomic(rd.dir / "results.json", figures.dump(2) + "\n"); !s)
+    std::fprintf(stderr, "%s: %s (the table below is not kept)\n", P, s.error().what().c_str());
   // The documents scored: those longer than the routing prefix (the others have nothing to score).
   table.add({"all (routed)", std::to_string(spans.size()), io::cell(total.bits_per_token(), 4),
              io::cell(bytes / 1e6, 3, " MB")});

@@ -159,7 +159,13 @@ status load_base(const dipaco_job<Model>& cfg, const run_dir& rd, const Model& m
 template <nn::BlockModel Model, class OuterOpt>
 status save_store(const dipaco_job<Model>& cfg, const run_dir& rd, const path::path_plan& g,
                   const store::module_store<OuterOpt>& st) {
-  return store::save_store_file(rd.store(), st, g, config_fingerprint(cfg));
+  // The whole model and data configuration beside the compared fingerprint (which keeps to what
+  // older checkpoints recorded, so that they still resume).
+  return store::save_store_file(
+      rd.store(), st, g, config_fingerprint(cfg),
+      {{"model", cfg.model_config.empty() ? describe_model(cfg.model) : cfg.model_config},
+       {"data", "corpus=" + cfg.data.corpus +
+                    (data_path(cfg.data).empty() ? "" : " path=" + data_path(cfg.data))}});
 }
 
 // Errors name the file and the problem (store::load_store_file's).

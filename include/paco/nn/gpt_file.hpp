@@ -14,7 +14,17 @@
 // layer_norm_epsilon 1e-5, tie_word_embeddings) and model.safetensors whose tensors carry
 // GPT2LMHeadModel's names ("transformer.h.0.attn.c_attn.weight", …) and shapes — GPT-2's Conv1D
 // stores a projection as (in, out), the transpose of PyTorch's Linear — so that
-// GPT2LMHeadModel.from_pretrained(dir) loads it.
+// GPT2LMHeadModel.from_pretrained(dir) loads it. A byte-level model (vocab 256, paco's byte
+// tokenizer: id = byte value) also gets its tokenizer, so that text goes in and out of it with
+// Hugging Face's tools alone:
+//   tokenizer.json         the tokenizers library's format: a byte-level BPE with the 256 bytes as
+//                          its vocabulary (GPT-2's byte ↔ character map) and no merges, so that
+//                          encoding a text gives its UTF-8 bytes as ids, and decoding the reverse
+//   tokenizer_config.json  PreTrainedTokenizerFast over it, model_max_length = ctx
+// and config.json's bos_token_id / eos_token_id are 0 (inside the vocabulary, where GPT-2's
+// default 50256 is not): the model was trained on documents run together with no boundary
+// token, and byte 0 (NUL) appears in no training text, so generation never stops on it early and
+// a prompt should not begin with it.
 
 #include <filesystem>
 #include <map>
@@ -76,9 +86,77 @@ inline status save_gpt(const std::filesystem::path& path, const gpt& model, cons
   return io::save_safetensors(path, refs, std::move(extra));
 }
 
+// paco's byte tokenizer's vocabulary: one id per byte value.
+inline constexpr int byte_vocab = 256;
+
+// GPT-2's map of the 256 byte values to printable characters (bytes_to_unicode), as UTF-8: the
+// alphabet of a byte-level BPE.
+inline std::vector<std::string> gpt2_byte_chars() {
+  std::vector<int> cp(256, -1);
+  auto keep = [&](int a, int b) {
+    for (int v = a; v <= b; ++v) cp[std::size_t(v)] = v;
+  };
+  keep('!', '~'), keep(0xA1, 0xAC), keep(0xAE, 0xFF);
+  for (int v = 0, n = 0; v < 256; ++v)
+    if (cp[std::size_t(v)] < 0) cp[std::size_t(v)] = 256 + n++;
+  std::vector<std::string> out;
+  for (int c : cp) {  // every code point is below 0x800: one or two UTF-8 bytes
+    std::string u;
+    if (c < 0x80) {
+      u += char(c);
+    } else {
+      u += char(0xC0 | (c >> 6));
+      u += char(0x80 | (c & 0x3F));
+    }
+    out.push_back(u);
+  }
+  return out;
+}
+
+// dir/tokenizer.json and dir/tokenizer_config.json for paco's byte tokenizer (see the file
+// comment). Errors: io naming the file.
+inline status write_byte_tokenizer(const std::filesystem::path& dir, int ctx) {
+  const auto chars = gpt2_byte_chars();
+  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+  for (int b = 0; b < byte_vocab; ++b) vocab[chars[std::size_t(b)]] = b;
+  const nlohmann::ordered_json byte_level = {{"type", "ByteLevel"},
+                                             {"add_prefix_space", false},
+                                             {"trim_offsets", false},
+                                             {"use_regex", false}};
+  const nlohmann::ordered_json tok = {{"version", "1.0"},
+                                      {"truncation", nullptr},
+                                      {"padding", nullptr},
+                                      {"added_tokens", nlohmann::ordered_json::array()},
+                                      {"normalizer", nullptr},
+                                      {"pre_tokenizer", byte_level},
+                                      {"post_processor", nullptr},
+                                      {"decoder", byte_level},
+                                      {"model",
+                                       {{"type", "BPE"},
+                                        {"dropout", nullptr},
+                                        {"unk_token", nullptr},
+                                        {"continuing_subword_prefix", nullptr},
+                                        {"end_of_word_suffix", nullptr},
+                                        {"fuse_unk", false},
+                                        {"byte_fallback", false},
+                                        {"vocab", vocab},
+                                        {"merges", nlohmann::ordered_json::array()}}}};
+  if (auto s = io::write_file_atomic(dir / "tokenizer.json", tok.dump(2) + "\n"); !s) return s;
+  const nlohmann::ordered_json tc = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                                     {"model_max_length", ctx},
+                                     {"bos_token", chars[0]},
+                                     {"eos_token", chars[0]},
+                                     {"clean_up_tokenization_spaces", false},
+                                     {"paco_tokenizer",
+                                      "bytes: a text's UTF-8 bytes are its ids (0-255); no special "
+                                      "tokens were used in training"}};
+  return io::write_file_atomic(dir / "tokenizer_config.json", tc.dump(2) + "\n");
+}
+
 // Writes θ (a full parameter plane of `model`) in Hugging Face's GPT-2 layout to dir (created):
 // dir/config.json and dir/model.safetensors (metadata "format": "pt", as transformers expects,
-// plus `extra`). Errors: io (the directory or config.json), save_safetensors'.
+// plus `extra`), and for a byte-level model its tokenizer (write_byte_tokenizer). Errors: io
+// (the directory or a JSON file), save_safetensors'.
 inline status save_gpt_hf(const std::filesystem::path& dir, const gpt& model, const float* theta,
                           std::map<std::string, std::string> extra = {}) {
   const gpt_config& c = model.config();
@@ -118,6 +196,11 @@ inline status save_gpt_hf(const std::filesystem::path& dir, const gpt& model, co
                                 {"attn_pdrop", 0.0},
                                 {"tie_word_embeddings", c.tie_weights},
                                 {"paco_config", nlohmann::json::parse(gpt_config_json(c))}};
+  if (c.vocab == byte_vocab) {
+    cfg["bos_token_id"] = 0;
+    cfg["eos_token_id"] = 0;
+    if (auto s = write_byte_tokenizer(dir, c.ctx); !s) return s;
+  }
   if (auto s = io::write_file_atomic(dir / "config.json", cfg.dump(2) + "\n"); !s) return s;
   extra["format"] = "pt";
   return io::save_safetensors(dir / "model.safetensors", refs, std::move(extra));
