@@ -6,6 +6,7 @@
 # (git-ignored, well under the 64 MiB a device machine's working tree may carry), with
 # .gpu/gpu_run.sh to run them there:
 #   bash scripts/gpu_bundle.sh                    # here: build and pack
+#   bash scripts/gpu_bundle.sh train              # here: paco_train alone (for gpu_run.sh train)
 #   bash .gpu/gpu_run.sh tests|bench|train|all    # there (bench takes bench_train_step_gpu's flags)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,13 +17,15 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLA
   -DPACO_BUILD_BENCH=ON >/dev/null
 tests=(test_gpu_kernels test_gpu_device test_gpu_nn test_gpu_gpt test_gpu_diloco test_gpu_nccl
        test_gpu_path_worker)
-cmake --build "$build" --target "${tests[@]}" bench_train_step_gpu paco_train
+extra=(bench_train_step_gpu)
+if [[ "${1:-}" == train ]]; then tests=() extra=(); fi
+cmake --build "$build" --target "${tests[@]}" "${extra[@]}" paco_train
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
 for t in "${tests[@]}"; do cp "$build/tests/gpu/$t" "$stage/bin/"; done
-cp "$build/bench/train_step_gpu/bench_train_step_gpu" "$build/examples/paco_train/paco_train" \
-   "$stage/bin/"
+cp "$build/examples/paco_train/paco_train" "$stage/bin/"
+((${#extra[@]})) && cp "$build/bench/train_step_gpu/bench_train_step_gpu" "$stage/bin/"
 # The libraries the binaries link that are neither glibc/libstdc++ nor CUDA's own.
 for b in "$stage"/bin/*; do ldd "$b"; done | awk '/=> \//{print $3}' | sort -u |
   grep -Ev '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+)\.so|/cuda' |
