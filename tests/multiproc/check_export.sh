@@ -17,16 +17,16 @@ job=(-c "$src/examples/configs/dipaco_brown.toml" --set model.d=32 --set model.l
      --set model.heads=2 --set model.ctx=64 --set train.batch=4 --set train.threads=1
      --set dipaco.rounds=3 --set dipaco.inner_steps=20 --set dipaco.pretrain_steps=30
      --set train.warmup=2 --set dipaco.reroute_every=0 --set output.dir="$work/run")
-"$paco_train" "${job[@]}" >"$work/run.out" 2>&1 || { cat "$work/run.out"; fail "the run exited $?"; }
+"$paco_train" "${job[@]}" >"$work/run.out" 2>&1 || { rc=$?; cat "$work/run.out"; fail "the run exited $rc"; }
 "$paco_train" "${job[@]}" --export "$work/export" --export-hf >"$work/export.out" 2>&1 ||
-  { cat "$work/export.out"; fail "--export exited $?"; }
+  { rc=$?; cat "$work/export.out"; fail "--export exited $rc"; }
 # Three texts the run never saw: prose, a list of figures, and code (one longer than a window).
 printf 'The committee met again on Thursday evening and agreed, after a long and sometimes heated discussion, that the new library would open in the spring.' >"$work/a.txt"
 printf 'Rainfall (mm), 1961: Jan 54, Feb 41, Mar 38, Apr 45, May 51, Jun 62, Jul 70, Aug 66.\n' >"$work/b.txt"
 printf 'for (int i = 0; i < n; ++i) {\n  total += weights[i] * values[i];\n}\nreturn total / n;\n' >"$work/c.txt"
 files=("$work/a.txt" "$work/b.txt" "$work/c.txt")
 "$paco_train" "${job[@]}" --score "${files[@]}" >"$work/paco.out" 2>&1 ||
-  { cat "$work/paco.out"; fail "--score exited $?"; }
+  { rc=$?; cat "$work/paco.out"; fail "--score exited $rc"; }
 cat "$work/paco.out"
 # The export alone, elsewhere.
 mkdir "$work/elsewhere"

@@ -16,12 +16,25 @@ small=(-c "$src/examples/configs/dipaco_brown.toml" --set model.d=32 --set model
        --set train.warmup=2 --set dipaco.reroute_every=0 --set launch.round_timeout_s=60)
 export PACO_TOKEN=mpi-launch-test
 "$paco_train" "${small[@]}" --set output.dir="$work/local" >"$work/local.out" 2>&1 ||
-  { cat "$work/local.out"; fail "the local launch exited $?"; }
-base=$((14000 + ($$ % 1000) * 8))
+  { rc=$?; cat "$work/local.out"; fail "the local launch exited $rc"; }
+# A block of 8 ports none of which is taken now (tests beside this one draw their own).
+base=$(/usr/bin/python3 -c '
+import os, random, socket
+r = random.Random(os.getpid())
+for _ in range(200):
+    b = 12000 + 8 * r.randrange(2500)
+    try:
+        for q in range(b, b + 8):
+            s = socket.socket(); s.bind(("127.0.0.1", q)); s.close()
+        print(b); break
+    except OSError:
+        pass
+')
+[ -n "$base" ] || fail "no free block of ports"
 mpi=("$mpirun" --allow-run-as-root --oversubscribe --mca btl tcp,self -x PACO_TOKEN)
 "${mpi[@]}" -np 5 "$paco_train" "${small[@]}" --set output.dir="$work/mpi" \
   --set launch.mode=mpi --set launch.base_port=$base >"$work/mpi.out" 2>&1 ||
-  { cat "$work/mpi.out"; fail "the mpirun launch exited $?"; }
+  { rc=$?; cat "$work/mpi.out"; fail "the mpirun launch exited $rc"; }
 cat "$work/mpi.out"
 grep -q '^| all (routed)' "$work/mpi.out" || fail "rank 0 printed no results table"
 # module -> hash at its last close.

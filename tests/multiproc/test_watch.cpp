@@ -67,7 +67,8 @@ TEST_CASE("a running job's metrics scrape and its status page renders in Chromiu
       fs::temp_directory_path() / ("paco_watch_" + std::to_string(::getpid()))};
   fs::remove_all(r.dir);
   r.rounds = 40;
-  const int port = 15000 + int(::getpid() % 1000) * 8;
+  const int port = paco::testing::free_port_block(8);
+  REQUIRE(port > 0);
   const pid_t launcher = r.start({"--set", "launch.metrics_port=" + std::to_string(port), "--set",
                                   "launch.throttle=1:3,2:3,3:3,4:3"});
   REQUIRE(launcher > 0);
@@ -80,8 +81,17 @@ TEST_CASE("a running job's metrics scrape and its status page renders in Chromiu
       },
       180s));
 
-  // The store's metrics.
-  const std::string store = http_get(port, "/metrics");
+  // The store's metrics and worker 2's, scraped until both hold a reported round (a worker logs
+  // its round before it reports it and before its own metrics count it).
+  std::string store, worker;
+  REQUIRE(paco::testing::wait_until(
+      [&] {
+        store = http_get(port, "/metrics");
+        worker = http_get(port + 2, "/metrics");
+        return sample(store, "paco_store_worker_loss{worker=\"3\"}") > 0 &&
+               sample(worker, "paco_worker_rounds_total") >= 2;
+      },
+      60s));
   INFO(store);
   REQUIRE(sample(store, "paco_store_live_workers") == 4);
   REQUIRE(sample(store, "paco_store_pushes_total{result=\"accepted\"}") >= 8);
@@ -92,7 +102,6 @@ TEST_CASE("a running job's metrics scrape and its status page renders in Chromiu
   REQUIRE(sample(store, "paco_store_bytes_total{direction=\"out\",worker=\"1\"}") > 0);
   REQUIRE(sample(store, "paco_store_worker_loss{worker=\"3\"}") > 0);
   // A worker's own.
-  const std::string worker = http_get(port + 2, "/metrics");
   INFO(worker);
   REQUIRE(sample(worker, "paco_worker_rounds_total") >= 2);
   REQUIRE(sample(worker, "paco_worker_loss") > 0);

@@ -43,7 +43,8 @@ def main():
     assert back == text, "decoding does not give the text back"
     for k in ("bos_token_id", "eos_token_id"):
         assert 0 <= cfg[k] < cfg["vocab_size"], f"{k} {cfg[k]} outside the vocabulary"
-    assert tc["bos_token"] == enc[cfg["bos_token_id"]] and tc["model_max_length"] == cfg["n_positions"]
+    assert "bos_token" not in tc and "eos_token" not in tc, "special tokens would not be bytes"
+    assert tok["added_tokens"] == [] and tc["model_max_length"] == cfg["n_positions"]
     print("ok")
 
 

@@ -277,6 +277,13 @@ inline net::tcp_options link_options(const settings& cfg, int worker, int port, 
   return o;
 }
 
+// The job's data as the store's checkpoint and description record it: the corpus, and where it
+// lies when not in the default place.
+inline std::string data_description(const settings& cfg) {
+  return "corpus=" + cfg.data.corpus +
+         (data_path(cfg.data).empty() ? "" : " path=" + data_path(cfg.data));
+}
+
 // The store's port of process `worker`: the run's drawn ports, else launch.base_port + worker.
 inline int port_of(const settings& cfg, const json& routing, int worker) {
   if (routing.contains("ports")) return routing["ports"][std::size_t(worker - 1)].get<int>();

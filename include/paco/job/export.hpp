@@ -25,6 +25,14 @@
 
 namespace paco::job {
 
+// A figure of results.json as the card prints it ("-" where there is none: no document scored).
+inline std::string figure(const json& j, const char* key) {
+  if (!j.contains(key) || !j[key].is_number()) return "-";
+  std::ostringstream o;
+  o << j[key].get<double>();
+  return o.str();
+}
+
 // The export's README.md (see the file comment).
 template <nn::BlockModel Model>
 std::string model_card(const dipaco_job<Model>& cfg, const run_dir& rd, const path::path_plan& g,
@@ -75,13 +83,13 @@ std::string model_card(const dipaco_job<Model>& cfg, const run_dir& rd, const pa
       << "| path | documents | bits/byte |\n|---|---|---|\n";
     for (auto& p : res["paths"])
       o << "| " << p.value("path", "?") << " | " << p.value("docs", 0) << " | "
-        << p.value("bits_per_byte", 0.0) << " |\n";
+        << figure(p, "bits_per_byte") << " |\n";
     if (res.contains("all_routed"))
       o << "| all (routed) | " << res["all_routed"].value("docs", 0) << " | "
-        << res["all_routed"].value("bits_per_byte", 0.0) << " |\n";
+        << figure(res["all_routed"], "bits_per_byte") << " |\n";
     if (res.contains("rerouted"))
       o << "| re-routed every " << res["rerouted"].value("every", 0) << " bytes | | "
-        << res["rerouted"].value("bits_per_byte", 0.0) << " |\n";
+        << figure(res["rerouted"], "bits_per_byte") << " |\n";
   } else {
     o << "The run directory holds no results.json (the run did not finish, or an older paco "
          "ran it).\n";

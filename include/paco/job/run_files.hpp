@@ -164,8 +164,7 @@ status save_store(const dipaco_job<Model>& cfg, const run_dir& rd, const path::p
   return store::save_store_file(
       rd.store(), st, g, config_fingerprint(cfg),
       {{"model", cfg.model_config.empty() ? describe_model(cfg.model) : cfg.model_config},
-       {"data", "corpus=" + cfg.data.corpus +
-                    (data_path(cfg.data).empty() ? "" : " path=" + data_path(cfg.data))}});
+       {"data", data_description(cfg)}});
 }
 
 // Errors name the file and the problem (store::load_store_file's).

@@ -27,13 +27,15 @@ class status_board {
     int path = -1;
     std::string name;
   };
+  // module_round: each module's round when the store starts serving (a resumed store's).
   status_board(std::string title, const path::path_plan& g, std::map<int, process> workers,
-               long rounds)
+               long rounds, std::vector<long> module_round)
       : title_(std::move(title)),
         plan_(g),
         rounds_(rounds),
-        module_round_(std::size_t(g.modules()), 0),
+        module_round_(std::move(module_round)),
         start_(clock::now()) {
+    module_round_.resize(std::size_t(g.modules()), 0);
     for (auto& [w, p] : workers) workers_[w].who = p;
   }
 
@@ -58,10 +60,13 @@ class status_board {
     if (t.what != k::pull) w.bytes_in += t.bytes;
     if (t.what == k::push_late) ++w.late;
   }
+  // Requires: a report the store checked (a round of the run).
   void on_report(const store::worker_report& r) {
     std::lock_guard lk(mu_);
     if (!workers_.count(r.worker)) return;
     auto& w = workers_[r.worker];
+    // One point per round: a worker that restarted reports rounds again.
+    while (!w.curve.empty() && w.curve.back().first >= double(r.round)) w.curve.pop_back();
     w.curve.push_back({double(r.round), r.loss / 0.6931471805599453});
     w.tokens_per_s = r.tokens_per_s;
     w.round = r.round;
@@ -185,6 +190,7 @@ class status_board {
     if (pts.empty()) return "";
     std::string p;
     for (auto [x, y] : pts) {
+      if (!std::isfinite(x) || !std::isfinite(y)) continue;
       const double px = pad + (x1 > x0 ? (x - x0) / (x1 - x0) : 0.5) * (w - 2 * pad);
       const double py = pad + (y1 > y0 ? (y1 - y) / (y1 - y0) : 0.5) * (h - 2 * pad);
       p += fmt(px, 1) + "," + fmt(py, 1) + " ";

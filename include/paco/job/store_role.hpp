@@ -5,6 +5,7 @@
 // module.
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -25,14 +26,17 @@
 namespace paco::job {
 
 // What a worker that starts from nothing asks the store (store::client::describe): the run's
-// routing file as written (its checksum inside), the configuration fingerprint and every
-// module's round now. Called on the serving thread.
+// routing file as written (its checksum inside), the configuration fingerprint, the data it was
+// routed on and every module's round now. Called on the serving thread.
 template <nn::BlockModel Model, class OuterOpt>
 std::string describe_run(const dipaco_job<Model>& cfg, const json& routing,
                          const path::path_plan& g, const store::module_store<OuterOpt>& st) {
   std::vector<long> rounds;
   for (int m = 0; m < g.modules(); ++m) rounds.push_back(st.round(m));
-  return json{{"routing", routing}, {"fingerprint", config_fingerprint(cfg)}, {"rounds", rounds}}
+  return json{{"routing", routing},
+              {"fingerprint", config_fingerprint(cfg)},
+              {"data", data_description(cfg)},
+              {"rounds", rounds}}
       .dump();
 }
 
@@ -125,7 +129,9 @@ int run_store(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool
   std::map<int, status_board::process> who;
   for (int s = 1; s <= jp.count(); ++s)
     who[s] = {g.path_of_worker(jp.worker_of(s) - 1), jp.name(s)};
-  status_board board(cfg.program + ": DiPaCo", g, who, cfg.dipaco.rounds);
+  std::vector<long> at;
+  for (int m = 0; m < g.modules(); ++m) at.push_back(store.round(m));
+  status_board board(cfg.program + ": DiPaCo", g, who, cfg.dipaco.rounds, at);
   std::unique_ptr<net::http_server> http;
   if (watched) {
     auto h = net::http_server::start(
@@ -184,7 +190,11 @@ int run_store(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool
            },
        .on_report =
            [&](const store::worker_report& r) {
-             if (watched) metrics.on_report(r), board.on_report(r);
+             // Wire values: a report of no round of this run is dropped (a loss that is not
+             // finite is shown as such: a diverged worker).
+             const bool sane = r.round >= 0 && r.round < cfg.dipaco.rounds &&
+                               std::isfinite(r.tokens_per_s) && r.tokens_per_s >= 0;
+             if (watched && sane) metrics.on_report(r), board.on_report(r);
            }});
   serving = &server;
   server.expect_rejoins(true);

@@ -33,15 +33,18 @@ namespace paco::job {
 static_assert(train::PathWorker<device_worker_ref, store::client<net::asio_tcp>>);
 
 // Where the run stands, as the store describes it (describe_run): its routing file and the
-// round of every module. Errors: the store's or the link's; corrupt when the answer is not a
-// description; mismatch when the store runs another configuration (naming both).
+// round of every module. Its routing is checked before anything uses it: a route for each of
+// this worker's n_train training and n_val evaluation documents, each a path of the grid.
+// Errors: the store's or the link's; corrupt when the answer is not a description or its routing
+// is malformed; mismatch when the store runs another configuration or data (naming both), or
+// routed another number of documents.
 struct store_view {
   json routing;
   std::vector<long> rounds;
 };
 template <nn::BlockModel Model>
 result<store_view> ask_store(const dipaco_job<Model>& cfg, store::client<net::asio_tcp>& client,
-                             const path::path_plan& g) {
+                             const path::path_plan& g, std::size_t n_train, std::size_t n_val) {
   auto d = client.describe();
   if (!d) return d.error();
   json j = json::parse(*d, nullptr, false);
@@ -56,6 +59,29 @@ result<store_view> ask_store(const dipaco_job<Model>& cfg, store::client<net::as
       theirs != mine)
     return error(errc::mismatch, "the store runs another configuration: the store's '" + theirs +
                                      "', this worker's '" + mine + "'");
+  if (j.contains("data") && j["data"] != data_description(cfg))
+    return error(errc::mismatch, "the store's run was routed on other data: the store's '" +
+                                     j["data"].dump() + "', this worker's '" +
+                                     data_description(cfg) + "'");
+  const json& r = j["routing"];
+  if (!r.contains("run_id") || !r["run_id"].is_string() || !r.contains("checksum") ||
+      !r["checksum"].is_string())
+    return error(errc::corrupt, "the store's routing has no run id or checksum");
+  for (const auto& [key, n] :
+       {std::pair<const char*, std::size_t>{"train_route", n_train}, {"val_route", n_val}}) {
+    if (!r.contains(key) || !r[key].is_array())
+      return error(errc::corrupt, std::string("the store's routing has no ") + key);
+    if (r[key].size() != n)
+      return error(errc::mismatch, std::string("the store's routing has ") + key + " for " +
+                                       std::to_string(r[key].size()) +
+                                       " documents, this worker's data " + std::to_string(n) +
+                                       " (another corpus or split?)");
+    for (const auto& e : r[key])
+      if (!e.is_number_integer() || e.template get<long>() < 0 ||
+          e.template get<long>() >= g.paths())
+        return error(errc::corrupt,
+                     std::string("the store's routing holds a path that is not one in ") + key);
+  }
   store_view v{j["routing"], {}};
   for (auto& r : j["rounds"]) {
     if (!r.is_number_integer() || r.get<long>() < 0)
@@ -127,6 +153,12 @@ int run_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resu
     std::fprintf(stderr, "worker %d: %s\n", w, e.what().c_str());
     return e.code == errc::auth ? exit_bad_input : exit_link_lost;
   };
+  // A store's answer that cannot become right by asking again is bad input; the rest is the link.
+  const auto exit_of = [](const error& e) {
+    const bool permanent = e.code == errc::mismatch || e.code == errc::corrupt ||
+                           e.code == errc::unsupported || e.code == errc::too_large;
+    return permanent ? exit_bad_input : exit_link_lost;
+  };
   auto routing = read_routing(rd);
   const bool nothing_here = !routing && routing.error().code == errc::not_found &&
                             !fs::exists(rd.worker_state(w)) && logged_round(rd, w) < 0;
@@ -140,14 +172,21 @@ int run_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resu
                           w, rd.dir.c_str(), w),
              exit_bad_input;
     if (auto s = open_link(cfg.launch.base_port + w); !s) return link_failed(s.error());
-    auto v = ask_store(cfg, *client, g);
+    auto v = ask_store(cfg, *client, g, data->train.size(), data->val.size());
     if (!v)
       return std::fprintf(stderr, "worker %d: %s\n", w, v.error().what().c_str()),
-             v.error().code == errc::mismatch || v.error().code == errc::corrupt ? exit_bad_input
-                                                                                 : exit_link_lost;
+             exit_of(v.error());
     std::error_code ec;
     fs::create_directories(rd.dir, ec);
     const bool same = routing && *routing == v->routing;
+    // A rank's directory holding this worker's state of another run (the store rank started the
+    // run over): that state is the old run's, and goes with its routing.
+    if (how.from_store && routing && (*routing)["run_id"] != v->routing["run_id"]) {
+      fs::remove(rd.worker_state(w), ec);
+      fs::remove(rd.worker_log(w), ec);
+      std::printf("worker %d: the store runs a new run: this directory's state of run %s removed\n",
+                  w, (*routing)["run_id"].get<std::string>().c_str());
+    }
     if (!same) {
       if (auto s = io::write_file_atomic(rd.routing(), v->routing.dump()); !s)
         return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()),
@@ -222,11 +261,10 @@ int run_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resu
         return link_failed(s.error());
       }
     if (!view) {
-      auto v = ask_store(cfg, *client, g);
+      auto v = ask_store(cfg, *client, g, data->train.size(), data->val.size());
       if (!v)
         return std::fprintf(stderr, "worker %d: %s\n", w, v.error().what().c_str()),
-               v.error().code == errc::mismatch || v.error().code == errc::corrupt ? exit_bad_input
-                                                                                   : exit_link_lost;
+               exit_of(v.error());
       view = std::move(*v);
     }
     long at = cfg.dipaco.rounds;

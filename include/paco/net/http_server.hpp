@@ -2,19 +2,20 @@
 // http_server: a small read-only HTTP/1.1 server (Boost.Beast) for a process's metrics and status
 // pages: GET of a registered path answers with what its handler makes; anything else is 404 (405
 // for another method). One connection at a time on its own thread, each request answered and
-// the connection closed; a client that sends nothing for io_timeout is dropped, so a stalled
-// scraper cannot hold it.
+// the connection closed; a client that has not sent its request's header within io_timeout is
+// dropped (so a stalled scraper or an idle preconnect cannot hold it), and one that does not
+// take the answer within io_timeout is dropped too.
 //
 //   auto http = net::http_server::start("0.0.0.0", 9100,
 //       {{"/metrics", [&] { return net::http_reply{.content_type = prometheus_text, .body = …};
 //       }}});
 //   http->port();   // the port it listens on (0 asked: a free one)
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
 #include <atomic>
@@ -22,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -84,46 +86,73 @@ class http_server {
     });
   }
 
-  // Reads one request (bounded in time and size) and answers it; errors drop the connection.
-  void answer(boost::asio::ip::tcp::socket socket) {
+  // Reads one request (its header within io_timeout and 16 KiB) and answers it; anything else
+  // drops the connection. The socket is read with poll() against a deadline (Asio's synchronous
+  // read would wait past a receive timeout), and the answer is sent whole without blocking past
+  // the send timeout.
+  void answer(boost::asio::ip::tcp::socket socket) noexcept {
     namespace http = boost::beast::http;
-    const int ms = int(io_timeout_.count());
-    const timeval tv{ms / 1000, (ms % 1000) * 1000};
-    ::setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    ::setsockopt(socket.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    boost::beast::flat_buffer buf(8192);
-    http::request_parser<http::empty_body> parser;
-    parser.header_limit(8192);
-    boost::system::error_code ec;
-    http::read(socket, buf, parser, ec);
-    if (ec) return;
-    const auto& req = parser.get();
-    http_reply r;
-    const std::string target(req.target());
-    const std::string path = target.substr(0, target.find('?'));
-    if (req.method() != http::verb::get && req.method() != http::verb::head) {
-      r = {405, "text/plain; charset=utf-8", "only GET\n"};
-    } else if (auto it = routes_.find(path); it != routes_.end()) {
-      try {
-        r = it->second();
-      } catch (const std::exception& e) {
-        r = {500, "text/plain; charset=utf-8", std::string("error: ") + e.what() + "\n"};
+    try {
+      const int fd = socket.native_handle();
+      const int ms = int(io_timeout_.count());
+      const timeval tv{ms / 1000, (ms % 1000) * 1000};
+      ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+      const auto until = std::chrono::steady_clock::now() + io_timeout_;
+      http::request_parser<http::empty_body> parser;
+      parser.header_limit(16384);
+      std::string in;
+      char chunk[4096];
+      while (!parser.is_done()) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            until - std::chrono::steady_clock::now());
+        pollfd p{fd, POLLIN, 0};
+        if (left.count() <= 0 || ::poll(&p, 1, int(left.count())) <= 0) return;
+        const ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
+        if (n <= 0) return;
+        in.append(chunk, std::size_t(n));
+        if (in.size() > 16384) return;
+        boost::system::error_code ec;
+        const std::size_t used = parser.put(boost::asio::buffer(in), ec);
+        in.erase(0, used);
+        if (ec && ec != http::error::need_more) return;
       }
-    } else {
-      std::string known;
-      for (auto& [p, h] : routes_) known += " " + p;
-      r = {404, "text/plain; charset=utf-8", "not found; this server has" + known + "\n"};
+      const auto& req = parser.get();
+      http_reply r;
+      const std::string target(req.target());
+      const std::string path = target.substr(0, target.find('?'));
+      if (req.method() != http::verb::get && req.method() != http::verb::head) {
+        r = {405, "text/plain; charset=utf-8", "only GET\n"};
+      } else if (auto it = routes_.find(path); it != routes_.end()) {
+        try {
+          r = it->second();
+        } catch (const std::exception& e) {
+          r = {500, "text/plain; charset=utf-8", std::string("error: ") + e.what() + "\n"};
+        }
+      } else {
+        std::string known;
+        for (auto& [p, h] : routes_) known += " " + p;
+        r = {404, "text/plain; charset=utf-8", "not found; this server has" + known + "\n"};
+      }
+      http::response<http::string_body> res{static_cast<http::status>(r.status), req.version()};
+      res.set(http::field::server, "paco");
+      res.set(http::field::content_type, r.content_type);
+      res.set(http::field::cache_control, "no-store");
+      res.keep_alive(false);
+      if (req.method() != http::verb::head) res.body() = std::move(r.body);
+      res.prepare_payload();
+      std::ostringstream wire;
+      wire << res;
+      const std::string out = wire.str();
+      for (std::size_t sent = 0; sent < out.size();) {
+        const ssize_t n = ::send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
+        if (n <= 0) return;  // the send timeout passed, or the client left
+        sent += std::size_t(n);
+      }
+      boost::system::error_code ec;
+      socket.shutdown(boost::asio::ip::tcp::socket::shutdown_both, ec);
+      ++served_;
+    } catch (...) {  // a connection's failure is never the server's
     }
-    http::response<http::string_body> res{static_cast<http::status>(r.status), req.version()};
-    res.set(http::field::server, "paco");
-    res.set(http::field::content_type, r.content_type);
-    res.set(http::field::cache_control, "no-store");
-    res.keep_alive(false);
-    if (req.method() != http::verb::head) res.body() = std::move(r.body);
-    res.prepare_payload();
-    http::write(socket, res, ec);
-    socket.shutdown(boost::asio::ip::tcp::socket::shutdown_both, ec);
-    ++served_;
   }
 
   std::map<std::string, handler> routes_;

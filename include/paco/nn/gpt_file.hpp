@@ -20,7 +20,9 @@
 //   tokenizer.json         the tokenizers library's format: a byte-level BPE with the 256 bytes as
 //                          its vocabulary (GPT-2's byte ↔ character map) and no merges, so that
 //                          encoding a text gives its UTF-8 bytes as ids, and decoding the reverse
-//   tokenizer_config.json  PreTrainedTokenizerFast over it, model_max_length = ctx
+//   tokenizer_config.json  PreTrainedTokenizerFast over it, model_max_length = ctx, and no special
+//                          tokens (a bos/eos string there would be matched in raw text first and
+//                          dropped on decoding: the tokenizer would no longer be the bytes)
 // and config.json's bos_token_id / eos_token_id are 0 (inside the vocabulary, where GPT-2's
 // default 50256 is not): the model was trained on documents run together with no boundary
 // token, and byte 0 (NUL) appears in no training text, so generation never stops on it early and
@@ -144,8 +146,6 @@ inline status write_byte_tokenizer(const std::filesystem::path& dir, int ctx) {
   if (auto s = io::write_file_atomic(dir / "tokenizer.json", tok.dump(2) + "\n"); !s) return s;
   const nlohmann::ordered_json tc = {{"tokenizer_class", "PreTrainedTokenizerFast"},
                                      {"model_max_length", ctx},
-                                     {"bos_token", chars[0]},
-                                     {"eos_token", chars[0]},
                                      {"clean_up_tokenization_spaces", false},
                                      {"paco_tokenizer",
                                       "bytes: a text's UTF-8 bytes are its ids (0-255); no special "

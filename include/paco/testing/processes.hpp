@@ -5,13 +5,16 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -29,6 +32,31 @@
 extern char** environ;
 
 namespace paco::testing {
+
+// A base port b in [lo, hi) such that b … b + count − 1 could all be bound on 127.0.0.1 a moment
+// ago (fixed-port tests that run beside others: each draws its own block), or −1. Candidates
+// start from this process's id, so concurrent tests try different blocks first.
+inline int free_port_block(int count, int lo = 12000, int hi = 32000) {
+  const int span = (hi - lo) / count;
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int base =
+        lo + int((std::uint64_t(::getpid()) * 7919u + std::uint64_t(attempt) * 104729u) %
+                 std::uint64_t(span)) *
+                 count;
+    bool all = true;
+    for (int q = base; q < base + count && all; ++q) {
+      const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(std::uint16_t(q));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      all = s >= 0 && ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+      if (s >= 0) ::close(s);
+    }
+    if (all) return base;
+  }
+  return -1;
+}
 
 // The whole content of a file ("" if it cannot be read).
 inline std::string slurp(const std::filesystem::path& p) {
