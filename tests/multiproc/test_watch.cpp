@@ -1,5 +1,6 @@
 // Watching a running DiPaCo job (launch.metrics_port): the store's Prometheus metrics and every
-// worker's are scraped over HTTP during a run and hold the run's counts; the store's status page
+// worker's are scraped over HTTP during a run and hold the run's counts (while a client that
+// connected and sent nothing waits on the store's server); the store's status page
 // is loaded in headless Chromium (Debian's chromium) during the run, its rendered DOM shows the
 // grid, the workers and their loss curves, and a screenshot is kept as status_page.png in the
 // test's directory.
@@ -81,6 +82,16 @@ TEST_CASE("a running job's metrics scrape and its status page renders in Chromiu
       },
       180s));
 
+  // A client that connects and sends nothing is dropped (after the server's 5 s): it cannot hold
+  // the page or the metrics.
+  const int silent = ::socket(AF_INET, SOCK_STREAM, 0);
+  {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(std::uint16_t(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(silent, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  }
   // The store's metrics and worker 2's, scraped until both hold a reported round (a worker logs
   // its round before it reports it and before its own metrics count it).
   std::string store, worker;
@@ -143,6 +154,7 @@ TEST_CASE("a running job's metrics scrape and its status page renders in Chromiu
     REQUIRE(fs::exists(shot));
     REQUIRE(fs::file_size(shot) > 10000);
   }
+  ::close(silent);
   const int code = paco::testing::exit_code(paco::testing::wait_exit(launcher, 300s));
   INFO(slurp(r.out()));
   REQUIRE(code == 0);
