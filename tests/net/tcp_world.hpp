@@ -65,4 +65,22 @@ struct tcp_world {
   static void kill(transport& t) { t.abort(); }
 };
 
+// tcp_world with every link striped over three TCP streams (tcp_options::streams).
+struct striped_tcp_world {
+  using transport = net::asio_tcp;
+  static constexpr const char* name = "asio_tcp, 3 streams";
+  template <class F>
+  static void run(int p, F f) {
+    run_tcp_ranks(
+        "striped_tcp_world", p,
+        [](int r, int n, int port) {
+          auto o = loopback_options(r, n, port);
+          o.streams = 3;
+          return o;
+        },
+        f);
+  }
+  static void kill(transport& t) { t.abort(); }
+};
+
 }  // namespace paco::testing

@@ -141,4 +141,13 @@ TEST_CASE("wire: the handshake refuses a peer without the token", "[net][wire]")
   REQUIRE(wire::check_hello(c, 0, 3, 5) == errc::mismatch);
   REQUIRE(wire::check_hello(c, 0, 2, 6) == errc::mismatch);
   REQUIRE(wire::check_hello(c, 1, 2, 5) == errc::protocol);
+  // Streams per link: an older peer's 0 reads as 1; a different count is another group; a
+  // stream index beyond the count is a protocol error.
+  REQUIRE(!wire::check_hello(c, 0, 2, 5, 1));
+  REQUIRE(wire::check_hello(c, 0, 2, 5, 4) == errc::mismatch);
+  auto s4 = wire::make_hello(1, 2, 5, 0, 4);
+  s4.stream = 3;
+  REQUIRE(!wire::check_hello(s4, 0, 2, 5, 4));
+  s4.stream = 4;
+  REQUIRE(wire::check_hello(s4, 0, 2, 5, 4) == errc::protocol);
 }

@@ -287,4 +287,43 @@ inline std::uint32_t crc32c_reference(std::uint32_t crc, std::span<const std::by
   return ~detail::crc32c_raw_table(detail::crc32c_table().byte, ~crc, p, data.size());
 }
 
+// The CRC-32C of a ++ b from crc_a = crc32c(0, a), crc_b = crc32c(0, b) and b's length, without
+// the bytes (the CRC of a message striped over several streams, from its pieces').
+// Ensures: crc32c_combine(crc32c(0, a), crc32c(0, b), b.size()) == crc32c(0, a ++ b).
+// Cost: O(log len_b) products of 32x32 bit matrices (as zlib's crc32_combine).
+inline std::uint32_t crc32c_combine(std::uint32_t crc_a, std::uint32_t crc_b,
+                                    std::size_t len_b) noexcept {
+  if (len_b == 0) return crc_a;
+  using mat = std::array<std::uint32_t, 32>;  // column i: the image of bit i
+  auto times = [](const mat& m, std::uint32_t v) {
+    std::uint32_t r = 0;
+    for (int i = 0; v; ++i, v >>= 1)
+      if (v & 1) r ^= m[static_cast<std::size_t>(i)];
+    return r;
+  };
+  auto square = [&](const mat& m) {
+    mat r;
+    for (std::size_t i = 0; i < 32; ++i) r[i] = times(m, m[i]);
+    return r;
+  };
+  mat odd, even;  // odd: one zero bit fed through the register; even: two, then four, ...
+  odd[0] = detail::crc32c_poly;
+  for (std::size_t i = 1; i < 32; ++i) odd[i] = std::uint32_t(1) << (i - 1);
+  even = square(odd);  // two zero bits
+  odd = square(even);  // four
+  // Feed len_b zero bytes through crc_a's register: crc(a ++ 0^n) ^ crc(0^n) ^ crc(b).
+  std::uint32_t a = crc_a;
+  std::size_t n = len_b;
+  do {
+    even = square(odd);  // first pass: one zero byte
+    if (n & 1) a = times(even, a);
+    n >>= 1;
+    if (!n) break;
+    odd = square(even);
+    if (n & 1) a = times(odd, a);
+    n >>= 1;
+  } while (n);
+  return a ^ crc_b;
+}
+
 }  // namespace paco::net

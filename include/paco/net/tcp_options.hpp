@@ -46,9 +46,20 @@ struct tcp_options {
   std::size_t max_frame_bytes = std::size_t(1) << 30;  // largest accepted message
   std::size_t max_unexpected_bytes = std::size_t(256) << 20;  // per peer, before pushing back
   std::size_t max_queued_sends = 1 << 16;  // per peer; a send beyond fails with too_large
-  int socket_buffer_bytes = 0;             // SO_SNDBUF/SO_RCVBUF; 0 = kernel autotuning
-  bool payload_crc = true;                 // CRC-32C of every payload (header CRC always)
-  shaper_options shaper;                   // applied to every outgoing link …
+  int socket_buffer_bytes = 0;             // SO_SNDBUF/SO_RCVBUF; 0 = kernel autotuning (or bdp)
+  // WAN links. One TCP stream moves at most its window per round trip, and the window is capped
+  // by the socket buffers (net.ipv4.tcp_[rw]mem's maximum under autotuning): on a long fat link
+  // one stream stays below the line rate. `streams` > 1 opens that many connections per link
+  // and stripes every message over them in `streams` contiguous pieces (piece k on stream k,
+  // each stream its own I/O thread); every rank of a group must use the same number.
+  // `bdp_bytes` (bandwidth x round-trip time of the slowest link) sizes the buffers when
+  // socket_buffer_bytes is 0: each stream's share, ceil(bdp_bytes / streams), is set as its
+  // SO_SNDBUF/SO_RCVBUF when the kernel's autotuning maximum is below it (autotuning is kept
+  // otherwise); see effective_socket_buffer().
+  int streams = 1;            // in 1..16
+  std::size_t bdp_bytes = 0;  // 0 = unknown
+  bool payload_crc = true;    // CRC-32C of every payload (header CRC always)
+  shaper_options shaper;      // applied to every outgoing link …
   // … except the links named here: peer_shapers[r] shapes the link to rank r instead (links of
   // different speeds and delays on one machine: heterogeneous WANs, DT-FM's placements). Keys
   // are ranks of the formed group (an elastic group's assigned ranks).
@@ -95,6 +106,14 @@ inline status check_tcp_options(const tcp_options& o) {
   if (o.heartbeat_interval.count() <= 0 || o.peer_timeout <= o.heartbeat_interval)
     return bad("peer_timeout: must exceed heartbeat_interval (> 0)");
   if (o.shaper.burst_bytes == 0) return bad("shaper.burst_bytes: must be >= 1");
+  if (o.streams < 1 || o.streams > 16)
+    return bad("streams: must be in 1..16, got " + std::to_string(o.streams));
+  if (o.streams > 1 && o.tls.enabled)
+    return bad("streams: TLS links have one stream (set streams = 1 or tls.enabled = false)");
+  if (o.socket_buffer_bytes < 0)
+    return bad("socket_buffer_bytes: must be >= 0, got " + std::to_string(o.socket_buffer_bytes));
+  if (o.bdp_bytes > (std::size_t(1) << 34))
+    return bad("bdp_bytes: " + std::to_string(o.bdp_bytes) + " is beyond any link (max 16 GiB)");
   for (const auto& [r, sh] : o.peer_shapers) {
     const std::string k = "peer_shapers[" + std::to_string(r) + "]";
     if (r < 0 || r >= o.size || r == o.rank)

@@ -73,8 +73,8 @@ struct hello_body {
   std::uint32_t size;
   std::uint64_t epoch;        // group generation: ranks of different groups never connect
   std::uint16_t listen_port;  // where this rank accepts peers (coordinator rendezvous)
-  std::uint16_t reserved0;
-  std::uint32_t reserved1;
+  std::uint16_t stream;       // which of the link's streams this connection is (0 .. streams-1)
+  std::uint32_t streams;      // TCP streams per link in this group (0, from older peers: 1)
   std::uint8_t nonce[32];
   std::uint8_t mac[32];
 };
@@ -244,12 +244,14 @@ inline void fill_nonce(std::uint8_t (&n)[32]) {
 }
 
 // The greeting of a rank. Ensures: mac is zero; nonce fresh.
-inline hello_body make_hello(int rank, int size, std::uint64_t epoch, std::uint16_t port) {
+inline hello_body make_hello(int rank, int size, std::uint64_t epoch, std::uint16_t port,
+                             int streams = 1) {
   hello_body h{};
   h.rank = static_cast<std::uint32_t>(rank);
   h.size = static_cast<std::uint32_t>(size);
   h.epoch = epoch;
   h.listen_port = port;
+  h.streams = static_cast<std::uint32_t>(streams);
   fill_nonce(h.nonce);
   return h;
 }
@@ -269,12 +271,17 @@ inline detail::digest256 client_mac(std::string_view token, const hello_body& c,
   return detail::hmac_sha256(token, {std::as_bytes(std::span(label, 6)), bytes_of(c), bytes_of(s)});
 }
 
-// Checks a peer's greeting against this group. Ensures: {} iff size and epoch agree and the
-// rank is in range and not ours; errc::mismatch (size/epoch) or errc::protocol (rank).
-inline std::error_code check_hello(const hello_body& h, int my_rank, int size,
-                                   std::uint64_t epoch) noexcept {
-  if (h.size != static_cast<std::uint32_t>(size) || h.epoch != epoch) return errc::mismatch;
-  if (h.rank >= static_cast<std::uint32_t>(size) || h.rank == static_cast<std::uint32_t>(my_rank))
+// Checks a peer's greeting against this group. Ensures: {} iff size, epoch and streams per link
+// agree and the rank and stream are in range and the rank not ours; errc::mismatch
+// (size/epoch/streams) or errc::protocol (rank, stream).
+inline std::error_code check_hello(const hello_body& h, int my_rank, int size, std::uint64_t epoch,
+                                   int streams = 1) noexcept {
+  const std::uint32_t theirs = h.streams ? h.streams : 1;
+  if (h.size != static_cast<std::uint32_t>(size) || h.epoch != epoch ||
+      theirs != static_cast<std::uint32_t>(streams))
+    return errc::mismatch;
+  if (h.rank >= static_cast<std::uint32_t>(size) || h.rank == static_cast<std::uint32_t>(my_rank) ||
+      h.stream >= theirs)
     return errc::protocol;
   return {};
 }

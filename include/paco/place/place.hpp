@@ -16,6 +16,7 @@
 #include "paco/place/cost.hpp"
 #include "paco/place/gcma.hpp"
 #include "paco/place/matching.hpp"
+#include "paco/place/measured_ring.hpp"
 #include "paco/place/module_placement.hpp"
 #include "paco/place/ring_order.hpp"
 #include "paco/place/scenarios.hpp"

@@ -176,12 +176,18 @@ inline std::error_code read_frame(C& ch, wire::frame_header& h, std::vector<std:
   return wire::check_payload(h, payload);
 }
 
+// TCP_NODELAY, and with buffer_bytes > 0 that send and receive buffer (set before connect or
+// listen, so that the window scale the handshake agrees on can use it). Above the system's
+// net.core.[rw]mem_max a privileged process gets the size asked for (SO_*BUFFORCE); others
+// get the system's maximum (the kernel caps it; read it back with socket_buffers()).
 inline void tune_socket(int fd, int buffer_bytes) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (buffer_bytes > 0) {
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof buffer_bytes);
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof buffer_bytes);
+    if (::setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &buffer_bytes, sizeof buffer_bytes) != 0)
+      ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof buffer_bytes);
+    if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &buffer_bytes, sizeof buffer_bytes) != 0)
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof buffer_bytes);
   }
 }
 
@@ -262,9 +268,13 @@ inline result<wire::hello_body> client_handshake(C& ch, const wire::hello_body& 
   wire::hello_body s;
   std::memcpy(&s, p.data(), sizeof s);
   if (auto ec = wire::check_hello(s, static_cast<int>(mine.rank), static_cast<int>(mine.size),
-                                  mine.epoch))
+                                  mine.epoch, static_cast<int>(mine.streams)))
     return paco::error{ec, "handshake: server's group (size " + std::to_string(s.size) +
-                               ", epoch " + std::to_string(s.epoch) + ") differs from ours"};
+                               ", epoch " + std::to_string(s.epoch) + ", " +
+                               std::to_string(s.streams ? s.streams : 1) +
+                               " stream(s) per link) differs from ours (size " +
+                               std::to_string(mine.size) + ", epoch " + std::to_string(mine.epoch) +
+                               ", " + std::to_string(mine.streams) + ")"};
   if (want >= 0 && s.rank != static_cast<std::uint32_t>(want))
     return {errc::protocol,
             "handshake: expected rank " + std::to_string(want) + ", got " + std::to_string(s.rank)};
@@ -309,10 +319,13 @@ inline result<wire::hello_body> server_handshake(C& ch, wire::hello_body mine,
   wire::hello_body c;
   std::memcpy(&c, p.data(), sizeof c);
   if (auto ec = wire::check_hello(c, static_cast<int>(mine.rank), static_cast<int>(mine.size),
-                                  mine.epoch))
+                                  mine.epoch, static_cast<int>(mine.streams)))
     return refuse(ec, "client's group (rank " + std::to_string(c.rank) + ", size " +
-                          std::to_string(c.size) + ", epoch " + std::to_string(c.epoch) +
-                          ") differs from ours");
+                          std::to_string(c.size) + ", epoch " + std::to_string(c.epoch) + ", " +
+                          std::to_string(c.streams ? c.streams : 1) +
+                          " stream(s) per link) differs from ours (size " +
+                          std::to_string(mine.size) + ", epoch " + std::to_string(mine.epoch) +
+                          ", " + std::to_string(mine.streams) + ")");
   auto m = wire::server_mac(token, c, mine);
   std::memcpy(mine.mac, m.data(), 32);
   if (auto ec = send_frame(ch, wire::kind::hello, wire::bytes_of(mine), d))

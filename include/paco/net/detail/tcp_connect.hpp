@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -32,25 +33,57 @@
 
 namespace paco::net::detail {
 
-// One rank's rendezvous. Requires: o checked (check_tcp_options); core.tls_ctx set when
-// o.tls.enabled (the TLS streams then run on core.io, on this thread).
+// The kernel's autotuning maximum of a TCP socket's buffer (the third field of
+// net.ipv4.tcp_rmem or tcp_wmem), or 0 when it cannot be read.
+inline std::size_t tcp_autotune_max(const char* file) {
+  std::FILE* f = std::fopen(file, "r");
+  if (!f) return 0;
+  unsigned long long lo = 0, def = 0, hi = 0;
+  const int n = std::fscanf(f, "%llu %llu %llu", &lo, &def, &hi);
+  std::fclose(f);
+  return n == 3 ? static_cast<std::size_t>(hi) : 0;
+}
+
+// The SO_SNDBUF / SO_RCVBUF every connection of an endpoint gets (0: the kernel's autotuning).
+// Ensures: o.socket_buffer_bytes when set; else, with o.bdp_bytes, each stream's share of the
+// bandwidth-delay product, ceil(bdp_bytes / streams), when autotuning could not reach it (its
+// maximum below the share in either direction), else 0; capped at 1 GiB.
+inline int effective_socket_buffer(const tcp_options& o) {
+  if (o.socket_buffer_bytes > 0 || o.bdp_bytes == 0) return o.socket_buffer_bytes;
+  const auto k = static_cast<std::size_t>(std::max(o.streams, 1));
+  const std::size_t share = std::min<std::size_t>((o.bdp_bytes + k - 1) / k, std::size_t(1) << 30);
+  const std::size_t rx = tcp_autotune_max("/proc/sys/net/ipv4/tcp_rmem");
+  const std::size_t tx = tcp_autotune_max("/proc/sys/net/ipv4/tcp_wmem");
+  // Autotuning grows a buffer to its maximum, of which about half holds payload.
+  if (rx && tx && share <= std::min(rx, tx) / 2) return 0;
+  return static_cast<int>(share);
+}
+
+// One rank's rendezvous. Requires: o checked (check_tcp_options); one core per stream
+// (cores[k] carries stream k of every link), each with tls_ctx set when o.tls.enabled (stream
+// k's TLS streams then run on cores[k]->io, on this thread).
 struct tcp_rendezvous {
-  tcp_rendezvous(tcp_core& c, tcp_options& opts)
-      : core(c),
+  tcp_rendezvous(std::vector<std::shared_ptr<tcp_core>>& c, tcp_options& opts)
+      : cores(c),
         o(opts),
         d(clock::now() + opts.connect_timeout),
         p(opts.size),
         me(opts.rank),
-        conns(static_cast<std::size_t>(p)),
-        addr(static_cast<std::size_t>(p)) {}
+        streams(opts.streams),
+        buffer(effective_socket_buffer(opts)),
+        conns(static_cast<std::size_t>(streams)),
+        addr(static_cast<std::size_t>(p)) {
+    for (auto& c : conns) c.resize(static_cast<std::size_t>(p));
+  }
 
-  // Connects this rank with every other by o.connect_timeout.
-  // Ensures: conns[r] open for every r != me of the group of p ranks; in an elastic group p,
-  //   me, o.size and o.rank are the assigned ones. Else: timeout (a peer never came), auth,
-  //   mismatch (size/epoch), version, protocol, io, naming the address or peer at fault.
+  // Connects this rank with every other by o.connect_timeout, `streams` connections per pair.
+  // Ensures: conns[k][r] open for every stream k and r != me of the group of p ranks; in an
+  //   elastic group p, me, o.size and o.rank are the assigned ones. Else: timeout (a peer
+  //   never came), auth, mismatch (size/epoch/streams), version, protocol, io, naming the
+  //   address or peer at fault.
   status run() {
     if (auto st = listen(); !st) return st;
-    hello = wire::make_hello(me, p, o.epoch, port);
+    hello = wire::make_hello(me, p, o.epoch, port, streams);
     status st;
     if (!o.peers.empty())
       st = mesh(0);
@@ -62,25 +95,35 @@ struct tcp_rendezvous {
     return st;
   }
 
-  tcp_core& core;
+  std::vector<std::shared_ptr<tcp_core>>& cores;
   tcp_options& o;
   deadline d;
-  int p, me;
-  std::vector<rv_conn> conns;
+  int p, me, streams;
+  int buffer;  // SO_SNDBUF / SO_RCVBUF of every connection (0: autotuning)
+  std::vector<std::vector<rv_conn>> conns;  // conns[stream][rank]
   std::vector<sockaddr_in> addr;
   fd_owner listener;
   std::uint16_t port = 0;
   wire::hello_body hello{};
 
+  // Stream k of the connection to rank r.
+  rv_conn& conn(int k, int r) {
+    return conns[static_cast<std::size_t>(k)][static_cast<std::size_t>(r)];
+  }
+
  private:
+  // The I/O context stream k's connections live on.
+  asio::io_context& io(int k) { return cores[static_cast<std::size_t>(k)]->io; }
+
   static std::string with(std::string m, const std::string& why) {
     return why.empty() ? m : m + " [" + why + "]";
   }
 
-  // A connected descriptor as a connection; with TLS after the TLS handshake (as client when
-  // we connected) by the deadline.
-  result<rv_conn> open(fd_owner fd, bool client, std::string& why) {
-    return open_conn(core.io, core.tls_ctx.get(), o.tls.peer_name, std::move(fd), client, d, why);
+  // A connected descriptor as a connection of stream k; with TLS after the TLS handshake (as
+  // client when we connected) by the deadline.
+  result<rv_conn> open(fd_owner fd, bool client, int k, std::string& why) {
+    return open_conn(io(k), cores[static_cast<std::size_t>(k)]->tls_ctx.get(), o.tls.peer_name,
+                     std::move(fd), client, d, why);
   }
 
   // Our listening socket (the peers' addresses, the coordinator's, known from here on).
@@ -108,30 +151,34 @@ struct tcp_rendezvous {
       }
     }
     if (me < p - 1 || (o.peers.empty() && me == 0)) {
-      auto l = listen_on(la, p + 8, o.socket_buffer_bytes, port);
+      auto l = listen_on(la, p * streams + 8, buffer, port);
       if (!l) return l.error();
       listener = std::move(l.value());
     }
     return {};
   }
 
-  status connect_to(int r) {
+  // Connects stream k of the link to rank r.
+  status connect_to(int r, int k) {
     auto& a = addr[static_cast<std::size_t>(r)];
     const std::string who = "asio_tcp rank " + std::to_string(me) + " -> rank " +
-                            std::to_string(r) + " at " + to_string(a) + ": ";
+                            std::to_string(r) + " at " + to_string(a) +
+                            (streams > 1 ? " (stream " + std::to_string(k) + ")" : "") + ": ";
+    wire::hello_body mine = hello;
+    mine.stream = static_cast<std::uint16_t>(k);
     while (true) {
-      auto s = connect_retry(a, o.socket_buffer_bytes, d);
+      auto s = connect_retry(a, buffer, d);
       if (!s)
         return paco::error{s.error().code,
                            "asio_tcp rank " + std::to_string(me) + ": " + s.error().message};
       std::string why;
-      auto c = open(std::move(s.value()), true, why);
+      auto c = open(std::move(s.value()), true, k, why);
       result<wire::hello_body> h =
-          c ? c.value().over(core.io, why,
-                             [&](auto& ch) { return client_handshake(ch, hello, r, o.token, d); })
+          c ? c.value().over(io(k), why,
+                             [&](auto& ch) { return client_handshake(ch, mine, r, o.token, d); })
             : result<wire::hello_body>(c.error());
       if (h) {
-        conns[static_cast<std::size_t>(r)] = std::move(c.value());
+        conn(k, r) = std::move(c.value());
         return {};
       }
       // A peer that is not up yet may reset us: retry; anything it said is final.
@@ -141,22 +188,27 @@ struct tcp_rendezvous {
     }
   }
 
-  // Accepts until every rank in `want` is connected; refused connections do not count.
-  status accept_from(std::vector<int> want, std::vector<std::uint16_t>* ports) {
+  // Accepts until streams k0..k1-1 of every rank in `want` are connected; refused connections
+  // do not count.
+  status accept_from(std::vector<int> want, std::vector<std::uint16_t>* ports, int k0, int k1) {
     std::size_t got = 0;
+    const std::size_t need = want.size() * static_cast<std::size_t>(k1 - k0);
     std::string last;
-    while (got < want.size()) {
+    while (got < need) {
       sockaddr_in pa{};
       auto s = accept_until(listener.get(), d, pa);
       if (!s)
         return paco::error{s.error().code, "asio_tcp rank " + std::to_string(me) + ": " +
-                                               std::to_string(want.size() - got) +
-                                               " peer(s) never arrived" +
+                                               std::to_string(need - got) +
+                                               " connection(s) of peers never arrived" +
                                                (last.empty() ? "" : "; last refused: " + last)};
+      // Which stream this is the client's hello says; the connection is opened on stream 0's
+      // context meanwhile (only TLS streams are bound to one, and TLS has one stream per link).
+      const int k = 0;
       std::string why;
-      auto c = open(std::move(s.value()), false, why);
+      auto c = open(std::move(s.value()), false, k, why);
       result<wire::hello_body> h =
-          c ? c.value().over(core.io, why,
+          c ? c.value().over(io(k), why,
                              [&](auto& ch) { return server_handshake(ch, hello, o.token, d); })
             : result<wire::hello_body>(c.error());
       if (!h) {
@@ -165,27 +217,30 @@ struct tcp_rendezvous {
         continue;
       }
       int r = static_cast<int>(h.value().rank);
-      if (std::find(want.begin(), want.end(), r) == want.end() ||
-          conns[static_cast<std::size_t>(r)].open()) {
-        last = "unexpected or duplicate rank " + std::to_string(r);
+      const int hk = h.value().stream;
+      if (std::find(want.begin(), want.end(), r) == want.end() || hk < k0 || hk >= k1 ||
+          conn(hk, r).open()) {
+        last = "unexpected or duplicate rank " + std::to_string(r) + " (stream " +
+               std::to_string(hk) + ")";
         c.value().refuse_close();
         continue;
       }
-      conns[static_cast<std::size_t>(r)] = std::move(c.value());
-      addr[static_cast<std::size_t>(r)] = pa;
+      conn(hk, r) = std::move(c.value());
+      if (hk == 0) addr[static_cast<std::size_t>(r)] = pa;
       if (ports) (*ports)[static_cast<std::size_t>(r)] = h.value().listen_port;
       ++got;
     }
     return {};
   }
 
-  // Connects to ranks first..me-1 and accepts the ranks above me.
+  // Connects every stream to ranks first..me-1 and accepts the ranks above me.
   status mesh(int first) {
     for (int r = first; r < me; ++r)
-      if (auto st = connect_to(r); !st) return st;
+      for (int k = 0; k < streams; ++k)
+        if (auto st = connect_to(r, k); !st) return st;
     std::vector<int> above;
     for (int r = me + 1; r < p; ++r) above.push_back(r);
-    return accept_from(above, nullptr);
+    return accept_from(above, nullptr, 0, streams);
   }
 
   // Rank 0 of the coordinator rendezvous: admits the members, sends each the table.
@@ -197,16 +252,16 @@ struct tcp_rendezvous {
       auto window_end = std::min(d, clock::now() + o.join_window);
       auto saved = d;
       d = window_end;
-      auto st = accept_from(all, &ports);
+      auto st = accept_from(all, &ports, 0, 1);
       d = saved;
       if (!st && st.error().code != errc::timeout) return st.error();
-    } else if (auto st = accept_from(all, &ports); !st) {
+    } else if (auto st = accept_from(all, &ports, 0, 1); !st) {
       return st.error();
     }
     // Members by id; the table's header carries the group size, entry.reserved the id.
     std::vector<int> members{0};
     for (int r = 1; r < p; ++r)
-      if (conns[static_cast<std::size_t>(r)].open()) members.push_back(r);
+      if (conn(0, r).open()) members.push_back(r);
     const int q = static_cast<int>(members.size());
     if (q == 1 && p > 1 && !o.allow_single)
       return paco::error{errc::timeout,
@@ -225,16 +280,24 @@ struct tcp_rendezvous {
     for (int k = 1; k < q; ++k) {
       auto id = static_cast<std::size_t>(members[static_cast<std::size_t>(k)]);
       std::string why;
-      if (auto ec = conns[id].over(core.io, why, [&](auto& ch) {
+      if (auto ec = conns[0][id].over(io(0), why, [&](auto& ch) {
             return send_frame(ch, wire::kind::table, tb, d, static_cast<std::uint32_t>(q));
           }))
         return paco::error{
             ec, with("asio_tcp coordinator: sending the table to rank " + std::to_string(id), why)};
-      renumbered[static_cast<std::size_t>(k)] = std::move(conns[id]);
+      renumbered[static_cast<std::size_t>(k)] = std::move(conns[0][id]);
     }
-    conns = std::move(renumbered);
+    for (auto& c : conns) c.resize(static_cast<std::size_t>(q));
+    conns[0] = std::move(renumbered);
     o.size = q;
     p = q;
+    // The members' other streams, by their assigned ranks (they connect them after the table).
+    if (streams > 1) {
+      std::vector<int> assigned;
+      for (int r = 1; r < q; ++r) assigned.push_back(r);
+      hello = wire::make_hello(me, p, o.epoch, port, streams);
+      if (auto st = accept_from(assigned, nullptr, 1, streams); !st) return st.error();
+    }
     listener.reset();
     return {};
   }
@@ -242,11 +305,11 @@ struct tcp_rendezvous {
   // A member of the coordinator rendezvous: reads the table (renumbered in an elastic group),
   // then connects to the members below it and accepts those above.
   status join() {
-    if (auto st = connect_to(0); !st) return st.error();
+    if (auto st = connect_to(0, 0); !st) return st.error();
     wire::frame_header h;
     std::vector<std::byte> pl;
     std::string why;
-    if (auto ec = conns[0].over(core.io, why, [&](auto& ch) {
+    if (auto ec = conn(0, 0).over(io(0), why, [&](auto& ch) {
           return read_frame(ch, h, pl, sizeof(wire::table_entry) * static_cast<std::size_t>(p), d);
         }))
       return paco::error{
@@ -269,61 +332,76 @@ struct tcp_rendezvous {
     if (new_rank < 1)
       return paco::error{errc::protocol, "asio_tcp: coordinator's table lacks this member"};
     if (static_cast<int>(q) != p || new_rank != me) {  // elastic: renumbered
-      auto c0 = std::move(conns[0]);
-      conns.clear();
-      conns.resize(q);
-      conns[0] = std::move(c0);
+      auto c0 = std::move(conn(0, 0));
+      for (auto& c : conns) {
+        c.clear();
+        c.resize(q);
+      }
+      conn(0, 0) = std::move(c0);
       me = new_rank;
       p = static_cast<int>(q);
       o.rank = me;
       o.size = p;
-      hello = wire::make_hello(me, p, o.epoch, port);
+      hello = wire::make_hello(me, p, o.epoch, port, streams);
     }
+    for (int k = 1; k < streams; ++k)  // the coordinator's link's other streams
+      if (auto st = connect_to(0, k); !st) return st.error();
     return mesh(1);
   }
 };
 
-// The core of a connected endpoint, its I/O thread running (see asio_tcp::connect()).
-inline result<std::shared_ptr<tcp_core>> connect_core(tcp_options o) {
+// The cores of a connected endpoint, one per stream (tcp_options::streams), their I/O threads
+// running (see asio_tcp::connect()).
+inline result<std::vector<std::shared_ptr<tcp_core>>> connect_cores(tcp_options o) {
   if (auto st = check_tcp_options(o); !st) return st.error();
   const bool elastic = o.join_window.count() > 0;
   if (elastic && o.size == 1 && !o.allow_single) o.allow_single = true;  // checked after admission
 
-  // The endpoint's core comes first: with TLS the rendezvous' streams live on its io_context
-  // (run on this thread until the I/O thread starts) and become the links.
-  auto core = std::make_shared<tcp_core>();
+  // The endpoint's cores come first: with TLS the rendezvous' streams live on their
+  // io_context (run on this thread until the I/O thread starts) and become the links.
   auto ctx = tls_context_for(o.tls);
   if (!ctx) return ctx.error();
-  core->tls_ctx = std::move(ctx.value());
+  std::vector<std::shared_ptr<tcp_core>> cores;
+  for (int k = 0; k < o.streams; ++k) {
+    cores.push_back(std::make_shared<tcp_core>());
+    cores.back()->tls_ctx = ctx.value();
+    cores.back()->stream = k;
+  }
 
-  tcp_rendezvous rv(*core, o);
+  tcp_rendezvous rv(cores, o);
   if (auto st = rv.run(); !st) return st.error();
   const int p = rv.p, me = rv.me;
 
-  core->o = std::move(o);
-  core->lim.max_payload = core->o.max_frame_bytes;
-  core->links.resize(static_cast<std::size_t>(p));
-  auto now = clock::now();
-  for (int r = 0; r < p; ++r) {
-    if (r == me) continue;
-    auto L = std::make_unique<tcp_link>(core->io);
-    L->peer = r;
-    if (auto st =
-            L->stream.adopt(rv.conns[static_cast<std::size_t>(r)], core->o.socket_buffer_bytes);
-        !st)
-      return st.error();
-    L->last_rx = L->last_tx = L->tok_t = now;
-    L->shaper = core->o.shaper_to(r);
-    L->tokens = static_cast<double>(L->shaper.burst_bytes);
-    core->links[static_cast<std::size_t>(r)] = std::move(L);
+  for (auto& core : cores) {
+    core->o = o;
+    core->lim.max_payload = core->o.max_frame_bytes;
+    core->links.resize(static_cast<std::size_t>(p));
+    auto now = clock::now();
+    for (int r = 0; r < p; ++r) {
+      if (r == me) continue;
+      auto L = std::make_unique<tcp_link>(core->io);
+      L->peer = r;
+      if (auto st = L->stream.adopt(rv.conn(core->stream, r), rv.buffer); !st) return st.error();
+      L->last_rx = L->last_tx = L->tok_t = now;
+      L->shaper = core->o.shaper_to(r);
+      if (cores.size() > 1) {  // the link's rate is shared by its streams
+        const auto n = static_cast<double>(cores.size());
+        L->shaper.rate_bytes_per_s /= n;
+        L->shaper.burst_bytes = std::max<std::size_t>(1, L->shaper.burst_bytes / cores.size());
+      }
+      L->tokens = static_cast<double>(L->shaper.burst_bytes);
+      core->links[static_cast<std::size_t>(r)] = std::move(L);
+    }
   }
-  core->work.emplace(core->io.get_executor());
-  for (auto& L : core->links)
-    if (L) read_header(*core, *L);
-  heartbeat(*core);
-  core->io.restart();  // the TLS rendezvous ran it on this thread until it was out of work
-  core->th = std::thread([c = core.get()] { c->io.run(); });
-  return core;
+  for (auto& core : cores) {
+    core->work.emplace(core->io.get_executor());
+    for (auto& L : core->links)
+      if (L) read_header(*core, *L);
+    heartbeat(*core);
+    core->io.restart();  // the TLS rendezvous ran it on this thread until it was out of work
+    core->th = std::thread([c = core.get()] { c->io.run(); });
+  }
+  return cores;
 }
 
 }  // namespace paco::net::detail
