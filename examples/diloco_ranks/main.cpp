@@ -50,6 +50,7 @@
 #include "paco/nn/nn.hpp"
 #include "paco/optim/optim.hpp"
 #include "paco/outer/outer.hpp"
+#include "paco/place/measured_ring.hpp"
 #include "paco/route/route.hpp"
 #include "paco/store/compression.hpp"
 #include "paco/train/path_worker.hpp"
@@ -74,6 +75,10 @@ struct options {
   int deadline_s = 600;
   std::string checkpoint_dir;
   bool resume = false;
+  int streams = 1;                       // TCP streams per link (net::tcp_options::streams)
+  std::uint64_t bdp_bytes = 0;           // the links' bandwidth x round trip (socket buffers)
+  std::string ring_order = "rank";       // rank | measured (place::measured_ring_order)
+  std::uint64_t probe_bytes = 4u << 20;  // --ring-order measured: bytes per direction
   int test_stop_rank = -1;    // test only: this rank stops itself (SIGSTOP) before its rounds
   int test_crash_after = -1;  // test only: every rank kills itself after saving round N (1, 2 …)
 };
@@ -127,11 +132,37 @@ int train_ranks(const options& o, T& t, const nn::gpt& model,
   const std::string config = collectives::join_fields(fields);
   fields.push_back({"--checkpoint-dir", o.checkpoint_dir.empty() ? "none" : "given"});
   fields.push_back({"--resume", o.resume ? "yes" : "no"});
+  fields.push_back({"--ring-order", o.ring_order});
+  fields.push_back({"--probe-bytes", std::to_string(o.probe_bytes)});
   collectives::collective_options agreed;
   agreed.until = net::after(deadline);
   if (auto s = collectives::agree(t, fields, agreed); !s)
     return fail(here + "the ranks were started differently: " + s.error().what());
   if (rank == o.test_stop_rank) std::raise(SIGSTOP);  // as a hung process would
+
+  // ---- the ring: rank order, or the links' measured one ----
+  std::vector<int> ring;
+  if (o.ring_order == "measured") {
+    place::link_probe_options po;
+    po.probe_bytes = o.probe_bytes;
+    po.collective.until = net::after(deadline);
+    po.collective.tag = 0x6a000000u;
+    place::measured_links links;
+    auto r = place::measured_ring_order(t, po, {}, &links);
+    if (!r) return fail(here + "measuring the links: " + r.error().message);
+    ring = std::move(r.value());
+    if (lead) {
+      std::printf("links measured (MB/s, row: from rank):\n");
+      for (int i = 0; i < size; ++i) {
+        for (int j = 0; j < size; ++j)
+          std::printf(" %9.1f", i == j ? 0.0 : links.bandwidth[std::size_t(i * size + j)] / 1e6);
+        std::printf("\n");
+      }
+      std::printf("ring order:");
+      for (int r2 : ring) std::printf(" %d", r2);
+      std::printf("\n");
+    }
+  }
 
   // ---- data: this rank's shard of the training documents; validation on rank 0 ----
   auto corpus = io::load_brown(io::default_brown_dir());
@@ -182,9 +213,9 @@ int train_ranks(const options& o, T& t, const nn::gpt& model,
   worker_t w(rank, model, levels, {0}, optim::adamw{.lr = o.lr}, icfg, shard, data_seed);
   model.init(w.state(), o.seed);  // the same θ on every rank
   train::round_loop<T, worker_t, outer_t> loop(t, w, outer, rule, frags, std::move(codecs));
-  status s;
+  status s = loop.set_ring_order(ring);
   const std::filesystem::path dir = o.checkpoint_dir;
-  if (!dir.empty()) {
+  if (s && !dir.empty()) {
     s = loop.open_checkpoints(dir, config, o.resume, deadline);
     if (s && o.resume && lead)
       std::printf("resumed from %s after round %ld\n", dir.c_str(), loop.rounds_done());
@@ -234,6 +265,16 @@ int main(int argc, char** argv) try {
                  "rank 0's host:port (default: PACO_COORDINATOR or MASTER_ADDR:MASTER_PORT)");
   app.add_option("--listen-host", o.listen_host, "interface ranks > 0 listen on");
   app.add_option("--token", o.token, "the group's shared secret (default: PACO_TOKEN)");
+  app.add_option("--streams", o.streams, "TCP streams per link (WAN: docs/transport.md)")
+      ->check(CLI::Range(1, 16));
+  app.add_option("--bdp-bytes", o.bdp_bytes,
+                 "the links' bandwidth x round trip in bytes: sizes the socket buffers");
+  app.add_option("--ring-order", o.ring_order,
+                 "rank | measured: the links' bandwidth measured when the group forms orders the "
+                 "all-reduce ring (place::measured_ring_order)")
+      ->check(CLI::IsMember({"rank", "measured"}));
+  app.add_option("--probe-bytes", o.probe_bytes, "--ring-order measured: bytes per direction")
+      ->check(CLI::Range(std::uint64_t(1), std::uint64_t(1) << 30));
   app.add_option("--sync", o.sync,
                  "blocking (DiLoCo) | co2 (CO2 as its authors' code runs it) | eager | streaming "
                  "| naive_delayed (the naive one-step-delayed update, an ablation)");
@@ -352,6 +393,8 @@ int main(int argc, char** argv) try {
   to.coordinator = o.coordinator;
   to.listen_host = o.listen_host;
   to.token = o.token;
+  to.streams = o.streams;
+  to.bdp_bytes = o.bdp_bytes;
   auto tcp = net::asio_tcp::connect(to);
   if (!tcp) return fail("connect: " + tcp.error().what());
   return train_ranks(o, **tcp, model, compression, *rule, fragments);

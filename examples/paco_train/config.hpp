@@ -240,6 +240,8 @@ inline std::map<std::string, detail::field> fields(train_config& c) {
   add("launch.restarts", l.restarts);
   add("launch.link_mbps", l.link_mbps);
   add("launch.link_latency_ms", l.link_latency_ms);
+  add("launch.link_streams", l.link_streams);
+  add("launch.link_bdp_bytes", l.link_bdp_bytes);
   add("launch.metrics_port", l.metrics_port);
   add("launch.tls", l.tls);
   add("launch.tls_ca", l.tls_ca);
@@ -453,6 +455,12 @@ inline paco::status validate(const train_config& c) {
                 "in [0, 1e6] (megabits per second; 0: unlimited)"),
           range(c.launch.link_latency_ms >= 0 && c.launch.link_latency_ms <= 60000,
                 "launch.link_latency_ms", "in [0, 60000] (milliseconds)"),
+          range(c.launch.link_streams >= 1 && c.launch.link_streams <= 16, "launch.link_streams",
+                "in [1, 16] (TCP streams per link)"),
+          range(!c.launch.tls || c.launch.link_streams == 1, "launch.link_streams",
+                "1 when launch.tls = true (TLS links have one stream)"),
+          range(c.launch.link_bdp_bytes >= 0 && c.launch.link_bdp_bytes <= 17179869184.0,
+                "launch.link_bdp_bytes", "in [0, 16 GiB] (bandwidth x round trip; 0: unknown)"),
           range(c.launch.metrics_port >= 0 && c.launch.metrics_port < 65000, "launch.metrics_port",
                 "in [0, 65000) (0: off)"),
           range(!c.launch.tls || !c.launch.tls_ca.empty(), "launch.tls_ca",

@@ -267,6 +267,8 @@ inline net::tcp_options link_options(const settings& cfg, int worker, int port, 
       std::chrono::milliseconds(std::max(50L, long(cfg.launch.peer_timeout_s * 100)));
   o.shaper.rate_bytes_per_s = cfg.launch.link_mbps * 1e6 / 8;
   o.shaper.latency = std::chrono::microseconds(long(cfg.launch.link_latency_ms * 1000));
+  o.streams = cfg.launch.link_streams;
+  o.bdp_bytes = static_cast<std::size_t>(cfg.launch.link_bdp_bytes);
   if (cfg.launch.tls) {
     o.tls = {.enabled = true,
              .ca_file = cfg.launch.tls_ca,

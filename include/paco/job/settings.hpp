@@ -159,6 +159,12 @@ struct launch_section {
   // this added one-way latency per frame.
   double link_mbps = 0;
   double link_latency_ms = 0;
+  // WAN links (net::tcp_options::streams, bdp_bytes; docs/transport.md): every TCP link of the
+  // job (store <-> worker, stage <-> stage) striped over this many streams (1..16; TLS links
+  // have one), and the links' bandwidth x round trip in bytes, which sizes their socket buffers
+  // (0: autotuning).
+  int link_streams = 1;
+  double link_bdp_bytes = 0;
   // HTTP for watching a run (job/metrics.hpp, job/status_page.hpp): the store serves Prometheus
   // metrics at /metrics and its status page at / on this port, worker process s its metrics on
   // this port + s, on launch.store_host's interface (all interfaces unless it is 127.0.0.1).

@@ -48,6 +48,8 @@ inline net::tcp_options stage_link_options(const settings& c, int k,
   link.latency = std::chrono::microseconds(long(c.pipeline.link_latency_ms * 1000));
   for (int n : {k - 1, k + 1})
     if (n >= 0 && n < o.size) o.peer_shapers[n] = link;
+  o.streams = c.launch.link_streams;
+  o.bdp_bytes = static_cast<std::size_t>(c.launch.link_bdp_bytes);
   return o;
 }
 

@@ -15,6 +15,7 @@
 #include <functional>
 #include <future>
 #include <optional>
+#include <vector>
 
 #include "paco/collectives/counted.hpp"
 #include "paco/net/concepts.hpp"
@@ -48,6 +49,7 @@ class mean_in_flight {
     PACO_ASSERT(!flight_.valid(), "mean_in_flight: one flight at a time");
     collectives::collective_options co;
     co.until = net::after(deadline);
+    co.order = order_;  // a span into this object, which outlives its flights
     flight_ = std::async(now ? std::launch::deferred : std::launch::async,
                          [=, &t, w = std::move(w)]() -> landed {
                            const auto t0 = std::chrono::steady_clock::now();
@@ -63,6 +65,14 @@ class mean_in_flight {
                            r.seconds = seconds_since(t0);
                            return r;
                          });
+  }
+
+  // The ring order of the reductions launched from now on (collective_options::order): a
+  // permutation of 0..p-1 on every rank alike, or empty for rank order.
+  // Requires: nothing in flight.
+  void set_ring_order(std::vector<int> order) {
+    PACO_ASSERT(!flight_.valid(), "mean_in_flight: the ring order changes between flights");
+    order_ = std::move(order);
   }
 
   // Waits for the flight. Ensures: traffic grows by its bytes (and one round), overlap by its
@@ -93,6 +103,7 @@ class mean_in_flight {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 
+  std::vector<int> order_;  // the reductions' ring order (empty: rank order)
   std::future<landed> flight_;
 };
 

@@ -169,6 +169,25 @@ class round_loop {
     }
   }
 
+  // The ring order of the syncs' all-reduces from now on (collective_options::order), e.g. the
+  // links' measured one (place::measured_ring_order); the same on every rank. Empty: rank
+  // order. Requires: no sync in flight (between runs). Ensures: ok, or invalid_argument (not a
+  // permutation of 0..size-1; a sync in flight) and nothing changed.
+  status set_ring_order(std::vector<int> order) {
+    if (flight_.in_flight())
+      return {errc::invalid_argument, "round_loop::set_ring_order: a sync is in flight"};
+    if (!order.empty()) {
+      std::vector<int> sorted = order;
+      std::sort(sorted.begin(), sorted.end());
+      for (int i = 0; i < t_->size(); ++i)
+        if (sorted.size() != std::size_t(t_->size()) || sorted[std::size_t(i)] != i)
+          return {errc::invalid_argument, "round_loop::set_ring_order: not a permutation of 0.." +
+                                              std::to_string(t_->size() - 1)};
+    }
+    flight_.set_ring_order(std::move(order));
+    return {};
+  }
+
   long rounds_done() const noexcept { return done_; }
   long step() const noexcept { return step_; }  // inner steps run by this loop
   bool in_flight() const noexcept { return flight_.in_flight(); }
