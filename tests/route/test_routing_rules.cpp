@@ -87,8 +87,11 @@ TEST_CASE("score_routing_rules: every rule equals its scorer entry point",
   const std::vector<const float*> one{th[0].data()};
   const auto o =
       route::score_routing_rules(model, one, ev.spans, feat, zero_router{}, base, rule, ws, 8);
-  for (auto& r : o.scores) {  // the same per-token nats, summed per chunk or per span
+  // The same per-token nats, summed per chunk or per span: in another order, and from forward
+  // passes over other batch shapes, whose kernels may round differently on another CPU (an
+  // AVX-512 EPYC gave 1.1e-11 relative): equal to well within 1e-9.
+  for (auto& r : o.scores) {
     REQUIRE(r.n.tokens == o.scores[0].n.tokens);
-    REQUIRE(r.n.nats == Approx(o.scores[0].n.nats).epsilon(1e-12));
+    REQUIRE(r.n.nats == Approx(o.scores[0].n.nats).epsilon(1e-9));
   }
 }
