@@ -22,9 +22,12 @@ if(NOT rc EQUAL 0 OR NOT out MATCHES "loss [0-9]")
   message(FATAL_ERROR "the consumer did not run: rc=${rc} ${out}")
 endif()
 
-# The teaching examples build on their own against the installed package too (unoptimised: this
-# checks the package, the examples run optimised in the main build's tests).
-foreach(example diloco three_levels custom_router outer_per_level)
+# Teaching examples build on their own against the installed package too (unoptimised: this
+# checks the package, the examples run optimised in the main build's tests): diloco, the one
+# docs/examples.md builds this way, and three_levels, a user's own block. custom_router and
+# outer_per_level use the same targets and headers and are left to the main build, to keep the
+# test command short.
+foreach(example diloco three_levels)
   run(${CMAKE_COMMAND} -S ${SOURCE}/examples/${example} -B ${WORK}/example-${example}
       -G ${GENERATOR} -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCMAKE_BUILD_TYPE=)
   run(${CMAKE_COMMAND} --build ${WORK}/example-${example})
