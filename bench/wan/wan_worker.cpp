@@ -5,7 +5,6 @@
 // out) as one JSON line, with the socket buffers the kernel reports.
 //
 //   bench_wan_worker RANK HOST0:PORT HOST1:PORT STREAMS BDP_BYTES MESSAGE_BYTES MESSAGES WARM_S
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "paco/net/asio_tcp.hpp"
+#include "paco/place/measured_ring.hpp"
 
 using namespace paco;
 
@@ -48,26 +48,17 @@ int main(int argc, char** argv) {
   }
   auto& tr = *t.value();
   using clk = std::chrono::steady_clock;
-  // The round trip of the link: the best of five 1-byte ping-pongs (rank 1 times them).
-  double rtt = 1e9;
-  for (int k = 0; k < 5; ++k) {
-    std::byte one[1] = {};
-    const auto p0 = clk::now();
-    const auto d = net::after(std::chrono::seconds(30));
-    std::error_code ec;
-    if (o.rank == 1) {
-      ec = tr.send(0, 3, one, d).wait();
-      if (!ec) ec = tr.recv(0, 3, one, d).wait();
-    } else {
-      ec = tr.recv(1, 3, one, d).wait();
-      if (!ec) ec = tr.send(1, 3, one, d).wait();
-    }
-    if (ec) {
-      std::fprintf(stderr, "bench_wan_worker rank %d: ping: %s\n", o.rank, ec.message().c_str());
-      return 1;
-    }
-    rtt = std::min(rtt, std::chrono::duration<double>(clk::now() - p0).count());
+  // The round trip of the link, as the library measures links when a group forms (a timed
+  // 1-byte ping-pong each way; the probe itself kept to one byte).
+  place::link_probe_options po;
+  po.probe_bytes = 1;
+  po.collective.until = net::after(std::chrono::seconds(30));
+  auto links = place::measure_links(tr, po);
+  if (!links) {
+    std::fprintf(stderr, "bench_wan_worker rank %d: %s\n", o.rank, links.error().what().c_str());
+    return 1;
   }
+  const double rtt = links.value().rtt_s[1 * 2 + 0];  // rank 1 -> rank 0
   const int in_flight = 4;
   std::vector<std::vector<std::byte>> bufs(in_flight, std::vector<std::byte>(m, std::byte{7}));
   std::vector<net::asio_tcp::request> reqs(in_flight);

@@ -102,7 +102,10 @@ class asio_tcp {
         else if (auto e = r.wait(); e && !ec)
           ec = e;
       }
-      if (ec) settle();
+      if (ec)
+        settle();
+      else
+        settled_ = true;  // every piece moved: nothing to settle when it is destroyed
       return ec;
     }
     bool test() {
@@ -335,17 +338,14 @@ class asio_tcp {
 
   request post_recv(const std::shared_ptr<detail::tcp_core>& c, int peer, tag_t tag,
                     std::span<std::byte> bytes, deadline d, bool caller_checks) {
+    if (peer < 0 || peer >= size() || peer == rank())
+      return failed_now(c, false, peer, errc::invalid_argument, d);
     auto op = std::make_shared<detail::tcp_op>();
     op->caller_checks = caller_checks;
     op->peer = peer;
     op->tag = tag;
     op->buf = bytes.data();
     op->len = bytes.size();
-    if (peer < 0 || peer >= size() || peer == rank()) {
-      op->state = detail::tcp_op::state_t::done;
-      op->ec = errc::invalid_argument;
-      return request(c, std::move(op), d);
-    }
     std::lock_guard lk(c->mu);
     auto& L = *c->links[static_cast<std::size_t>(peer)];
     auto it = std::find_if(L.unexpected.begin(), L.unexpected.end(),
@@ -378,17 +378,14 @@ class asio_tcp {
   request queue_send(const std::shared_ptr<detail::tcp_core>& c, int peer, tag_t tag,
                      std::span<const std::byte> bytes, deadline d,
                      std::optional<std::uint32_t> crc) {
+    if (peer < 0 || peer >= size() || peer == rank())
+      return failed_now(c, true, peer, errc::invalid_argument, d);
     auto op = std::make_shared<detail::tcp_op>();
     op->is_send = true;
     op->peer = peer;
     op->tag = tag;
     op->buf = const_cast<std::byte*>(bytes.data());
     op->len = bytes.size();
-    if (peer < 0 || peer >= size() || peer == rank()) {
-      op->state = detail::tcp_op::state_t::done;
-      op->ec = errc::invalid_argument;
-      return request(c, std::move(op), d);
-    }
     op->hdr = crc && c->o.payload_crc
                   ? wire::make_data_header_with_crc(tag, bytes.size(), *crc)
                   : wire::make_header(wire::kind::data, tag, bytes, c->o.payload_crc);

@@ -271,12 +271,17 @@ inline detail::digest256 client_mac(std::string_view token, const hello_body& c,
   return detail::hmac_sha256(token, {std::as_bytes(std::span(label, 6)), bytes_of(c), bytes_of(s)});
 }
 
+// The streams per link a greeting announces (0, from older peers: 1).
+inline std::uint32_t streams_of(const hello_body& h) noexcept {
+  return h.streams ? h.streams : 1;
+}
+
 // Checks a peer's greeting against this group. Ensures: {} iff size, epoch and streams per link
 // agree and the rank and stream are in range and the rank not ours; errc::mismatch
 // (size/epoch/streams) or errc::protocol (rank, stream).
 inline std::error_code check_hello(const hello_body& h, int my_rank, int size, std::uint64_t epoch,
                                    int streams = 1) noexcept {
-  const std::uint32_t theirs = h.streams ? h.streams : 1;
+  const std::uint32_t theirs = streams_of(h);
   if (h.size != static_cast<std::uint32_t>(size) || h.epoch != epoch ||
       theirs != static_cast<std::uint32_t>(streams))
     return errc::mismatch;

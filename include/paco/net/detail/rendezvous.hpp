@@ -271,7 +271,7 @@ inline result<wire::hello_body> client_handshake(C& ch, const wire::hello_body& 
                                   mine.epoch, static_cast<int>(mine.streams)))
     return paco::error{ec, "handshake: server's group (size " + std::to_string(s.size) +
                                ", epoch " + std::to_string(s.epoch) + ", " +
-                               std::to_string(s.streams ? s.streams : 1) +
+                               std::to_string(wire::streams_of(s)) +
                                " stream(s) per link) differs from ours (size " +
                                std::to_string(mine.size) + ", epoch " + std::to_string(mine.epoch) +
                                ", " + std::to_string(mine.streams) + ")"};
@@ -322,7 +322,7 @@ inline result<wire::hello_body> server_handshake(C& ch, wire::hello_body mine,
                                   mine.epoch, static_cast<int>(mine.streams)))
     return refuse(ec, "client's group (rank " + std::to_string(c.rank) + ", size " +
                           std::to_string(c.size) + ", epoch " + std::to_string(c.epoch) + ", " +
-                          std::to_string(c.streams ? c.streams : 1) +
+                          std::to_string(wire::streams_of(c)) +
                           " stream(s) per link) differs from ours (size " +
                           std::to_string(mine.size) + ", epoch " + std::to_string(mine.epoch) +
                           ", " + std::to_string(mine.streams) + ")");

@@ -204,11 +204,10 @@ struct tcp_rendezvous {
                                                (last.empty() ? "" : "; last refused: " + last)};
       // Which stream this is the client's hello says; the connection is opened on stream 0's
       // context meanwhile (only TLS streams are bound to one, and TLS has one stream per link).
-      const int k = 0;
       std::string why;
-      auto c = open(std::move(s.value()), false, k, why);
+      auto c = open(std::move(s.value()), false, 0, why);
       result<wire::hello_body> h =
-          c ? c.value().over(io(k), why,
+          c ? c.value().over(io(0), why,
                              [&](auto& ch) { return server_handshake(ch, hello, o.token, d); })
             : result<wire::hello_body>(c.error());
       if (!h) {
@@ -365,14 +364,14 @@ inline result<std::vector<std::shared_ptr<tcp_core>>> connect_cores(tcp_options 
   for (int k = 0; k < o.streams; ++k) {
     cores.push_back(std::make_shared<tcp_core>());
     cores.back()->tls_ctx = ctx.value();
-    cores.back()->stream = k;
   }
 
   tcp_rendezvous rv(cores, o);
   if (auto st = rv.run(); !st) return st.error();
   const int p = rv.p, me = rv.me;
 
-  for (auto& core : cores) {
+  for (std::size_t k = 0; k < cores.size(); ++k) {  // core k carries stream k of every link
+    auto& core = cores[k];
     core->o = o;
     core->lim.max_payload = core->o.max_frame_bytes;
     core->links.resize(static_cast<std::size_t>(p));
@@ -381,7 +380,8 @@ inline result<std::vector<std::shared_ptr<tcp_core>>> connect_cores(tcp_options 
       if (r == me) continue;
       auto L = std::make_unique<tcp_link>(core->io);
       L->peer = r;
-      if (auto st = L->stream.adopt(rv.conn(core->stream, r), rv.buffer); !st) return st.error();
+      if (auto st = L->stream.adopt(rv.conn(static_cast<int>(k), r), rv.buffer); !st)
+        return st.error();
       L->last_rx = L->last_tx = L->tok_t = now;
       L->shaper = core->o.shaper_to(r);
       if (cores.size() > 1) {  // the link's rate is shared by its streams

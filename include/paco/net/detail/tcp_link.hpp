@@ -114,7 +114,6 @@ struct tcp_core {
   asio::steady_timer hb{io};
   bool stopped = false;   // I/O thread joined
   bool stopping = false;  // shutdown begun: timers do not re-arm
-  int stream = 0;         // striped links (tcp_options::streams > 1): the stream this core carries
 
   static constexpr std::size_t piece = std::size_t(1)
                                        << 20;  // read granularity (liveness, CRC in cache)
