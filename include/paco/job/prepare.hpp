@@ -13,6 +13,7 @@
 #include "paco/io/safetensors.hpp"
 #include "paco/job/data.hpp"
 #include "paco/job/run_files.hpp"
+#include "paco/nn/gemm.hpp"
 #include "paco/optim/adamw.hpp"
 #include "paco/route/route.hpp"
 #include "paco/train/inner_loop.hpp"
@@ -25,6 +26,7 @@ template <nn::BlockModel Model>
 status prepare(const dipaco_job<Model>& cfg, const run_dir& rd, const job_data& data,
                const path::path_plan& g) {
   fs::create_directories(rd.dir);
+  nn::gemm_single_threaded();  // as print_results (job/results.hpp)
   const Model& model = cfg.model;
   arena<host> a(model.layout());
   model.init(a, std::uint64_t(cfg.train.seed));

@@ -18,6 +18,7 @@
 #include "paco/job/data.hpp"
 #include "paco/job/dipaco_job.hpp"
 #include "paco/job/run_files.hpp"
+#include "paco/nn/gemm.hpp"
 #include "paco/route/evaluate.hpp"
 #include "paco/route/route.hpp"
 #include "paco/store/store.hpp"
@@ -94,6 +95,10 @@ int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::p
   const std::string split = cfg.dipaco.eval_split;
   const std::string tag = split == "test" ? "test" : "val";
   std::printf("%s: evaluating every path on its routed %s documents...\n", P, split.c_str());
+  // One GEMM thread (paco's rule: it threads over the batch itself): OpenBLAS's own threads
+  // spin, and on a machine whose cores are busy (a CI runner, a node shared with workers) they
+  // stretched a 1 s evaluation past minutes.
+  nn::gemm_single_threaded();
   const Model& model = cfg.model;
   store::module_store<store_outer> store(g.module_table(), outer_of(cfg));
   if (auto s = load_store(cfg, rd, g, store); !s)

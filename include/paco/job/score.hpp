@@ -22,6 +22,7 @@
 #include "paco/io/tokenizer.hpp"
 #include "paco/job/dipaco_job.hpp"
 #include "paco/job/run_files.hpp"
+#include "paco/nn/gemm.hpp"
 #include "paco/route/evaluate.hpp"
 #include "paco/route/features.hpp"
 #include "paco/route/kmeans.hpp"
@@ -76,6 +77,7 @@ template <nn::BlockModel Model>
 result<std::vector<text_score>> score_texts(const dipaco_job<Model>& cfg, const run_dir& rd,
                                             const std::vector<std::string>& files) {
   const path::path_plan g = make_plan(cfg);
+  nn::gemm_single_threaded();  // as print_results (job/results.hpp)
   const Model& model = cfg.model;
   auto routing = read_routing(rd);
   if (!routing) return routing.error();
