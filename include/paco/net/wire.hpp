@@ -46,7 +46,7 @@ enum class kind : std::uint8_t {
   hello = 3,      // handshake: hello_body
   auth = 4,       // handshake: auth_body
   welcome = 5,    // handshake accepted
-  refuse = 6,     // handshake refused; header.aux = paco::errc
+  refuse = 6,     // refused; header.aux = paco::errc, payload: empty or a reason (text)
   table = 7,      // coordinator -> rank: table_entry[size]
   bye = 8,        // orderly close
 };
@@ -137,11 +137,13 @@ struct limits {
 };
 
 // The payload size a control frame must have, or -1 for variable (data, table).
+// The longest reason a refuse frame carries (bytes of text).
+inline constexpr std::size_t max_refuse_reason = 1024;
+
 inline std::int64_t control_payload_bytes(kind k) noexcept {
   switch (k) {
     case kind::heartbeat:
     case kind::welcome:
-    case kind::refuse:
     case kind::bye: return 0;
     case kind::hello: return sizeof(hello_body);
     case kind::auth: return sizeof(auth_body);
@@ -160,6 +162,8 @@ inline std::error_code check_header(const frame_header& h, const limits& lim) no
   if (h.flags & ~flag_payload_crc) return errc::protocol;
   auto fixed = control_payload_bytes(static_cast<kind>(h.kind));
   if (fixed >= 0 && h.length != static_cast<std::uint64_t>(fixed)) return errc::protocol;
+  if (h.kind == static_cast<std::uint8_t>(kind::refuse) && h.length > max_refuse_reason)
+    return errc::protocol;
   if (h.length > lim.max_payload) return errc::too_large;
   return {};
 }

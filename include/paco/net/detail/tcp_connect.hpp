@@ -189,8 +189,11 @@ struct tcp_rendezvous {
   }
 
   // Accepts until streams k0..k1-1 of every rank in `want` are connected; refused connections
-  // do not count.
-  status accept_from(std::vector<int> want, std::vector<std::uint16_t>* ports, int k0, int k1) {
+  // do not count. stop_on_twice (a fixed-size coordinator's admission): a second process
+  // claiming an admitted rank stops the group (stop_group): errc::mismatch naming both
+  // addresses, on this rank and every process connected.
+  status accept_from(std::vector<int> want, std::vector<std::uint16_t>* ports, int k0, int k1,
+                     bool stop_on_twice = false) {
     std::size_t got = 0;
     const std::size_t need = want.size() * static_cast<std::size_t>(k1 - k0);
     std::string last;
@@ -217,8 +220,14 @@ struct tcp_rendezvous {
       }
       int r = static_cast<int>(h.value().rank);
       const int hk = h.value().stream;
-      if (std::find(want.begin(), want.end(), r) == want.end() || hk < k0 || hk >= k1 ||
-          conn(hk, r).open()) {
+      const bool wanted = std::find(want.begin(), want.end(), r) != want.end();
+      if (stop_on_twice && wanted && hk == 0 && conn(0, r).open()) {
+        const std::string why = "rank " + std::to_string(r) + " was started twice (from " +
+                                to_string(addr[static_cast<std::size_t>(r)]) + " and from " +
+                                to_string(pa) + "): every rank of the group stops";
+        return stop_group(why, std::move(c.value()));
+      }
+      if (!wanted || hk < k0 || hk >= k1 || conn(hk, r).open()) {
         last = "unexpected or duplicate rank " + std::to_string(r) + " (stream " +
                std::to_string(hk) + ")";
         c.value().refuse_close();
@@ -242,6 +251,26 @@ struct tcp_rendezvous {
     return accept_from(above, nullptr, 0, streams);
   }
 
+  // The coordinator refuses the group: a refuse frame carrying errc::mismatch and `why` goes
+  // to every admitted member and to `extra` (the process at fault), which close. Ensures: the
+  // error, naming why.
+  status stop_group(const std::string& why, rv_conn extra) {
+    const auto text =
+        std::as_bytes(std::span(why.data(), std::min(why.size(), wire::max_refuse_reason)));
+    const auto refuse = [&](rv_conn& c) {
+      std::string ignored;
+      (void)c.over(io(0), ignored, [&](auto& ch) {
+        return send_frame(ch, wire::kind::refuse, text, d,
+                          static_cast<std::uint32_t>(errc::mismatch));
+      });
+      c.refuse_close();
+    };
+    for (int r = 1; r < p; ++r)
+      if (conn(0, r).open()) refuse(conn(0, r));
+    refuse(extra);
+    return paco::error{errc::mismatch, "asio_tcp coordinator: " + why};
+  }
+
   // Rank 0 of the coordinator rendezvous: admits the members, sends each the table.
   status coordinate() {
     std::vector<int> all;
@@ -254,7 +283,7 @@ struct tcp_rendezvous {
       auto st = accept_from(all, &ports, 0, 1);
       d = saved;
       if (!st && st.error().code != errc::timeout) return st.error();
-    } else if (auto st = accept_from(all, &ports, 0, 1); !st) {
+    } else if (auto st = accept_from(all, &ports, 0, 1, /*stop_on_twice=*/true); !st) {
       return st.error();
     }
     // Members by id; the table's header carries the group size, entry.reserved the id.
@@ -308,12 +337,19 @@ struct tcp_rendezvous {
     wire::frame_header h;
     std::vector<std::byte> pl;
     std::string why;
-    if (auto ec = conn(0, 0).over(io(0), why, [&](auto& ch) {
-          return read_frame(ch, h, pl, sizeof(wire::table_entry) * static_cast<std::size_t>(p), d);
-        }))
+    // The table, or the coordinator's refusal of the group with its reason (stop_group).
+    const std::size_t most =
+        std::max(sizeof(wire::table_entry) * static_cast<std::size_t>(p), wire::max_refuse_reason);
+    if (auto ec =
+            conn(0, 0).over(io(0), why, [&](auto& ch) { return read_frame(ch, h, pl, most, d); }))
       return paco::error{
           ec,
           with("asio_tcp rank " + std::to_string(me) + ": reading the coordinator's table", why)};
+    if (h.kind == static_cast<std::uint8_t>(wire::kind::refuse))
+      return paco::error{
+          static_cast<errc>(h.aux),
+          "asio_tcp rank " + std::to_string(me) + ": the coordinator stopped the " +
+              "group: " + std::string(reinterpret_cast<const char*>(pl.data()), pl.size())};
     const std::size_t q = h.aux;  // the group size the coordinator decided
     if (h.kind != static_cast<std::uint8_t>(wire::kind::table) || q < 2 ||
         q > static_cast<std::size_t>(p) || pl.size() != sizeof(wire::table_entry) * q)
