@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
@@ -549,35 +550,31 @@ inline result<toml::table> parse_toml(const std::string& text_or_path, bool is_f
   }
 }
 
-// Reads `path` (if non-empty), then applies overrides "section.key=value" (TOML values).
-inline result<train_config> load_config(const std::filesystem::path& path,
-                                        const std::vector<std::string>& overrides) {
+// Reads TOML `text` (from `origin`, for errors: "config 'job.toml'"; empty text: none), then
+// applies overrides "section.key=value" (TOML values).
+inline result<train_config> load_config_text(const std::string& origin, const std::string& text,
+                                             const std::vector<std::string>& overrides) {
   train_config c;
   auto f = fields(c);
-  auto apply = [&](const toml::table& tbl, const std::string& origin) -> paco::status {
+  auto apply = [&](const toml::table& tbl, const std::string& where) -> paco::status {
     for (auto& [sec, node] : tbl) {
       const std::string s(sec.str());
       auto* sub = node.as_table();
-      if (!sub) return {errc::invalid_argument, origin + ": '" + s + "' must be a [section]"};
+      if (!sub) return {errc::invalid_argument, where + ": '" + s + "' must be a [section]"};
       for (auto& [key, val] : *sub) {
         const std::string k = s + "." + std::string(key.str());
         auto it = f.find(k);
-        if (it == f.end())
-          return {errc::invalid_argument, origin + ": unknown setting '" + k + "'"};
+        if (it == f.end()) return {errc::invalid_argument, where + ": unknown setting '" + k + "'"};
         if (auto st = it->second.set(val); !st)
-          return {errc::invalid_argument, origin + ": " + st.error().message};
+          return {errc::invalid_argument, where + ": " + st.error().message};
       }
     }
     return {};
   };
-  if (!path.empty()) {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec))
-      return error(errc::not_found, "config file '" + path.string() + "' does not exist");
-    auto r = parse_toml(path.string(), true);
-    if (!r)
-      return error(errc::invalid_argument, "config '" + path.string() + "': " + r.error().message);
-    if (auto s = apply(*r, "config '" + path.string() + "'"); !s) return s.error();
+  if (!text.empty()) {
+    auto r = parse_toml(text, false);
+    if (!r) return error(errc::invalid_argument, origin + ": " + r.error().message);
+    if (auto s = apply(*r, origin); !s) return s.error();
   }
   for (auto& o : overrides) {
     auto eq = o.find('=');
@@ -595,6 +592,27 @@ inline result<train_config> load_config(const std::filesystem::path& path,
   }
   if (auto s = validate(c); !s) return s.error();
   return c;
+}
+
+// The text of config file `path` (empty path: ""). Errors: not_found, io, naming it.
+inline result<std::string> read_config_text(const std::filesystem::path& path) {
+  if (path.empty()) return std::string();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    return error(errc::not_found, "config file '" + path.string() + "' does not exist");
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream os;
+  os << in.rdbuf();
+  if (!in && !in.eof()) return error(errc::io, "config file '" + path.string() + "': cannot read");
+  return os.str();
+}
+
+// Reads `path` (if non-empty), then applies overrides "section.key=value" (TOML values).
+inline result<train_config> load_config(const std::filesystem::path& path,
+                                        const std::vector<std::string>& overrides) {
+  auto text = read_config_text(path);
+  if (!text) return text.error();
+  return load_config_text("config '" + path.string() + "'", *text, overrides);
 }
 
 }  // namespace paco_train

@@ -10,9 +10,11 @@
 // machine, the same config (launch.store_host = the store machine) and the same PACO_TOKEN;
 // copy the run directory that `--role prepare` wrote to every machine (docs/03_distributed.md).
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -93,6 +95,60 @@ inline gpt_job make_job(const train_config& cfg, std::vector<std::string> child_
                              const float* theta, const std::map<std::string, std::string>& meta) {
                    return export_model(out, stem, model, theta, meta, export_hf);
                  }};
+}
+
+// This process's configuration. In an engine's launch (a rank of a world of two or more in the
+// environment: mpirun, srun; launcher: no --role, --export or --score) the configuration is read
+// once, on rank 0, and shared with every rank at their meeting (job::meet_ranks, epoch
+// job::meeting_epoch_configuration): rank 0 reads config_path and the overrides and, when they
+// say launch.mode = "mpi" (or, when they cannot be read, the command line does), sends the
+// file's text and the overrides, or why it cannot run; every other rank reads no file and builds
+// the configuration from what rank 0 sent. Otherwise: read here (load_config).
+// Errors: load_config's; rank 0's refusal ("rank 0: …") on every rank; the meeting's.
+inline result<train_config> engine_configuration(const std::string& config_path,
+                                                 const std::vector<std::string>& overrides,
+                                                 bool launcher) {
+  auto who =
+      launcher ? net::rank_from_env() : result<std::optional<net::launch_rank>>(std::nullopt);
+  // An environment that names no world of several ranks (its errors are run_ranks' to report).
+  if (!who || !*who || (*who)->size < 2) return load_config(config_path, overrides);
+  const net::launch_rank& me = **who;
+  if (auto s = require_token(("rank " + std::to_string(me.rank)).c_str()); !s) return s.error();
+  const job::meeting_options mo{.token = token_from_env(),
+                                .epoch = job::meeting_epoch_configuration};
+  if (me.rank > 0) {
+    auto shared = job::meet_ranks(me, {}, mo);
+    if (!shared) return shared.error();
+    const json j = json::parse(*shared, nullptr, false);
+    if (j.is_discarded() || !j.contains("config") || !j["config"].is_string() ||
+        !j.contains("text") || !j["text"].is_string() || !j.contains("set") || !j["set"].is_array())
+      return error(errc::protocol, "rank " + std::to_string(me.rank) +
+                                       ": rank 0 sent no configuration of paco_train's");
+    return load_config_text("config '" + j["config"].get<std::string>() + "' (rank 0's)",
+                            j["text"].get<std::string>(), j["set"].get<std::vector<std::string>>());
+  }
+  auto text = read_config_text(config_path);
+  result<train_config> cfg =
+      text ? load_config_text("config '" + config_path + "'", *text, overrides)
+           : result<train_config>(text.error());
+  const bool mpi =
+      cfg ? cfg->launch.mode == "mpi"
+          : std::find(overrides.begin(), overrides.end(), "launch.mode=mpi") != overrides.end();
+  if (!mpi) return cfg;  // not an engine's launch of a DiPaCo job: nothing to share
+  auto shared = job::meet_ranks(
+      me,
+      [&]() -> result<std::string> {
+        if (!cfg) return cfg.error();
+        if (cfg->job.mode != "dipaco")
+          return error(errc::invalid_argument,
+                       "launch.mode = \"mpi\" launches DiPaCo jobs (job.mode = \"dipaco\"), not "
+                       "job.mode = \"" +
+                           cfg->job.mode + "\"");
+        return json{{"config", config_path}, {"text", *text}, {"set", overrides}}.dump();
+      },
+      mo);
+  if (!shared) return shared.error();
+  return cfg;
 }
 
 }  // namespace paco_train

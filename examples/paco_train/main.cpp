@@ -82,7 +82,10 @@ int main(int argc, char** argv) {
                "DIR/hf/<name>/ (config.json + model.safetensors, GPT2LMHeadModel's names)");
   CLI11_PARSE(app, argc, argv);
 
-  auto cfg_r = paco_train::load_config(config_path, overrides);
+  // One rank of an engine's launch (mpirun, srun: launch.mode = "mpi") reads the configuration
+  // on rank 0 only; the other ranks receive it (paco_train::engine_configuration).
+  auto cfg_r = paco_train::engine_configuration(
+      config_path, overrides, role == "launcher" && export_dir.empty() && score_files.empty());
   if (!cfg_r) {
     std::fprintf(stderr, "paco_train: %s\n", cfg_r.error().what().c_str());
     return 2;

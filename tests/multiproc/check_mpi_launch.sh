@@ -2,8 +2,10 @@
 # ctest dipaco_mpi_launch: the demo configuration, small, launched by mpirun (launch.mode = mpi:
 # rank 0 the store, ranks 1-4 the workers, over the job's TCP links) ends with the same modules,
 # bit for bit, as the same run launched by paco_train itself (launch.mode = local): every
-# module's hash at its last close, as each store logged it, is the same. A world of the wrong
-# size stops every rank with an error naming the size the job needs.
+# module's hash at its last close, as each store logged it, is the same. Rank 0 alone reads the
+# configuration: ranks 1-4 are given a file that does not exist (mpirun's MPMD form) and run on
+# what rank 0 sends them. A world of the wrong size stops every rank with an error naming the
+# size the job needs; a rank started twice stops every process of the launch, naming it.
 #   check_mpi_launch.sh MPIRUN PACO_TRAIN SOURCE_DIR
 set -uo pipefail
 mpirun=$1 paco_train=$2 src=$3
@@ -31,9 +33,13 @@ for _ in range(200):
         pass
 ')
 [ -n "$base" ] || fail "no free block of ports"
-mpi=("$mpirun" --allow-run-as-root --oversubscribe --mca btl tcp,self -x PACO_TOKEN)
-"${mpi[@]}" -np 5 "$paco_train" "${small[@]}" --set output.dir="$work/mpi" \
-  --set launch.mode=mpi --set launch.base_port=$base >"$work/mpi.out" 2>&1 ||
+# The ranks meet at base + 7 (PACO_COORDINATOR); the store serves on base + 0 … base + 4.
+export PACO_COORDINATOR=127.0.0.1:$((base + 7))
+mpi=("$mpirun" --allow-run-as-root --oversubscribe --mca btl tcp,self -x PACO_TOKEN
+     -x PACO_COORDINATOR)
+"${mpi[@]}" -np 1 "$paco_train" "${small[@]}" --set output.dir="$work/mpi" \
+  --set launch.mode=mpi --set launch.base_port=$base : \
+  -np 4 "$paco_train" -c "$work/no-such-config.toml" --set launch.mode=mpi >"$work/mpi.out" 2>&1 ||
   { rc=$?; cat "$work/mpi.out"; fail "the mpirun launch exited $rc"; }
 cat "$work/mpi.out"
 grep -q '^| all (routed)' "$work/mpi.out" || fail "rank 0 printed no results table"
@@ -54,4 +60,22 @@ echo "mpi:   $(tr '\n' ' ' <<<"$mpi_h")"
   fail "3 ranks for 5 processes exited 0"
 [ "$(grep -c '3 ranks were started, the job needs 5' "$work/short.out")" -ge 1 ] ||
   { cat "$work/short.out"; fail "no rank named the size the job needs"; }
-echo "PASS: mpirun -np 5 gives the local launch's modules, bit for bit; -np 3 is refused"
+# Rank 1 started twice (paco's own rank variables; ranks 2-4 never come): the three processes
+# stop, each naming the rank.
+pids=()
+for r in 0 1 1; do
+  PACO_LAUNCHER=paco PACO_RANK=$r PACO_WORLD_SIZE=5 timeout 60 "$paco_train" "${small[@]}" \
+    --set output.dir="$work/twice-$r" --set launch.mode=mpi --set launch.base_port=$base \
+    >"$work/twice-${#pids[@]}.out" 2>&1 &
+  pids+=($!)
+  sleep 0.5
+done
+for i in 0 1 2; do
+  wait "${pids[$i]}" && fail "process $i of the launch with rank 1 twice exited 0"
+  grep -q 'rank 1 was started twice (from 127.0.0.1:' "$work/twice-$i.out" ||
+    { cat "$work/twice-$i.out"; fail "process $i did not name the rank started twice"; }
+done
+grep -h 'ranks were started' "$work/short.out" | head -n 2
+grep -h 'started twice' "$work"/twice-*.out
+echo "PASS: mpirun -np 5 gives the local launch's modules, bit for bit, with the configuration"
+echo "      read by rank 0 alone; -np 3 is refused by every rank; a rank started twice stops all"
