@@ -90,7 +90,9 @@ result<replay_times> replay_as_modelled(Data& data, Control& control, const plac
                                         const replay_options& o, long it) {
   if (auto s = validate_placement(p, data.size()); !s) return s.error();
   const int r = data.rank(), K = p.d_pp, D = p.d_dp;
-  const auto [j, s] = p.where(r);
+  // Plain ints, not a structured binding: the lambdas below capture them (clang 14 cannot
+  // capture a binding).
+  const int j = p.where(r).first, s = p.where(r).second;
   const auto until = [&] { return net::after(o.timeout); };
   net::tag_t ctl = o.control_tag + (net::tag_t(it & 0xFF) << 12);
   const auto barrier = [&]() -> status {
