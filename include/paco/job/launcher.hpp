@@ -390,6 +390,20 @@ int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, b
           // A worker that lost its link to a live store: the store's fault, not the worker's.
           const bool lost_store = !is_store && code == exit_link_lost && !kids[0].done;
           const bool uncounted = store_down || lost_store;
+          // A worker that could not reach a store which finished the run (its rounds closed by
+          // deadline without this worker, after it was killed and while it restarted): its part
+          // is over, not failed; the store's checkpoint holds the run (check_run_whole).
+          const bool store_finished =
+              kids[0].done && WIFEXITED(kids[0].status) && WEXITSTATUS(kids[0].status) == 0;
+          if (!is_store && store_finished && code == exit_link_lost) {
+            k.done = true;
+            k.status = 0;
+            std::fprintf(stderr,
+                         "\n%s: %s stopped (exit %d): the store finished the run without it; "
+                         "not restarted\n",
+                         P, k.name.c_str(), code);
+            continue;
+          }
           if (uncounted && !lost_since) lost_since = std::chrono::steady_clock::now();
           if (!ok && !failed && !permanent && (uncounted || k.restarts < cfg.launch.restarts)) {
             // A worker resumes from its checkpoint and rejoins; the store resumes from its own.
