@@ -14,7 +14,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -97,58 +96,55 @@ inline gpt_job make_job(const train_config& cfg, std::vector<std::string> child_
                  }};
 }
 
+// Whether a --set item says launch.mode = "mpi" (launch.mode=mpi, launch.mode = "mpi", …).
+inline bool says_mpi(const std::string& item) {
+  const auto trim = [](std::string v) {
+    const auto a = v.find_first_not_of(" \t"), b = v.find_last_not_of(" \t");
+    return a == std::string::npos ? std::string() : v.substr(a, b - a + 1);
+  };
+  const auto eq = item.find('=');
+  if (eq == std::string::npos || trim(item.substr(0, eq)) != "launch.mode") return false;
+  std::string v = trim(item.substr(eq + 1));
+  if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front())
+    v = v.substr(1, v.size() - 2);
+  return v == "mpi";
+}
+
 // This process's configuration. In an engine's launch (a rank of a world of two or more in the
-// environment: mpirun, srun; launcher: no --role, --export or --score) the configuration is read
-// once, on rank 0, and shared with every rank at their meeting (job::meet_ranks, epoch
-// job::meeting_epoch_configuration): rank 0 reads config_path and the overrides and, when they
-// say launch.mode = "mpi" (or, when they cannot be read, the command line does), sends the
-// file's text and the overrides, or why it cannot run; every other rank reads no file and builds
-// the configuration from what rank 0 sent. Otherwise: read here (load_config).
-// Errors: load_config's; rank 0's refusal ("rank 0: …") on every rank; the meeting's.
+// environment: mpirun, srun; launcher: no --role, --export or --score) it is read once, on rank
+// 0, and sent to every rank (job::launch_configuration): the file's text and the overrides,
+// when they say launch.mode = "mpi" (or, when they cannot be read, the command line does); the
+// other ranks open no file. Otherwise: read here (load_config).
 inline result<train_config> engine_configuration(const std::string& config_path,
                                                  const std::vector<std::string>& overrides,
                                                  bool launcher) {
-  auto who =
-      launcher ? net::rank_from_env() : result<std::optional<net::launch_rank>>(std::nullopt);
-  // An environment that names no world of several ranks (its errors are run_ranks' to report).
-  if (!who || !*who || (*who)->size < 2) return load_config(config_path, overrides);
-  const net::launch_rank& me = **who;
-  if (auto s = require_token(("rank " + std::to_string(me.rank)).c_str()); !s) return s.error();
-  const job::meeting_options mo{.token = token_from_env(),
-                                .epoch = job::meeting_epoch_configuration};
-  if (me.rank > 0) {
-    auto shared = job::meet_ranks(me, {}, mo);
-    if (!shared) return shared.error();
-    const json j = json::parse(*shared, nullptr, false);
-    if (j.is_discarded() || !j.contains("config") || !j["config"].is_string() ||
-        !j.contains("text") || !j["text"].is_string() || !j.contains("set") || !j["set"].is_array())
-      return error(errc::protocol, "rank " + std::to_string(me.rank) +
-                                       ": rank 0 sent no configuration of paco_train's");
-    return load_config_text("config '" + j["config"].get<std::string>() + "' (rank 0's)",
-                            j["text"].get<std::string>(), j["set"].get<std::vector<std::string>>());
-  }
-  auto text = read_config_text(config_path);
-  result<train_config> cfg =
-      text ? load_config_text("config '" + config_path + "'", *text, overrides)
-           : result<train_config>(text.error());
-  const bool mpi =
-      cfg ? cfg->launch.mode == "mpi"
-          : std::find(overrides.begin(), overrides.end(), "launch.mode=mpi") != overrides.end();
-  if (!mpi) return cfg;  // not an engine's launch of a DiPaCo job: nothing to share
-  auto shared = job::meet_ranks(
-      me,
+  if (!launcher) return load_config(config_path, overrides);
+  return job::launch_configuration<train_config>(
       [&]() -> result<std::string> {
-        if (!cfg) return cfg.error();
-        if (cfg->job.mode != "dipaco")
+        auto text = read_config_text(config_path);
+        if (!text) return text.error();
+        return json{{"config", config_path}, {"text", *text}, {"set", overrides}}.dump();
+      },
+      [](const std::string& shared) -> result<train_config> {
+        const json j = json::parse(shared, nullptr, false);
+        if (j.is_discarded() || !j.contains("config") || !j["config"].is_string() ||
+            !j.contains("text") || !j["text"].is_string() || !j.contains("set") ||
+            !j["set"].is_array())
+          return error(errc::protocol, "rank 0 sent no configuration of paco_train's");
+        return load_config_text("config '" + j["config"].get<std::string>() + "'",
+                                j["text"].get<std::string>(),
+                                j["set"].get<std::vector<std::string>>());
+      },
+      [](const train_config& c) -> result<bool> {
+        if (c.launch.mode != "mpi") return false;
+        if (c.job.mode != "dipaco")
           return error(errc::invalid_argument,
                        "launch.mode = \"mpi\" launches DiPaCo jobs (job.mode = \"dipaco\"), not "
                        "job.mode = \"" +
-                           cfg->job.mode + "\"");
-        return json{{"config", config_path}, {"text", *text}, {"set", overrides}}.dump();
+                           c.job.mode + "\"");
+        return true;
       },
-      mo);
-  if (!shared) return shared.error();
-  return cfg;
+      std::any_of(overrides.begin(), overrides.end(), says_mpi), job::meeting_epoch_configuration);
 }
 
 }  // namespace paco_train

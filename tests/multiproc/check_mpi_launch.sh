@@ -78,4 +78,5 @@ done
 grep -h 'ranks were started' "$work/short.out" | head -n 2
 grep -h 'started twice' "$work"/twice-*.out
 echo "PASS: mpirun -np 5 gives the local launch's modules, bit for bit, with the configuration"
-echo "      read by rank 0 alone; -np 3 is refused by every rank; a rank started twice stops all"
+echo "      read by rank 0 alone; -np 3 is refused with rank 0's reason; a rank started twice"
+echo "      stops every process, each naming it"

@@ -4,8 +4,9 @@
 // the PACO_TOKEN handshake), every other rank joins it, and rank 0 sends every rank one text —
 // what its `produce` returned (the configuration it read, once; a job's fingerprint) or why the
 // launch cannot run. So every rank stops with the same clear error when:
-//   - a rank was started twice: the coordinator's rendezvous names the rank and both addresses
-//     (net/detail/tcp_connect.hpp: stop_group), on every process connected;
+//   - a rank was started twice while the group forms: the coordinator's rendezvous names the
+//     rank and both addresses (net/detail/tcp_connect.hpp: stop_group), on every process
+//     connected (one that comes after the group formed finds no meeting and fails alone);
 //   - rank 0 refuses the launch (a world too small for the job, a configuration it cannot read):
 //     every rank prints rank 0's reason;
 // and ranks > 0 need no configuration file of their own.
@@ -19,8 +20,10 @@
 //               secret (the token and TLS keys are never in a configuration).
 //
 //   auto text = job::meet_ranks(who, [&] { return read_my_config(); }, {.token = t, .epoch = 1});
+//   auto cfg = job::launch_configuration<my_config>(read, parse, is_mpi, false, 1);  // read once
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -35,6 +38,11 @@ namespace paco::job {
 // The rendezvous port on one machine, when the environment names none (the store's ranks use
 // launch.base_port + s, 29400 + s by default).
 constexpr int default_meeting_port = 29399;
+
+// The meetings of a launch (meeting_options::epoch): a program's sharing of its configuration
+// before its job exists (launch_configuration), then run_ranks' own (job/ranks.hpp).
+constexpr std::uint64_t meeting_epoch_configuration = 1;
+constexpr std::uint64_t meeting_epoch_roles = 2;
 
 struct meeting_options {
   std::string rendezvous;  // "host:port" of rank 0; empty: the environment's, else the default
@@ -92,10 +100,15 @@ inline result<std::string> meet_ranks(const net::launch_rank& who,
     const auto& e = g.error();
     std::string why = me + " of " + std::to_string(who.size) + ": the launch's group at " + *at +
                       " did not form: " + e.message;
+    if (who.rank == 0 && e.message.find("in use") != std::string::npos)
+      why +=
+          " (another process holds the rendezvous: rank 0 started twice, or another launch at "
+          "the same address)";
     if (e.code == errc::timeout && who.rank > 0)
       why +=
-          " (rank 0 forms it once it has read the configuration; over several machines set "
-          "PACO_COORDINATOR=<rank 0's host>:<port> on every rank)";
+          " (rank 0 forms it once it has read its configuration, when that says launch.mode = "
+          "\"mpi\"; over several machines set PACO_COORDINATOR=<rank 0's host>:<port> on every "
+          "rank)";
     return error(e.code, why);
   }
   auto& net = **g;
@@ -139,6 +152,62 @@ inline result<std::string> meet_ranks(const net::launch_rank& who,
     return error(code == errc::ok ? errc::protocol : code, "rank 0: " + text);
   }
   return text;
+}
+
+// A program's configuration, read once in an engine's launch. Outside one (no rank in the
+// environment, a world of one, an environment whose variables are in error: run_ranks reports
+// those): read() and parse() here. Rank 0 of a world of two or more: read() and parse(); when
+// engine(config) says the configuration asks for an engine's launch (true), or, when it cannot
+// be read, asked_on_command_line does, the ranks meet (epoch: the caller's, e.g.
+// meeting_epoch_configuration) and rank 0 sends the text read() returned, or its error, or
+// engine's refusal. Every other rank reads nothing: it parses what rank 0 sent.
+// Requires: read() returns the configuration as a text parse() takes (a file's text and the
+// program's overrides, say); the same parse() on every rank. Errors: read's and parse's; rank
+// 0's refusal ("rank 0: …") on every rank; the meeting's; the missing token, naming PACO_TOKEN.
+template <class Config>
+result<Config> launch_configuration(const std::function<result<std::string>()>& read,
+                                    const std::function<result<Config>(const std::string&)>& parse,
+                                    const std::function<result<bool>(const Config&)>& engine,
+                                    bool asked_on_command_line, std::uint64_t epoch) {
+  const auto here = [&]() -> result<Config> {
+    auto text = read();
+    if (!text) return text.error();
+    return parse(*text);
+  };
+  auto who = net::rank_from_env();
+  if (!who || !*who || (*who)->size < 2) return here();
+  const net::launch_rank& me = **who;
+  // The token is asked for only where a meeting takes place (rank 0 of an sbatch script's shell,
+  // SLURM_PROCID=0 of SLURM_NTASKS=N, runs a local launch that draws its own).
+  const char* token = std::getenv("PACO_TOKEN");
+  const auto no_token = [&] {
+    return error(errc::invalid_argument,
+                 "rank " + std::to_string(me.rank) +
+                     ": PACO_TOKEN is not set (every rank of the launch needs the same one: "
+                     "mpirun -x PACO_TOKEN; srun passes the environment)");
+  };
+  const meeting_options mo{.token = token ? token : "", .epoch = epoch};
+  if (me.rank > 0) {
+    if (mo.token.empty()) return no_token();
+    auto shared = meet_ranks(me, {}, mo);
+    if (!shared) return shared.error();
+    return parse(*shared);
+  }
+  auto text = read();
+  result<Config> cfg = text ? parse(*text) : result<Config>(text.error());
+  auto wanted = cfg ? engine(*cfg) : result<bool>(asked_on_command_line);
+  if (wanted && !*wanted) return cfg;  // not an engine's launch: nothing to share
+  if (mo.token.empty()) return no_token();
+  auto shared = meet_ranks(
+      me,
+      [&]() -> result<std::string> {
+        if (!cfg) return cfg.error();
+        if (!wanted) return wanted.error();
+        return *text;
+      },
+      mo);
+  if (!shared) return shared.error();
+  return cfg;
 }
 
 }  // namespace paco::job

@@ -26,7 +26,6 @@ template <nn::BlockModel Model>
 status prepare(const dipaco_job<Model>& cfg, const run_dir& rd, const job_data& data,
                const path::path_plan& g) {
   fs::create_directories(rd.dir);
-  nn::gemm_single_threaded();  // as print_results (job/results.hpp)
   const Model& model = cfg.model;
   arena<host> a(model.layout());
   model.init(a, std::uint64_t(cfg.train.seed));
@@ -61,6 +60,7 @@ status prepare(const dipaco_job<Model>& cfg, const run_dir& rd, const job_data& 
   for (auto& d : data.train) tr.push_back(d);
   for (auto& d : data.val) va.push_back(d);
   const int D = cfg.model.width(), P = cfg.dipaco.prefix;
+  nn::gemm_threads(cfg.train.threads);  // as print_results (job/results.hpp)
   auto ft = route::prefix_features(model, theta, tr, P),
        fv = route::prefix_features(model, theta, va, P);
   std::vector<int> train_route(data.train.size(), 0), val_route(data.val.size(), 0);

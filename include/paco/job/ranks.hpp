@@ -20,7 +20,7 @@
 //   - Workers take the run's routing from the store once it serves (job/worker_role.hpp:
 //     from_store), so their run directories may be empty (one per node). A program that reads a
 //     configuration reads it on rank 0 only and shares it at a meeting of its own before it
-//     builds the job (meeting_epoch_configuration; paco_train does): ranks > 0 need no file.
+//     builds the job (job::launch_configuration; paco_train does): ranks > 0 need no file.
 //   - A rank that fails exits non-zero, which makes the engine stop the others (mpirun's and
 //     srun's default): a worker that loses the store exits 3, the store whose workers vanish
 //     closes their rounds by deadline and then stops.
@@ -43,10 +43,6 @@ namespace paco::job {
 
 // The store's port base of a ranks launch.
 constexpr int default_rank_base_port = 29400;
-// The meetings of a launch (meet_ranks' epoch): a program's sharing of its configuration before
-// the job exists (paco_train), then run_ranks' own.
-constexpr std::uint64_t meeting_epoch_configuration = 1;
-constexpr std::uint64_t meeting_epoch_roles = 2;
 
 // This process's part of a ranks launch. Returns its exit code (job/dipaco_job.hpp): rank 0's is
 // the run's (0 only for a whole run with its table printed).

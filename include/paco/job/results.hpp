@@ -95,10 +95,9 @@ int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::p
   const std::string split = cfg.dipaco.eval_split;
   const std::string tag = split == "test" ? "test" : "val";
   std::printf("%s: evaluating every path on its routed %s documents...\n", P, split.c_str());
-  // One GEMM thread (paco's rule: it threads over the batch itself): OpenBLAS's own threads
-  // spin, and on a machine whose cores are busy (a CI runner, a node shared with workers) they
-  // stretched a 1 s evaluation past minutes.
-  nn::gemm_single_threaded();
+  // The scorer runs one batch at a time: GEMM gets the job's threads, no more (OpenBLAS's default,
+  // every core, spun a 1 s evaluation past minutes on a runner whose cores were busy).
+  nn::gemm_threads(cfg.train.threads);
   const Model& model = cfg.model;
   store::module_store<store_outer> store(g.module_table(), outer_of(cfg));
   if (auto s = load_store(cfg, rd, g, store); !s)

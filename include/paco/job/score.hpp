@@ -77,7 +77,7 @@ template <nn::BlockModel Model>
 result<std::vector<text_score>> score_texts(const dipaco_job<Model>& cfg, const run_dir& rd,
                                             const std::vector<std::string>& files) {
   const path::path_plan g = make_plan(cfg);
-  nn::gemm_single_threaded();  // as print_results (job/results.hpp)
+  nn::gemm_threads(cfg.train.threads);  // as print_results (job/results.hpp)
   const Model& model = cfg.model;
   auto routing = read_routing(rd);
   if (!routing) return routing.error();

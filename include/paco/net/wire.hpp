@@ -136,10 +136,12 @@ struct limits {
   std::uint64_t max_payload = std::uint64_t(1) << 30;  // bytes of one data frame
 };
 
-// The payload size a control frame must have, or -1 for variable (data, table).
-// The longest reason a refuse frame carries (bytes of text).
+// The longest reason a refuse frame carries (bytes of text). Only a coordinator's refusal of a
+// whole group carries one (tcp_connect.hpp: stop_group, read by join()); handshake refusals are
+// empty.
 inline constexpr std::size_t max_refuse_reason = 1024;
 
+// The payload size a control frame must have, or -1 for variable (data, table, refuse).
 inline std::int64_t control_payload_bytes(kind k) noexcept {
   switch (k) {
     case kind::heartbeat:

@@ -61,12 +61,20 @@ inline void gemm(trans ta, trans tb, int M, int N, int K, T alpha, const T* A, i
 #endif
 }
 
+// Runs the GEMM backend on n threads (n < 1 counts as 1). OpenBLAS's threads spin while they
+// wait: more threads than free cores stretch every product (a 1 s evaluation took minutes on a
+// runner whose cores were busy).
+inline void gemm_threads(int n) {
+  n = n < 1 ? 1 : n;
+#ifdef PACO_WITH_BLAS
+  openblas_set_num_threads(n);
+#endif
+  Eigen::setNbThreads(n);
+}
+
 // Makes the GEMM backend single-threaded (paco threads over the batch itself).
 inline void gemm_single_threaded() {
-#ifdef PACO_WITH_BLAS
-  openblas_set_num_threads(1);
-#endif
-  Eigen::setNbThreads(1);
+  gemm_threads(1);
 }
 
 // A description of the GEMM backend, e.g. "openblas (SkylakeX)" or "eigen".

@@ -347,7 +347,7 @@ struct tcp_rendezvous {
           with("asio_tcp rank " + std::to_string(me) + ": reading the coordinator's table", why)};
     if (h.kind == static_cast<std::uint8_t>(wire::kind::refuse))
       return paco::error{
-          static_cast<errc>(h.aux),
+          h.aux != 0 ? static_cast<errc>(h.aux) : errc::protocol,
           "asio_tcp rank " + std::to_string(me) + ": the coordinator stopped the " +
               "group: " + std::string(reinterpret_cast<const char*>(pl.data()), pl.size())};
     const std::size_t q = h.aux;  // the group size the coordinator decided
