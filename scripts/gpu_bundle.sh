@@ -14,7 +14,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # -march=native code (AVX-512, AMX) could stop there on an illegal instruction.
 build="${PACO_GPU_BUILD_DIR:-$root/build-gpu}"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-march=x86-64-v3 \
-  -DPACO_BUILD_BENCH=ON >/dev/null
+  -DPACO_BUILD_BENCH=ON -DPACO_CUDA_TESTS=ON >/dev/null
 tests=(test_gpu_kernels test_gpu_device test_gpu_nn test_gpu_gpt test_gpu_diloco test_gpu_nccl
        test_gpu_path_worker)
 extra=(bench_train_step_gpu)
