@@ -100,10 +100,16 @@ struct trial_result {
   bool failed_loudly = false;  // full_disk, read_only, stray_store: the designed failure
   std::string skipped;         // why the kind cannot be staged here (empty: it ran)
   int ontime_refused = 0, orphans = 0;
-  int budget_used = 0;  // store trials: worker restarts counted against their budget
+  int budget_used = 0;     // store trials: worker restarts counted against their budget
+  int store_restarts = 0;  // store_stall: the store restarted (it must survive a stall itself)
   double max_close_s = 0;
   std::string why;
 };
+
+// Whether the launcher's output tells of a store restart ("store stopped (...); restarting it").
+bool has_store_restart(const std::string& launcher_out) {
+  return launcher_out.find("store stopped (") != std::string::npos;
+}
 
 std::vector<std::string> job_args(const options& o, const fs::path& dir) {
   return paco::testing::small_dipaco_job(
@@ -277,7 +283,7 @@ bool good(const std::string& kind, const trial_result& t) {
   const bool loud_expected =
       kind == "full_disk" || kind == "read_only" || kind == "stray_store" || allreduce_kind(kind);
   return t.finished && t.hashes_ok && !t.ontime_refused && !t.orphans && !t.budget_used &&
-         (!loud_expected || t.failed_loudly);
+         !t.store_restarts && (!loud_expected || t.failed_loudly);
 }
 
 trial_result run_trial(const options& o, const std::string& kind, int trial, paco::rng& r) {
@@ -429,6 +435,12 @@ trial_result run_trial(const options& o, const std::string& kind, int trial, pac
   if (!t.finished && t.why.empty()) t.why = "paco_train exited with " + std::to_string(code);
   const bool loud_expected = kind == "full_disk" || kind == "read_only" || kind == "stray_store";
   if (loud_expected && !t.failed_loudly && t.why.empty()) t.why = "no loud failure";
+  if (kind == "store_stall" && has_store_restart(text)) {
+    // A stall is survived by the store itself: a restart means it crashed after SIGCONT (the
+    // heap corruption of answer_waits did so) and is a fault, though the run finished.
+    t.store_restarts = 1;
+    if (t.why.empty()) t.why = "the store was restarted after its stall";
+  }
   if (kind == "store" || kind == "store_stall") {  // not the workers' fault: no budget used
     static const std::regex counted(R"(worker-\d+ stopped \([^)]*\); restarting it \(\d+ of)");
     t.budget_used = int(std::distance(std::sregex_iterator(text.begin(), text.end(), counted),

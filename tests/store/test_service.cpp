@@ -3,9 +3,12 @@
 // dies mid-run is left out while the others finish.
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <thread>
 
 #include "paco/net/inproc.hpp"
@@ -17,6 +20,7 @@
 #include "service_case.hpp"
 
 using namespace paco;
+using namespace std::chrono_literals;
 using paco::testing::dipaco_service_case;
 
 TEST_CASE("DiPaCo 2x2 over the store service equals the in-process run bit for bit",
@@ -366,4 +370,122 @@ TEST_CASE("a store with a last round closes nothing past it and ends when it is 
   std::vector<float> theta(4);
   store.pull(0, theta);
   for (float v : theta) REQUIRE(v == 0.0f);
+}
+
+namespace {
+
+// An inproc endpoint whose replies (wire::reply_tag) fail with peer_lost once failing is set: a
+// worker's link that died between its wait and the round's close, as after a store stall.
+class failing_replies {
+ public:
+  struct request {
+    net::inproc::request r;
+    std::error_code failed;
+    std::error_code wait() { return failed ? failed : r.wait(); }
+    bool test() { return failed || r.test(); }
+    void cancel() { r.cancel(); }
+  };
+  explicit failing_replies(net::inproc& t) : t_(&t) {}
+  int rank() const { return t_->rank(); }
+  int size() const { return t_->size(); }
+  request send(int peer, net::tag_t tag, std::span<const std::byte> b, net::deadline d) {
+    if (failing && tag == store::wire::reply_tag) return {{}, make_error_code(errc::peer_lost)};
+    return {t_->send(peer, tag, b, d), {}};
+  }
+  request recv(int peer, net::tag_t tag, std::span<std::byte> b, net::deadline d) {
+    return {t_->recv(peer, tag, b, d), {}};
+  }
+  void cancel_all() { t_->cancel_all(); }
+  std::atomic<bool> failing{false};
+
+ private:
+  net::inproc* t_;
+};
+static_assert(net::Transport<failing_replies>);
+
+// Workers 1..4 share module 0; 1, 2 and 3 push round 0 and wait for it (in that order), then
+// `failing`'s reply link fails and worker 4's push closes the round: the store answers the three
+// waits at once and one reply fails. Every other wait must be answered, the failed worker left
+// out of round 1, and the store go on serving.
+void replies_fail_at(int failing) {
+  store::module_store<outer::sgd> store({{0, 4, 4}}, outer::sgd{.lr = 1.0f},
+                                        {.weight_by_shard = false});
+  store.set(0, std::vector<float>(4, 0.0f));
+  std::vector<std::vector<net::inproc>> ends;
+  std::vector<std::unique_ptr<failing_replies>> sides;
+  using link = store::worker_link<failing_replies>;
+  std::map<int, link> links;
+  for (int w = 1; w <= 4; ++w) {
+    ends.push_back(net::inproc::world(2));
+    sides.push_back(std::make_unique<failing_replies>(ends.back()[0]));
+    links[w] = {sides.back().get(), 1};
+  }
+  store::server server(links, store, {{1, {0}}, {2, {0}}, {3, {0}}, {4, {0}}},
+                       {.round_timeout = std::chrono::milliseconds(60000),
+                        .io_timeout = std::chrono::milliseconds(2000)});
+  std::thread st([&] { server.serve(); });
+  struct stop_at_exit {  // a failed REQUIRE still stops and joins the serving thread
+    std::function<void()> f;
+    ~stop_at_exit() { f(); }
+  } stopper{[&] {
+    server.stop();
+    if (st.joinable()) st.join();
+  }};
+  using client_link = store::worker_link<net::inproc>;
+  std::vector<std::unique_ptr<store::client<net::inproc>>> clients;
+  for (int w = 1; w <= 4; ++w)
+    clients.push_back(std::make_unique<store::client<net::inproc>>(
+        std::map<int, client_link>{{0, {&ends[std::size_t(w - 1)][1], 0}}},
+        store::store_layout{{0}}, w));
+  for (int w = 1; w <= 3; ++w)
+    REQUIRE(clients[std::size_t(w - 1)]->push(0, w, 0, std::vector<float>(4, 1.0f), 1.0).ok());
+  // The waits, sent in order from this one thread (inproc delivers at send), then the failure.
+  for (int w = 1; w <= 3; ++w) {
+    store::wire::request rq{std::uint32_t(store::wire::kind::wait), 0, 0, w, 0, 0, 0};
+    REQUIRE_FALSE(ends[std::size_t(w - 1)][1]
+                      .send(0, store::wire::request_tag, store::wire::bytes_of(rq), net::after(2s))
+                      .wait());
+  }
+  std::this_thread::sleep_for(200ms);  // the store took the three waits (its loop polls)
+  sides[std::size_t(failing - 1)]->failing = true;
+  REQUIRE(clients[3]->push(0, 4, 0, std::vector<float>(4, 5.0f), 1.0).ok());
+  for (int w = 1; w <= 3; ++w) {
+    if (w == failing) continue;
+    store::wire::reply rp{};
+    INFO("worker " << w << "'s wait, with worker " << failing << "'s reply failing");
+    REQUIRE_FALSE(ends[std::size_t(w - 1)][1]
+                      .recv(0, store::wire::reply_tag, store::wire::bytes_of(rp), net::after(5s))
+                      .wait());
+    REQUIRE(rp.status == 0);
+    REQUIRE(rp.round == 1);
+  }
+  // Round 1 closes with the three live workers, without the failed one and without a deadline.
+  for (int w = 1; w <= 4; ++w)
+    if (w != failing)
+      REQUIRE(clients[std::size_t(w - 1)]->push(0, w, 1, std::vector<float>(4, 1.0f), 1.0).ok());
+  REQUIRE(clients[0]->wait_closed(0, 1, net::after(5s)).ok());
+  stopper.f();
+  const auto h = server.history();
+  REQUIRE(h.size() == 2);
+  REQUIRE(h[0].arrived == 4);
+  REQUIRE(h[1].arrived == 3);
+  REQUIRE_FALSE(h[1].by_deadline);
+  std::vector<float> theta(4);
+  store.pull(0, theta);
+  for (float v : theta) REQUIRE(v == -3.0f);  // θ = 0 − mean(1, 1, 1, 5) − mean(1, 1, 1)
+}
+
+}  // namespace
+
+TEST_CASE("a reply to a wait that fails mid-list or at its end loses no other wait",
+          "[dipaco][service]") {
+  // The store walked its waits and, when a reply failed, dropped the dead worker's waits from
+  // the list it was walking: the next worker's wait was lost (failure mid-list), or the walk ran
+  // past the list's end (failure at its end), corrupting the store's heap.
+  SECTION("mid-list") {
+    replies_fail_at(2);
+  }
+  SECTION("at the end") {
+    replies_fail_at(3);
+  }
 }

@@ -122,7 +122,15 @@ class server {
   // reconnected. The serve loop picks it up and starts listening to it.
   void attach(int w, worker_link<T> l) {
     std::lock_guard lk(attach_mu_);
-    attached_.push_back({w, l});
+    attached_.push_back({w, l, nullptr});
+  }
+  // Thread-safe: as attach(w, {t, peer}), and the server owns t: it is destroyed on the serving
+  // thread once a later link of w replaces it (the old conversation ended first), or with the
+  // server. Requires: t is not null.
+  void attach(int w, std::unique_ptr<T> t, int peer) {
+    std::lock_guard lk(attach_mu_);
+    T* raw = t.get();
+    attached_.push_back({w, {raw, peer}, std::move(t)});
   }
   // Thread-safe: serve() returns at its next iteration.
   void stop() { stop_ = true; }
@@ -155,12 +163,14 @@ class server {
     while (!stop_ && (!pending.empty() || rejoins_) && finished_.size() < workers_.size()) {
       {
         std::lock_guard lk(attach_mu_);
-        for (auto& [w, l] : attached_) {
+        for (auto& [w, l, owned] : attached_) {
           // A new link ends the old one's conversation: its pending recv and its waits (which
-          // would answer the new link with replies it never asked for).
+          // would answer the new link with replies it never asked for); then the old transport
+          // is released, if the server owns it.
           pending.erase(w);
           drop_waits(w);
           links_[w] = l;
+          owned_[w] = std::move(owned);
           join(w);
           post(w);
         }
@@ -431,17 +441,25 @@ class server {
       if (now - t0 > o_.round_timeout && !ended(m)) due.push_back(m);
     for (int m : due) close(m, true);
   }
+  // Answers every wait whose round has closed. A worker whose reply fails is marked dead after
+  // the walk (mark_dead drops its waits and may close rounds: it must not run while waits_ is
+  // being walked); its other waits in this walk are dropped unanswered.
+  // Ensures: every wait of a live worker whose round closed is answered exactly once.
   void answer_waits() {
-    for (auto it = waits_.begin(); it != waits_.end();) {
-      if (store_.round(it->module) > it->round) {
-        if (!send_reply(it->worker,
-                        {0, it->module, store_.round(it->module), store_.hash(it->module), 0}))
-          mark_dead(it->worker);
-        it = waits_.erase(it);
-      } else {
-        ++it;
+    std::vector<int> failed;
+    std::vector<wait_t> open;
+    open.reserve(waits_.size());
+    for (const wait_t& x : waits_) {
+      if (std::find(failed.begin(), failed.end(), x.worker) != failed.end()) continue;
+      if (store_.round(x.module) <= x.round) {
+        open.push_back(x);
+      } else if (!send_reply(x.worker,
+                             {0, x.module, store_.round(x.module), store_.hash(x.module), 0})) {
+        failed.push_back(x.worker);
       }
     }
+    waits_ = std::move(open);
+    for (int w : failed) mark_dead(w);
   }
   void mark_dead(int w) {
     alive_.erase(w);
@@ -464,7 +482,13 @@ class server {
   server_options o_;
   std::map<int, worker_link<T>> links_;
   std::mutex attach_mu_;
-  std::vector<std::pair<int, worker_link<T>>> attached_;
+  struct attached_link {
+    int worker;
+    worker_link<T> link;
+    std::unique_ptr<T> owned;  // null: the caller owns the transport
+  };
+  std::vector<attached_link> attached_;
+  std::map<int, std::unique_ptr<T>> owned_;  // transports of links_ the server owns
   std::set<int> alive_, finished_, died_;
   std::map<std::pair<int, int>, long> active_from_;  // (worker, module) → first round it joins
   std::atomic<bool> rejoins_{false};
