@@ -22,6 +22,7 @@
 #include "paco/core/error.hpp"
 #include "paco/core/hash.hpp"
 #include "paco/io/atomic_file.hpp"
+#include "paco/io/json_read.hpp"
 
 namespace paco::io {
 
@@ -120,7 +121,9 @@ inline status save_safetensors(const std::filesystem::path& path,
 }
 
 // Reads and validates a safetensors file.
-// Errors: io (unreadable), corrupt (bad length, JSON, dtype, shape/offset mismatch, overlap).
+// Errors: io (unreadable), corrupt (bad length, JSON, dtype, shape/offset mismatch, overlap; a
+// dimension or offset that is not an integer ≥ 0, checked before narrowing), too_large (a header
+// nested deeper than json_max_depth levels).
 inline result<safetensors_file> load_safetensors(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return error(errc::not_found, "cannot open safetensors file '" + path.string() + "'");
@@ -143,8 +146,11 @@ inline result<safetensors_file> load_safetensors(const std::filesystem::path& pa
     return bad("header length " + std::to_string(hl) + " exceeds the file or the 100 MiB bound");
   std::string header(hl, '\0');
   in.read(header.data(), std::streamsize(hl));
-  nlohmann::json h = nlohmann::json::parse(header, nullptr, false);
-  if (h.is_discarded() || !h.is_object()) return bad("header is not a JSON object");
+  auto parsed = json_parse(header, "header");  // nesting bounded: io::json_max_depth
+  if (!parsed && parsed.error().code == make_error_code(errc::too_large))
+    return error(errc::too_large, bad(parsed.error().message).message);
+  if (!parsed || !parsed->is_object()) return bad("header is not a JSON object");
+  nlohmann::json& h = *parsed;
   const std::uint64_t data_size = size - 8 - hl;
   safetensors_file f;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
@@ -169,15 +175,21 @@ inline result<safetensors_file> load_safetensors(const std::filesystem::path& pa
     std::uint64_t n = 1;
     if (!e["shape"].is_array()) return bad("tensor '" + name + "' shape is not an array");
     for (auto& s : e["shape"]) {
-      if (!s.is_number_unsigned()) return bad("tensor '" + name + "' has a bad dimension");
-      t.shape.push_back(s.get<std::size_t>());
-      n *= t.shape.back();
-      if (n > data_size) return bad("tensor '" + name + "' is larger than the file");
+      const auto d = json_int<std::size_t>(s, "dimension");  // an integer ≥ 0, not narrowed
+      if (!d) return bad("tensor '" + name + "' has a bad dimension (" + d.error().message + ")");
+      // n·d > data_size, without forming n·d (which could wrap to a small number).
+      if (*d != 0 && n > data_size / *d)
+        return bad("tensor '" + name + "' is larger than the file");
+      t.shape.push_back(*d);
+      n *= *d;
     }
     const auto& o = e["data_offsets"];
-    if (!o.is_array() || o.size() != 2 || !o[0].is_number_unsigned() || !o[1].is_number_unsigned())
+    if (!o.is_array() || o.size() != 2)
       return bad("tensor '" + name + "' has malformed data_offsets");
-    const std::uint64_t b = o[0].get<std::uint64_t>(), en = o[1].get<std::uint64_t>();
+    const auto ob = json_int<std::uint64_t>(o[0], "data_offsets[0]"),
+               oe = json_int<std::uint64_t>(o[1], "data_offsets[1]");
+    if (!ob || !oe) return bad("tensor '" + name + "' has malformed data_offsets");
+    const std::uint64_t b = *ob, en = *oe;
     if (b > en || en > data_size || en - b != n * esize)
       return bad("tensor '" + name + "' data_offsets [" + std::to_string(b) + ", " +
                  std::to_string(en) + ") disagree with its shape or the file size");

@@ -20,6 +20,7 @@
 
 #include "paco/core/arena.hpp"
 #include "paco/io/atomic_file.hpp"
+#include "paco/io/json_read.hpp"
 #include "paco/job/dipaco_job.hpp"
 #include "paco/job/run_files.hpp"
 
@@ -75,7 +76,8 @@ std::string model_card(const dipaco_job<Model>& cfg, const run_dir& rd, const pa
     << "`\n\n"
     << "## Results\n\n";
   std::ifstream rin(rd.dir / "results.json");
-  const json res = rin ? json::parse(rin, nullptr, false) : json();
+  auto read = rin ? io::json_parse(rin, "results.json") : result<json>(json());
+  const json res = read ? std::move(*read) : json();  // (a damaged file: no results section)
   if (res.is_object() && res.contains("paths")) {
     o << "Scorer `" << res.value("scorer", "?") << "` on the `" << res.value("split", "?")
       << "` split: each document routed by its first " << res.value("routing_prefix", 0)

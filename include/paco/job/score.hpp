@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "paco/core/arena.hpp"
+#include "paco/io/json_read.hpp"
 #include "paco/io/tokenizer.hpp"
 #include "paco/job/dipaco_job.hpp"
 #include "paco/job/run_files.hpp"
@@ -45,17 +46,25 @@ inline result<run_router> router_of(const json& routing, int dim) {
                  "this run's routing.json keeps no router (it was prepared by an older paco): "
                  "start the run over to route new text");
   const json& r = routing["router"];
-  if (!r.is_object() || !r.contains("kind") || !r.contains("prefix") ||
-      !r["prefix"].is_number_integer())
+  if (!r.is_object() || !r.contains("kind") || !r.contains("prefix"))
     return error(errc::corrupt, "routing.json: its router entry is not one");
+  auto prefix = io::json_int<int>(r["prefix"], "routing.json: router.prefix", 0);
+  if (!prefix) return prefix.error();
   run_router out;
-  out.prefix = r["prefix"].get<int>();
+  out.prefix = *prefix;
   if (r["kind"] == "single") return out;
   if (r["kind"] != "kmeans" || !r.contains("k") || !r.contains("dim") || !r.contains("centroids") ||
       r["dim"] != dim || !r["centroids"].is_array())
     return error(errc::corrupt, "routing.json: its router is not k-means over " +
                                     std::to_string(dim) + " features");
-  const int k = r["k"].get<int>();
+  auto k_read = io::json_int<int>(r["k"], "routing.json: router.k", 1);
+  if (!k_read) return k_read.error();
+  const int k = *k_read;
+  for (const auto& v : r["centroids"])
+    if (!v.is_number())
+      return error(errc::corrupt,
+                   "routing.json: the router's centroids hold a value that is not "
+                   "a number");
   auto c = r["centroids"].get<std::vector<float>>();
   if (k < 1 || c.size() != std::size_t(k) * std::size_t(dim))
     return error(errc::corrupt, "routing.json: the router's centroids are not k × dim");

@@ -37,6 +37,7 @@
 
 #include "paco/core/error.hpp"
 #include "paco/io/atomic_file.hpp"
+#include "paco/io/json_read.hpp"
 #include "paco/io/safetensors.hpp"
 #include "paco/nn/gpt.hpp"
 
@@ -56,19 +57,25 @@ inline std::string gpt_config_json(const gpt_config& c) {
   return j.dump();
 }
 
-// Parses gpt_config_json's output. Errors: corrupt (not JSON, a field missing or of the wrong
-// type), invalid_argument (a field out of range: gpt_config::validate's message).
+// Parses gpt_config_json's output. Errors: too_large (nested deeper than io::json_max_depth
+// levels), corrupt (not JSON, a field missing or of the wrong type: 8.9 or "8" for an integer),
+// invalid_argument (an integer beyond int, checked before narrowing; a field out of range:
+// gpt_config::validate's message).
 inline result<gpt_config> gpt_config_from_json(const std::string& text) {
-  const auto j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
+  auto parsed = io::json_parse(text, "gpt config");
+  if (!parsed && parsed.error().code == make_error_code(errc::too_large)) return parsed.error();
+  if (!parsed || !parsed->is_object())
     return error(errc::corrupt, "gpt config is not a JSON object");
+  const nlohmann::json& j = *parsed;
   gpt_config c;
   for (auto [key, field] : {std::pair{"vocab", &c.vocab}, std::pair{"ctx", &c.ctx},
                             std::pair{"d", &c.d}, std::pair{"layers", &c.layers},
                             std::pair{"heads", &c.heads}, std::pair{"mlp_mult", &c.mlp_mult}}) {
-    if (!j.contains(key) || !j[key].is_number_integer())
+    if (!j.contains(key))
       return error(errc::corrupt, std::string("gpt config lacks an integer \"") + key + "\"");
-    *field = j[key].get<int>();
+    auto v = io::json_int<int>(j[key], std::string("gpt config \"") + key + "\"");
+    if (!v) return v.error();
+    *field = *v;
   }
   if (!j.contains("tie_weights") || !j["tie_weights"].is_boolean())
     return error(errc::corrupt, "gpt config lacks a boolean \"tie_weights\"");

@@ -14,6 +14,10 @@
 // cost_model::evaluate's for GCMA's pipelines and to the fixed pairing's for rank order, tested;
 // with asymmetric links evaluate prices a hop in the direction of the lower partition index, this
 // in the pipeline's own direction).
+//
+// read_placement refuses a file nested deeper than io::json_max_depth levels and checks every
+// integer (n, d_pp, d_dp, the devices) for type and range before narrowing (io/json_read.hpp):
+// "n": 4294967304 is not 8 devices, and "n": 8.9 is not 8.
 
 #include <nlohmann/json.hpp>
 
@@ -22,14 +26,19 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "paco/core/error.hpp"
 #include "paco/io/atomic_file.hpp"
+#include "paco/io/json_read.hpp"
 #include "paco/place/cost.hpp"
 #include "paco/place/topology.hpp"
 
 namespace paco::place {
+
+// The most devices a placement may have (validate_placement, read_placement).
+inline constexpr int placement_max_devices = 4096;
 
 struct placement {
   std::string scenario;  // the (scaled) scenario it was computed for
@@ -112,8 +121,9 @@ inline status validate_placement(const placement& p, int n = 0, int d_pp = 0, in
   if (d_dp > 0 && p.d_dp != d_dp)
     return bad("d_dp: " + std::to_string(p.d_dp) + " pipelines, this run has " +
                std::to_string(d_dp));
-  if (p.n < 1 || p.n > 4096)
-    return bad("n: " + std::to_string(p.n) + " devices (1 … 4096 accepted)");
+  if (p.n < 1 || p.n > placement_max_devices)
+    return bad("n: " + std::to_string(p.n) + " devices (1 … " +
+               std::to_string(placement_max_devices) + " accepted)");
   if (p.d_pp < 1 || p.d_dp < 1 || std::int64_t(p.d_pp) * p.d_dp != p.n)
     return bad("d_pp, d_dp: " + std::to_string(p.d_pp) + " × " + std::to_string(p.d_dp) +
                " must be the " + std::to_string(p.n) + " devices");
@@ -149,32 +159,50 @@ inline status write_placement(const std::filesystem::path& file, const placement
 }
 
 // Reads and validates a placement file (validate_placement with n, d_pp, d_dp when given).
-// Errors name the file and the field: not_found, corrupt (not JSON, not a placement, a field of
-// the wrong type), invalid_argument (validate_placement's).
+// Errors name the file and the field: not_found; too_large (nested deeper than
+// io::json_max_depth levels); corrupt (not JSON, not a placement, a field of the wrong type: an
+// integer field that holds 8.9 or "8"); invalid_argument (n, d_pp, d_dp outside
+// [1, placement_max_devices], a device outside [0, placement_max_devices), checked before
+// narrowing; validate_placement's).
 inline result<placement> read_placement(const std::filesystem::path& file, int n = 0, int d_pp = 0,
                                         int d_dp = 0) {
   std::ifstream in(file);
   if (!in) return error(errc::not_found, "no placement file '" + file.string() + "'");
-  const auto j = nlohmann::json::parse(in, nullptr, false);
   const std::string where = "placement file '" + file.string() + "': ";
-  if (j.is_discarded() || !j.is_object() || !j.contains("format") || !j["format"].is_string() ||
-      j["format"].get<std::string>() != "paco-placement-1")
+  auto parsed = io::json_parse(in, "placement file '" + file.string() + "'");
+  if (!parsed && parsed.error().code != make_error_code(errc::corrupt)) return parsed.error();
+  if (!parsed || !parsed->is_object() || !parsed->contains("format") ||
+      !(*parsed)["format"].is_string() ||
+      (*parsed)["format"].get<std::string>() != "paco-placement-1")
     return error(errc::corrupt, where + "not a paco-placement-1 JSON file");
+  const nlohmann::json& j = *parsed;
   placement p;
   // Each field read by name, so that a missing or mistyped one is named.
   std::string field;
   try {
-    const auto get = [&](const nlohmann::json& obj, const std::string& k, const std::string& name) {
+    const auto get = [&](const nlohmann::json& obj, const std::string& k,
+                         const std::string& name) -> const nlohmann::json& {
       field = name;
       return obj.at(k);
     };
     p.scenario = get(j, "scenario", "scenario").get<std::string>();
     p.method = j.contains("method") ? get(j, "method", "method").get<std::string>() : "";
-    p.n = get(j, "n", "n").get<int>();
-    p.d_pp = get(j, "d_pp", "d_pp").get<int>();
-    p.d_dp = get(j, "d_dp", "d_dp").get<int>();
-    p.pipelines = get(j, "pipelines", "pipelines").get<std::vector<std::vector<int>>>();
-    const auto pr = get(j, "predicted", "predicted");
+    for (auto [k, dst] :
+         {std::pair{"n", &p.n}, std::pair{"d_pp", &p.d_pp}, std::pair{"d_dp", &p.d_dp}}) {
+      auto v = io::json_int(get(j, k, k), std::string("placement.") + k, 1, placement_max_devices);
+      if (!v) return error(v.error().code, where + v.error().message);
+      *dst = *v;
+    }
+    const auto& pl = get(j, "pipelines", "pipelines");
+    if (!pl.is_array())
+      return error(errc::corrupt, where + "placement.pipelines: expected an array of pipelines");
+    for (std::size_t a = 0; a < pl.size(); ++a) {
+      auto devices = io::json_ints(pl[a], "placement.pipelines[" + std::to_string(a) + "]", 0,
+                                   placement_max_devices - 1);
+      if (!devices) return error(devices.error().code, where + devices.error().message);
+      p.pipelines.push_back(std::move(*devices));
+    }
+    const auto& pr = get(j, "predicted", "predicted");
     p.dp_s = get(pr, "dp_s", "predicted.dp_s").get<double>();
     p.pp_s = get(pr, "pp_s", "predicted.pp_s").get<double>();
     p.total_s = get(pr, "total_s", "predicted.total_s").get<double>();

@@ -17,6 +17,8 @@
 //   d_pp = 8; d_dp = 8; c_dp_gb = 0.65; c_pp_gb = 0.4712
 //
 // Every error names the file, the field and the accepted range; nothing throws out of here.
+// Integers are checked for type and range before narrowing, and a document nested deeper than
+// io::json_max_depth levels is refused (io/json_read.hpp).
 
 #include <toml++/toml.h>
 #include <nlohmann/json.hpp>
@@ -31,6 +33,7 @@
 #include <vector>
 
 #include "paco/core/error.hpp"
+#include "paco/io/json_read.hpp"
 #include "paco/place/topology.hpp"
 
 namespace paco::place {
@@ -120,9 +123,10 @@ inline result<workload> read_workload(const json& j, std::string_view origin) {
   for (auto [key, field] : {std::pair{"d_pp", &w.d_pp}, std::pair{"d_dp", &w.d_dp}}) {
     auto it = j.find(key);
     if (it == j.end()) continue;
-    if (!it->is_number_integer())
-      return file_error(origin, std::string("workload.") + key + ": expected an integer");
-    *field = it->get<int>();
+    // Checked before narrowing; validate(w, N) then checks the range, with its own message.
+    auto v = io::json_int<int>(*it, std::string("workload.") + key);
+    if (!v) return file_error(origin, v.error().message);
+    *field = *v;
   }
   auto cdp = number_field(j, "c_dp_gb", "workload", origin, w.c_dp_gb);
   if (!cdp) return cdp.error();
@@ -155,9 +159,10 @@ inline result<topology> read_sites(const json& j, std::string_view origin) {
     for (const auto& prev : names)
       if (prev == name) return file_error(origin, where + ".name: duplicate site '" + name + "'");
     where = "site '" + name + "'";
-    if (!e.contains("devices") || !e["devices"].is_number_integer() ||
-        e["devices"].get<long long>() < 1 || e["devices"].get<long long>() > 4096)
+    if (!e.contains("devices"))
       return file_error(origin, where + ".devices: expected an integer in [1, 4096]");
+    auto devices = io::json_int(e["devices"], where + ".devices", 1, 4096);
+    if (!devices) return file_error(origin, devices.error().message);
     auto lat = number_field(e, "latency_ms", where, origin);
     if (!lat) return lat.error();
     auto bw = number_field(e, "bandwidth_gbps", where, origin);
@@ -169,7 +174,7 @@ inline result<topology> read_sites(const json& j, std::string_view origin) {
     if (*lat < 0) return file_error(origin, where + ".latency_ms: must be >= 0");
     if (*bw <= 0) return file_error(origin, where + ".bandwidth_gbps: must be > 0");
     names.push_back(name);
-    counts.push_back(e["devices"].get<int>());
+    counts.push_back(*devices);
     in_lat.push_back(*lat);
     in_bw.push_back(*bw);
     tflops.push_back(*tf);
@@ -307,13 +312,14 @@ inline result<topology_document> read_topology(const nlohmann::json& j, std::str
   return doc;
 }
 
-// Parses JSON text. Ensures: corrupt (with the parser's position) on a syntax error, else as
-// read_topology. Cost: O(size + N^2).
+// Parses JSON text. Ensures: corrupt (with the parser's position) on a syntax error, too_large
+// when nested deeper than io::json_max_depth levels (io::json_parse's), else as read_topology.
+// Cost: O(size + N^2).
 inline result<topology_document> parse_topology_json(std::string_view text,
                                                      std::string_view origin = "<json>") {
-  nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
-  if (j.is_discarded()) return error{errc::corrupt, std::string(origin) + ": not valid JSON"};
-  return read_topology(j, origin);
+  auto j = io::json_parse(text, origin);
+  if (!j) return j.error();
+  return read_topology(*j, origin);
 }
 
 // Parses TOML text. Ensures: corrupt naming line and column on a syntax error, else as
@@ -330,9 +336,13 @@ inline result<topology_document> parse_topology_toml(std::string_view text,
                                     std::to_string(where.column) + ": " +
                                     std::string(e.description())};
   }
-  nlohmann::json j = nlohmann::json::parse(as_json.str(), nullptr, false);
-  if (j.is_discarded()) return error{errc::corrupt, std::string(origin) + ": unreadable TOML"};
-  return read_topology(j, origin);
+  auto j = io::json_parse(as_json.view(), origin);
+  if (!j && j.error().code == make_error_code(errc::too_large))
+    return error{errc::too_large, std::string(origin) + ": nested deeper than " +
+                                      std::to_string(io::json_max_depth) +
+                                      " levels of arrays and tables"};
+  if (!j) return error{errc::corrupt, std::string(origin) + ": unreadable TOML"};
+  return read_topology(*j, origin);
 }
 
 // Reads a .toml or .json file (chosen by extension).
