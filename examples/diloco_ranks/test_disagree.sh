@@ -2,8 +2,8 @@
 # test_disagree.sh BINARY: two ranks started with different flags must both stop, non-zero,
 # within seconds (far below --deadline, 600 s by default), each naming the flag and both
 # values — first --compress (whose codecs would otherwise wait on each other's messages until
-# the deadline), then --inner (which would otherwise go unnoticed). Each rank says which launch
-# variables gave it its rank. Also: a non-finite --lr or --alpha is refused, the flag named.
+# the deadline), then --inner (which would otherwise go unnoticed), then --streams (refused by the
+# transport's handshake). Each rank says which launch variables gave it its rank. Also: a non-finite --lr or --alpha is refused, the flag named.
 set -euo pipefail
 bin="$1"
 tmp="$(mktemp -d)"
@@ -49,6 +49,31 @@ case_of() {
 
 case_of --compress bf16 int8 --inner 6
 case_of --inner 6 7 --compress int8
+
+# --streams: the transport refuses the link at its handshake (it used to wait out its 20 s
+# connect deadline), each rank naming both counts.
+port=$((20000 + RANDOM % 20000)) start=$SECONDS pids=()
+for r in 0 1; do
+  PACO_RANK=$r PACO_WORLD_SIZE=2 PACO_COORDINATOR="127.0.0.1:$port" PACO_TOKEN="t-$port" \
+    timeout 120 "$bin" "${model[@]}" --streams $((r + 1)) >"$tmp/$r.out" 2>&1 &
+  pids+=($!)
+done
+for r in 0 1; do
+  st=0
+  wait "${pids[$r]}" || st=$?
+  want="$((2 - r)) stream(s) per link) differs from ours (size 2, epoch 0, $((r + 1)))"
+  if [[ $st -eq 0 || $st -eq 124 ]] || ! grep -qF "$want" "$tmp/$r.out"; then
+    echo "FAIL (--streams): rank $r exited with $st, expected a refusal saying \"$want\":" >&2
+    cat "$tmp/$r.out" >&2
+    exit 1
+  fi
+done
+took=$((SECONDS - start))
+if [[ $took -ge 10 ]]; then
+  echo "FAIL (--streams): the refusal took $took s" >&2
+  exit 1
+fi
+echo "ok: --streams 1 vs 2 refused on both ranks in $took s: $(grep -F "differs" "$tmp/0.out")"
 
 for bad in "--lr nan" "--lr inf" "--alpha nan" "--alpha -inf"; do
   flag=${bad% *}

@@ -111,6 +111,7 @@ class path_worker_cuda {
     auto& ctx = loop_.workspace().ctx;
     auto th = arena_.get(plane::param);
     long r = -1;
+    std::vector<long> rounds;
     for (std::size_t l = 0; l < levels_.size(); ++l) {
       const auto span = std::span<float>(host_.data(), levels_[l].size);
       auto got = store.pull(modules_[l], span);
@@ -119,9 +120,15 @@ class path_worker_cuda {
       if (hash64(span.data(), span.size_bytes()) != h)
         return {errc::mismatch, "module " + std::to_string(modules_[l]) +
                                     " arrived with a different hash than the store's"};
-      if (r >= 0 && round != r)
-        return {errc::mismatch,
-                "modules of worker " + std::to_string(id_) + " are at different rounds"};
+      rounds.push_back(round);
+      if (r >= 0 && round != r) {  // the others' rounds too, so a retry can see them move
+        for (std::size_t k = l + 1; k < levels_.size(); ++k) {
+          auto more = store.pull(modules_[k], std::span<float>(host_.data(), levels_[k].size));
+          if (!more) return more.error();
+          rounds.push_back(more->round);
+        }
+        return store::rounds_differ(id_, modules_, rounds);
+      }
       r = round;
       if (auto s = upload(slice<const float>(span.data(), span.size()),
                           th.sub(levels_[l].offset, levels_[l].size), ctx.stream(), &log_);

@@ -5,7 +5,8 @@
 # module's hash at its last close, as each store logged it, is the same. Rank 0 alone reads the
 # configuration: ranks 1-4 are given a file that does not exist (mpirun's MPMD form) and run on
 # what rank 0 sends them. A world of the wrong size stops every rank with an error naming the
-# size the job needs; a rank started twice stops every process of the launch, naming it.
+# size the job needs; a rank started twice stops every process of the launch, naming it; a store
+# rank stopped for several peer timeouts is survived (the workers rejoin in their processes).
 #   check_mpi_launch.sh MPIRUN PACO_TRAIN SOURCE_DIR
 set -uo pipefail
 mpirun=$1 paco_train=$2 src=$3
@@ -54,6 +55,28 @@ echo "local: $(tr '\n' ' ' <<<"$local_h")"
 echo "mpi:   $(tr '\n' ' ' <<<"$mpi_h")"
 [ "$(wc -l <<<"$local_h")" = 4 ] || fail "the local run's store logged $(wc -l <<<"$local_h") modules"
 [ "$local_h" = "$mpi_h" ] || fail "the modules differ between the launches"
+# The store rank stopped (SIGSTOP) until a worker has lost its link, then continued: the workers
+# rejoin in their processes (nothing restarts a rank; one that exits ends the launch), and the
+# launch ends with its table.
+"${mpi[@]}" -np 1 "$paco_train" "${small[@]}" --set output.dir="$work/stall" \
+  --set launch.mode=mpi --set launch.base_port=$base --set launch.peer_timeout_s=1 \
+  --set dipaco.inner_steps=100 --set dipaco.rounds=4 : \
+  -np 4 "$paco_train" -c "$work/no-such-config.toml" --set launch.mode=mpi >"$work/stall.out" 2>&1 &
+launch=$!
+for _ in $(seq 600); do [ -e "$work/stall/worker-1.jsonl" ] && break; sleep 0.2; done
+store=$(pgrep -f "output.dir=$work/stall" | while read -r p; do
+  [ "$(cat /proc/$p/comm 2>/dev/null)" = paco_train ] && echo "$p"; done | head -n 1)
+[ -n "$store" ] || { kill $launch; cat "$work/stall.out"; fail "no store rank to stop"; }
+kill -STOP "$store"
+for _ in $(seq 600); do grep -q 'rejoining from its checkpoint' "$work/stall.out" && break; sleep 0.2; done
+sleep 3
+kill -CONT "$store"
+wait $launch || { rc=$?; cat "$work/stall.out"; fail "the launch with a stalled store exited $rc"; }
+grep -q 'rejoining from its checkpoint' "$work/stall.out" ||
+  { cat "$work/stall.out"; fail "no worker felt the stall"; }
+grep -q '^| all (routed)' "$work/stall.out" ||
+  { cat "$work/stall.out"; fail "the launch with a stalled store printed no results table"; }
+grep -h 'rejoining from its checkpoint' "$work/stall.out" | head -n 2
 # 3 ranks for a job of 1 store + 4 workers: every rank refuses, the launch fails.
 "${mpi[@]}" -np 3 "$paco_train" "${small[@]}" --set output.dir="$work/short" \
   --set launch.mode=mpi --set launch.base_port=$base >"$work/short.out" 2>&1 &&
@@ -77,6 +100,6 @@ for i in 0 1 2; do
 done
 grep -h 'ranks were started' "$work/short.out" | head -n 2
 grep -h 'started twice' "$work"/twice-*.out
-echo "PASS: mpirun -np 5 gives the local launch's modules, bit for bit, with the configuration"
+echo "PASS: mpirun -np 5 gives the local launch's modules, bit for bit, survives a stalled store, with the configuration"
 echo "      read by rank 0 alone; -np 3 is refused with rank 0's reason; a rank started twice"
 echo "      stops every process, each naming it"

@@ -5,17 +5,21 @@
 // silently (exit 0, wrong table) or hung before the checks it exercises.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
 #include <sys/mount.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "paco/core/hash.hpp"
+#include "paco/job/results.hpp"
+#include "paco/path/path_plan.hpp"
 #include "paco/testing/processes.hpp"
 
 namespace fs = std::filesystem;
@@ -61,6 +65,48 @@ void rewrite_routing(const fs::path& file, const std::function<void(nlohmann::js
 }
 
 }  // namespace
+
+TEST_CASE("loss curves on a full disk say they were not written", "[multiproc][broken]") {
+  // The disk filled after the last round: the run is whole (its table stands), but the curves
+  // used to be empty files announced as "loss curves: …png".
+  const fs::path dir = fs::temp_directory_path() / ("paco_curves_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=1m") != 0) {
+    WARN("skipped: cannot mount a tmpfs here (" << std::strerror(errno) << ")");
+    fs::remove_all(dir);
+    return;
+  }
+  struct unmount_at_exit {
+    fs::path dir;
+    ~unmount_at_exit() {
+      ::umount2(dir.c_str(), MNT_DETACH);
+      fs::remove_all(dir);
+    }
+  } unmount{dir};
+  const auto plan = paco::path::path_plan::make(paco::path::module_grid<2>::experts({2, 2}),
+                                                {{0, 4, {"a"}}, {4, 4, {"b"}}});
+  REQUIRE(plan);
+  const paco::job::run_dir rd{dir};
+  const paco::job::job_processes jp{.workers = plan->workers(), .K = 1};
+  for (int w = 1; w <= plan->workers(); ++w) {
+    std::ofstream log(rd.worker_log(w));
+    for (int r = 0; r < 3; ++r)
+      log << nlohmann::json{{"round", r}, {"step", 30 * (r + 1)}, {"bpb", 3.0 - r}}.dump() << "\n";
+  }
+  // With room, the data is written (and drawn where gnuplot is installed).
+  const std::string room = paco::job::plot_curves(rd, *plan, jp);
+  INFO(room);
+  REQUIRE(!has(room, "not written"));
+  REQUIRE(fs::file_size(dir / "loss_curves.dat") > 0);
+  fs::remove(dir / "loss_curves.dat");
+  fs::remove(dir / "loss_curves.png");
+  fill_disk(dir);
+  const std::string full = paco::job::plot_curves(rd, *plan, jp);
+  INFO(full);
+  REQUIRE(has(full, "not written ("));
+  REQUIRE(!has(full, ".png"));
+}
 
 TEST_CASE("a run directory that fills up mid-run ends in a failure, then resumes whole",
           "[multiproc][broken]") {
@@ -212,8 +258,10 @@ TEST_CASE(
   REQUIRE(code == 2);
   REQUIRE(has(out, "fails its checksum"));
   // The checkpoints under another run's (valid) routing file: they belong to another run.
+  std::ofstream(r.dir / "routing.json") << routing;
   rewrite_routing(r.dir / "routing.json", [](nlohmann::json& j) { j["run_id"] = "0123abcd"; });
   std::tie(code, out) = r.run({"--resume"});
+  INFO(out);
   REQUIRE(code == 2);
   REQUIRE(has(out, "belongs to run"));
   std::ofstream(r.dir / "routing.json") << routing;
@@ -263,6 +311,64 @@ TEST_CASE("a store that stops answering for a while costs no restarts; the run f
   REQUIRE(has(out, "all (routed)"));
   REQUIRE(has(out, "it lost its link to the store: not counted"));  // the stall was felt
   REQUIRE(!has(out, " of 1)"));  // and no restart was counted against the budget
+  // The store itself survived its stall: it used to crash after SIGCONT answering waits on
+  // links that died meanwhile (store::server::answer_waits), and was restarted.
+  REQUIRE(!has(out, "store stopped ("));
   fs::remove_all(r.dir);
   fs::remove(r.out());
+}
+
+TEST_CASE("without a launcher a stalled store costs nothing: its workers rejoin in their processes",
+          "[multiproc][broken]") {
+  // Processes started by hand (launch.mode = "manual"'s commands; the ranks of an mpirun launch
+  // are the same: nobody restarts a process that exits) used to exit 3 on the first link the
+  // stall cost, which ended the job. Each worker now resumes from its checkpoint in its process.
+  auto r = make_run("paco_stall_manual", 8);
+  fs::remove_all(r.dir);
+  ::setenv("PACO_TOKEN", "stall-manual-secret", 1);
+  const auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a{"--set", "launch.mode=manual", "--set", "dipaco.inner_steps=150"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return r.args(a);
+  };
+  const std::string dir = r.dir.string();
+  {
+    const pid_t p = paco::testing::spawn_logged(with({}), dir + ".prepare.out");
+    REQUIRE(paco::testing::exit_code(paco::testing::wait_exit(p, 120s)) == 0);
+  }
+  const pid_t store =
+      paco::testing::spawn_logged(with({"--role", "store", "--run-dir", dir}), dir + ".store.out");
+  std::vector<pid_t> workers;
+  const auto worker_out = [&](int w) { return dir + ".worker" + std::to_string(w) + ".out"; };
+  for (int w = 1; w <= 4; ++w)
+    workers.push_back(paco::testing::spawn_logged(
+        with({"--role", "worker", "--worker", std::to_string(w), "--resume", "--run-dir", dir}),
+        worker_out(w)));
+  REQUIRE(paco::testing::wait_until([&] { return fs::exists(r.dir / "worker-1.jsonl"); }, 120s));
+  REQUIRE(::kill(store, SIGSTOP) == 0);
+  // Felt when a worker next waits on the store for a peer timeout (1 s here).
+  const auto rejoined = [&] {
+    int n = 0;
+    for (int w = 1; w <= 4; ++w) n += has(slurp(worker_out(w)), "rejoining from its checkpoint");
+    return n;
+  };
+  const bool felt = paco::testing::wait_until([&] { return rejoined() > 0; }, 120s);
+  std::this_thread::sleep_for(3s);  // a stall of several peer timeouts
+  REQUIRE(::kill(store, SIGCONT) == 0);
+  REQUIRE(felt);
+  for (int w = 1; w <= 4; ++w) {
+    INFO("worker " << w << ": " << slurp(worker_out(w)));
+    REQUIRE(paco::testing::exit_code(paco::testing::wait_exit(workers[std::size_t(w - 1)], 300s)) ==
+            0);
+    REQUIRE(!has(slurp(worker_out(w)), "giving up"));
+  }
+  const std::string store_out = slurp(dir + ".store.out");
+  INFO(store_out);
+  REQUIRE(paco::testing::exit_code(paco::testing::wait_exit(store, 120s)) == 0);
+  // Every module closed the last round (grid 2x2: modules 0-3).
+  for (int m = 0; m < 4; ++m)
+    REQUIRE(has(store_out, "module " + std::to_string(m) + " round 7 closed"));
+  fs::remove_all(r.dir);
+  for (const std::string f : {".prepare.out", ".store.out"}) fs::remove(dir + f);
+  for (int w = 1; w <= 4; ++w) fs::remove(worker_out(w));
 }

@@ -59,6 +59,18 @@ TEST_CASE("a worker started mid-run on an empty directory joins from the store",
   // Worker 4's machine is lost after it completed a round; the others go on for two rounds.
   REQUIRE(paco::testing::wait_until(
       [&] { return !paco::testing::worker_log_values(dir, 4, "round").empty(); }, 120s));
+  // A stray store of the live run (--resume, which passes the checkpoint checks) is refused: it
+  // used to bind the ports the workers reconnect to and take the run over.
+  {
+    const fs::path stray_out = dir.string() + ".stray.out";
+    const pid_t stray = paco::testing::spawn_logged(
+        with({"--role", "store", "--resume", "--run-dir", dir.string()}), stray_out);
+    const int code = paco::testing::exit_code(paco::testing::wait_exit(stray, 120s));
+    INFO(slurp(stray_out));
+    REQUIRE(code == 2);
+    REQUIRE(slurp(stray_out).find("is in use by another") != std::string::npos);
+    fs::remove(stray_out);
+  }
   ::kill(workers[3], SIGKILL);
   paco::testing::wait_exit(workers[3], 10s);
   const auto lost_at = paco::testing::worker_log_values(dir, 4, "round").back();

@@ -115,6 +115,15 @@ TEST_CASE("store_file: a store checkpoint round-trips and says what its vectors 
   auto other_grid = load_store_file(file, four, plan22, "model.d=8");
   REQUIRE(!other_grid.ok());
   REQUIRE(other_grid.error().message.find("another grid") != std::string::npos);
+  // Bound to a run: refused by another run's id; taken where the file records none (written
+  // before checkpoints were bound) and by its own.
+  REQUIRE(load_store_file(file, back, plan, "model.d=8", {{"run_id", "r2"}}).ok());
+  REQUIRE(save_store_file(file, st, plan, "model.d=8", {{"run_id", "r1"}}).ok());
+  REQUIRE(load_store_file(file, back, plan, "model.d=8", {{"run_id", "r1"}}).ok());
+  auto foreign = load_store_file(file, back, plan, "model.d=8", {{"run_id", "r2"}});
+  REQUIRE(!foreign.ok());
+  REQUIRE(foreign.error().code == errc::mismatch);
+  REQUIRE(foreign.error().message.find("run_id 'r1', not to 'r2'") != std::string::npos);
   std::filesystem::remove(file);
 }
 

@@ -114,7 +114,8 @@ TEST_CASE("run_worker: a path whose modules stay at different rounds is an error
       w, store, {.rounds = 3, .pull_retry = std::chrono::milliseconds(1), .pull_tries = 5});
   REQUIRE(!st.ok());
   REQUIRE(st.error().code == errc::mismatch);
-  REQUIRE(st.error().message.find("different rounds") != std::string::npos);
+  REQUIRE(st.error().message.find("different rounds (module 0 at round 0, module 1 at round 1)") !=
+          std::string::npos);
   // Once module 0 catches up (its round closes), the same worker runs to the end.
   REQUIRE(store.push(0, 7, 0, std::vector<float>(plan.span_of(0).size, 0.0f), 1.0).ok());
   int rounds = 0;
@@ -125,6 +126,51 @@ TEST_CASE("run_worker: a path whose modules stay at different rounds is an error
   REQUIRE(rounds == 2);  // rounds 1 and 2
   REQUIRE(store.store().round(0) == 3);
   REQUIRE(store.store().round(1) == 3);
+}
+
+TEST_CASE("run_worker: a path whose modules are far apart waits while they move together",
+          "[train][worker_loop]") {
+  // A restarted worker whose module 1 ran 10 rounds ahead while module 0's partner waited
+  // (module 0 then closes one empty round per round deadline): the worker used to give up after
+  // pull_tries however steadily module 0 caught up, and its run was broken beyond --resume.
+  nn::gpt model(small());
+  arena<host> a0(model.layout());
+  model.init(a0, 3);
+  const auto levels = *path::split_gpt_levels(model.layout(), 2, 2);
+  const auto plan = *path::path_plan::make(path::module_grid<2>::experts({1, 1}), levels);
+  store::local_store<outer::nesterov> store(plan.module_table(), outer::nesterov{});
+  train::init_modules(store, plan, a0.get(plane::param).data());
+  const long ahead = 10;
+  for (long r = 0; r < ahead; ++r)
+    REQUIRE(store.push(1, 7, r, std::vector<float>(plan.span_of(1).size, 0.0f), 1.0).ok());
+  // Module 0 closes a round every 100 ms; the worker gives up after 0.5 s of no change, so it
+  // needs the 1 s module 0 takes to catch up only if it waits while the rounds move.
+  std::atomic<int> partner_pushed{0};
+  std::thread partner([&] {
+    for (long r = 0; r < ahead; ++r) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      partner_pushed +=
+          store.push(0, 7, r, std::vector<float>(plan.span_of(0).size, 0.0f), 1.0).ok();
+    }
+  });
+  const auto s = testing::synthetic_stream(4, 3000, 5, 3);
+  train::path_worker<nn::gpt, optim::adamw> w(0, model, plan.path_spans(0), plan.path_modules(0),
+                                              {}, icfg, s, 1);
+  int rounds = 0;
+  const auto st = train::run_worker(
+      w, store,
+      {.rounds = ahead + 2, .pull_retry = std::chrono::milliseconds(5), .pull_tries = 100},
+      [&](const train::worker_round&) {
+        ++rounds;
+        return status{};
+      });
+  partner.join();
+  REQUIRE(partner_pushed == ahead);
+  INFO((st.ok() ? std::string() : st.error().what()));
+  REQUIRE(st.ok());
+  REQUIRE(rounds == 2);  // it joined at round 10 and trained rounds 10 and 11
+  REQUIRE(store.store().round(0) == ahead + 2);
+  REQUIRE(store.store().round(1) == ahead + 2);
 }
 
 TEST_CASE("run_worker: a store behind the worker's checkpoint is an error, not a replay",

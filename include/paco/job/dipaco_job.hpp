@@ -14,6 +14,7 @@
 //   job_processes       the processes that push to the store (a worker, or a stage of one)
 //   config_fingerprint  what a checkpoint of the job depends on
 //   link_options        the TCP link of a worker (or stage) process to the store
+//   http_listen_of      where a process serves its metrics, and the token it asks
 //
 // Exit codes of the store and worker roles (the launcher restarts only the restartable ones):
 //   0  the run is complete for this process
@@ -35,14 +36,18 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "paco/core/arena.hpp"
 #include "paco/core/error.hpp"
 #include "paco/io/batches.hpp"
+#include "paco/io/json_read.hpp"
 #include "paco/io/safetensors.hpp"
 #include "paco/job/device_worker.hpp"
 #include "paco/job/settings.hpp"
+#include "paco/net/loopback.hpp"
 #include "paco/net/tcp_options.hpp"
 #include "paco/nn/concepts.hpp"
 #include "paco/optim/adamw.hpp"
@@ -63,6 +68,21 @@ constexpr double ln2 = 0.6931471805599453;
 constexpr int exit_bad_input = 2, exit_link_lost = 3, exit_write_failed = 4;
 // Tries of a checkpoint or log write before it is fatal (pauses of 0.2, 0.4, 0.8 s between).
 constexpr int write_tries = 4;
+
+// The environment variable through which the launcher (launcher.hpp) tells the processes it
+// spawns its pid: a process whose parent it names is restarted by it when it fails.
+constexpr const char* supervisor_env = "PACO_SUPERVISOR";
+inline bool supervised_by_launcher() {
+  const char* s = std::getenv(supervisor_env);
+  return s != nullptr && std::string(s) == std::to_string(::getppid());
+}
+
+// How long workers may fail to reach a live store before the store is blamed: the launcher then
+// stops the run; a worker that rejoins in its own process (worker_role.hpp) gives up.
+inline std::chrono::duration<double> store_silence(const settings& cfg) {
+  return std::chrono::duration<double>(
+      std::max({60.0, 2 * cfg.launch.round_timeout_s, 10 * cfg.launch.peer_timeout_s}));
+}
 
 // A worker on a device instead of the host (job/device_worker.hpp): worker `id` of a path
 // (its levels and modules) with the inner optimizer, inner loop settings, shard, seed and push
@@ -219,6 +239,25 @@ inline status require_token(const char* role) {
               "it starts; set the same secret on every machine of a manual run)"};
 }
 
+// Where a process of the run serves HTTP (launch.metrics_port) and what its clients must show.
+struct http_listen {
+  std::string host;   // the address to bind
+  std::string token;  // required of every request as a bearer token (empty: none)
+};
+// A local run (launch.mode "local", or launch.store_host naming loopback: localhost, 127.x.y.z,
+// ::1) binds loopback only (store_host when it is a loopback address, else 127.0.0.1) and asks
+// no token; any other binds every interface (0.0.0.0) and requires `token`, the run's.
+// Requires: token non-empty (require_token) when the run is not local.
+inline http_listen http_listen_of(const launch_section& l, const std::string& token) {
+  const bool loopback = net::is_loopback_host(l.store_host);
+  if (!loopback && l.mode != "local") return {"0.0.0.0", token};
+  std::string host = l.store_host;
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  if (!loopback || host.find_first_not_of("0123456789.:abcdefABCDEF") != std::string::npos)
+    host = "127.0.0.1";  // a name (localhost), or a local run on another interface's address
+  return {host, ""};
+}
+
 // The configuration a checkpoint of this job depends on, as space-separated key=value items
 // (recorded in every checkpoint's metadata and compared on resume; dipaco.rounds may change).
 template <nn::BlockModel Model>
@@ -287,9 +326,20 @@ inline std::string data_description(const settings& cfg) {
 }
 
 // The store's port of process `worker`: the run's drawn ports, else launch.base_port + worker.
+// Requires: routing from read_routing (its ports checked: integers in [1, 65535]), with a port
+// for process `worker` when it has ports. Ensures: the port, read through io::json_int (never
+// narrowed unchecked); 0 (no port) in a release build if the requirement is broken.
 inline int port_of(const settings& cfg, const json& routing, int worker) {
-  if (routing.contains("ports")) return routing["ports"][std::size_t(worker - 1)].get<int>();
-  return cfg.launch.base_port + worker;
+  if (!routing.contains("ports")) return cfg.launch.base_port + worker;
+  const json& ports = routing["ports"];
+  const auto i = std::size_t(worker - 1);
+  const auto port =
+      ports.is_array() && i < ports.size()
+          ? io::json_int(ports[i], "routing.json ports[" + std::to_string(i) + "]", 1, 65535)
+          : result<int>(errc::corrupt,
+                        "routing.json holds no port for process " + std::to_string(worker));
+  PACO_ASSERT(port.ok(), port.error().message);
+  return port ? *port : 0;
 }
 
 }  // namespace paco::job

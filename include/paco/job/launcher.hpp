@@ -36,6 +36,7 @@
 #include "paco/job/prepare.hpp"
 #include "paco/job/results.hpp"
 #include "paco/job/run_files.hpp"
+#include "paco/job/run_lock.hpp"
 #include "paco/net/asio_tcp.hpp"
 #include "paco/net/free_port.hpp"
 
@@ -74,67 +75,10 @@ inline pid_t spawn(const std::vector<std::string>& args, const fs::path& log) {
   _exit(127);
 }
 
-// The lock of a run directory: flock on dir/run.lock, which holds the holder's pid. Released
-// when the launcher exits (however it exits: the kernel drops the lock with the descriptor).
-class run_lock {
- public:
-  // Errors: io naming the pid of the launcher that holds it; io if the directory cannot be
-  // created or written (checked here, before anything is trained).
-  static result<run_lock> acquire(const fs::path& dir, const std::string& program = "paco") {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec)
-      return error(errc::io,
-                   "cannot create the run directory '" + dir.string() + "': " + ec.message());
-    const fs::path file = dir / "run.lock";
-    const int fd = open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
-      return error(errc::io, "cannot write in the run directory '" + dir.string() +
-                                 "': " + std::strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      char b[32] = {};
-      ssize_t n = 0;
-      for (int i = 0; i < 50 && n <= 0; ++i) {  // the holder may not have written its pid yet
-        if (i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        n = pread(fd, b, sizeof b - 1, 0);
-      }
-      close(fd);
-      std::string holder = n > 0 ? std::string(b, std::size_t(n)) : "unknown";
-      while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
-      return error(errc::io, "the run directory '" + dir.string() + "' is in use by another " +
-                                 program + " launcher (pid " + holder + ", lock " + file.string() +
-                                 ")");
-    }
-    const std::string pid = std::to_string(getpid()) + "\n";
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) != ssize_t(pid.size()) ||
-        fsync(fd) != 0) {
-      const std::string why = std::strerror(errno);
-      close(fd);
-      return error(errc::io, "cannot write in the run directory '" + dir.string() + "': " + why);
-    }
-    return run_lock(fd);
-  }
-  run_lock(run_lock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  run_lock& operator=(run_lock&&) = delete;
-  ~run_lock() {
-    if (fd_ >= 0) close(fd_);
-  }
-
- private:
-  explicit run_lock(int fd) : fd_(fd) {}
-  int fd_ = -1;
-};
-
 // The signal that asked the launcher to stop (SIGTERM, SIGINT, SIGHUP), or 0.
 inline volatile std::sig_atomic_t stop_signal = 0;
 inline void on_stop_signal(int sig) {
   stop_signal = sig;
-}
-
-// How long the launcher lets workers fail to reach a live store before it blames the store.
-inline std::chrono::duration<double> store_silence(const settings& cfg) {
-  return std::chrono::duration<double>(
-      std::max({60.0, 2 * cfg.launch.round_timeout_s, 10 * cfg.launch.peer_timeout_s}));
 }
 
 // A run's start, the launcher's (or the store rank's): the run directory locked, a previous run
@@ -294,6 +238,8 @@ int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, b
     return 0;
   }
   if (std::getenv("PACO_TOKEN") == nullptr) setenv("PACO_TOKEN", random_token().c_str(), 1);
+  // The children know they are restarted by this process (supervised_by_launcher).
+  setenv(supervisor_env, std::to_string(getpid()).c_str(), 1);
 
   std::vector<child> kids;
   {

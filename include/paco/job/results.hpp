@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 
 #include "paco/core/arena.hpp"
 #include "paco/io/atomic_file.hpp"
+#include "paco/io/json_read.hpp"
 #include "paco/io/table.hpp"
 #include "paco/job/data.hpp"
 #include "paco/job/dipaco_job.hpp"
@@ -35,7 +37,9 @@ inline std::string pipeline_name(const settings& cfg) {
          p.activations;
 }
 
-// The last record of each process's JSONL log (job_processes: a worker, or a stage of one).
+// The last record of each process's JSONL log (job_processes: a worker, or a stage of one); none
+// for a process whose last line does not parse (io::json_parse: nesting bounded) or is not a
+// round's record (an object whose "round" is an integer ≥ 0, whose "late" is one when present).
 inline std::map<int, json> latest_records(const run_dir& rd, const job_processes& jp) {
   std::map<int, json> out;
   for (int w = 1; w <= jp.count(); ++w) {
@@ -44,33 +48,42 @@ inline std::map<int, json> latest_records(const run_dir& rd, const job_processes
     while (std::getline(in, line))
       if (!line.empty()) last = line;
     if (!last.empty()) {
-      json j = json::parse(last, nullptr, false);
-      if (!j.is_discarded()) out[w] = j;
+      auto j = io::json_parse(last, "'" + rd.process_log(jp, w).string() + "'");
+      const bool a_round = j && j->is_object() && j->contains("round") &&
+                           io::json_int<long>(j->at("round"), "round", 0) &&
+                           (!j->contains("late") || io::json_int<long>(j->at("late"), "late", 0)) &&
+                           (!j->contains("sync_s") || j->at("sync_s").is_number());
+      if (a_round) out[w] = std::move(*j);
     }
   }
   return out;
 }
 
-// Loss curves per path to a PNG with gnuplot (skipped with a message when gnuplot is missing).
-// With stages, each worker's last stage (the path's own loss).
+// Loss curves per path: their data (loss_curves.dat) and, with gnuplot installed, a PNG. With
+// stages, each worker's last stage (the path's own loss). Returns the PNG's path, or why there
+// is none: gnuplot missing or failing, or a file not written (a full disk), named.
 inline std::string plot_curves(const run_dir& rd, const path::path_plan& g,
                                const job_processes& jp) {
-  const fs::path data = rd.dir / "loss_curves.dat", png = rd.dir / "loss_curves.png";
-  std::ofstream out(data);
+  const fs::path data = rd.dir / "loss_curves.dat", png = rd.dir / "loss_curves.png",
+                 script = rd.dir / "loss_curves.gp";
+  std::ostringstream out;
   for (int w = 1; w <= g.workers(); ++w) {
     out << "# worker " << w << "\n";
     std::ifstream in(rd.process_log(jp, jp.id(w, jp.K - 1)));
     std::string line;
     while (std::getline(in, line)) {
-      json j = json::parse(line, nullptr, false);
-      if (!j.is_discarded() && j.contains("round") && j["bpb"].is_number())
-        out << j["step"] << " " << j["bpb"] << "\n";
+      auto parsed = io::json_parse(line, "a log line");  // one that does not parse is skipped
+      if (!parsed) continue;
+      json& j = *parsed;
+      if (j.contains("round") && j["bpb"].is_number()) out << j["step"] << " " << j["bpb"] << "\n";
     }
     out << "\n\n";
   }
-  out.close();
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) return "(gnuplot not installed)";
-  std::ofstream gp(rd.dir / "loss_curves.gp");
+  if (auto s = io::write_file_atomic(data, out.str()); !s)
+    return "not written (" + s.error().what() + ")";
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0)
+    return "not drawn (gnuplot not installed; the data is in " + data.string() + ")";
+  std::ostringstream gp;
   gp << "set terminal png size 900,560\nset output '" << png.string() << "'\n"
      << "set title 'DiPaCo " << g.paths() << " paths: training loss per path'\n"
      << "set xlabel 'inner step'\nset ylabel 'bits per byte'\nset grid\nplot ";
@@ -79,14 +92,23 @@ inline std::string plot_curves(const run_dir& rd, const path::path_plan& g,
        << " with linespoints title 'worker " << w << " path "
        << g.path_name(g.path_of_worker(w - 1)) << "'";
   gp << "\n";
-  gp.close();
-  const std::string cmd = "gnuplot '" + (rd.dir / "loss_curves.gp").string() + "' 2>/dev/null";
-  return std::system(cmd.c_str()) == 0 ? png.string() : "(gnuplot failed)";
+  if (auto s = io::write_file_atomic(script, gp.str()); !s)
+    return "not drawn (" + s.error().what() + ")";
+  std::error_code ec;
+  fs::remove(png, ec);
+  const std::string cmd = "gnuplot '" + script.string() + "' 2>/dev/null";
+  const bool ran = std::system(cmd.c_str()) == 0;
+  // gnuplot exits 0 when it cannot write all of its image (a full disk): an empty or missing file.
+  const auto size = fs::file_size(png, ec);
+  if (ran && !ec && size > 0) return png.string();
+  return "not written (gnuplot " + std::string(ran ? "wrote no image to " : "failed on ") +
+         png.string() + "; a full disk?)";
 }
 
 // Prints the results table of a finished, whole run (check_run_whole) and what it sent; the
 // loss curves go to loss_curves.png when gnuplot is installed. train_s: the run's time. Returns
-// 0, or exit_bad_input when the store checkpoint cannot be read.
+// 0, or exit_bad_input when the store checkpoint cannot be read or routing's val_route is not one
+// path index in [0, paths) per validation document.
 template <nn::BlockModel Model>
 int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::path_plan& g,
                   const job_data& data, const json& routing, double train_s) {
@@ -102,7 +124,14 @@ int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::p
   store::module_store<store_outer> store(g.module_table(), outer_of(cfg));
   if (auto s = load_store(cfg, rd, g, store); !s)
     return std::fprintf(stderr, "%s: %s\n", P, s.error().what().c_str()), exit_bad_input;
-  auto val_route = routing.at("val_route").template get<std::vector<int>>();
+  auto val_route =
+      io::json_ints(routing.at("val_route"), "routing.json val_route", 0, g.paths() - 1);
+  if (!val_route || val_route->size() < data.val.size())
+    return std::fprintf(stderr, "%s: %s\n", P,
+                        val_route ? "routing.json's val_route does not route every validation "
+                                    "document (another corpus or split?)"
+                                  : val_route.error().what().c_str()),
+           exit_bad_input;
   // The one scorer (route/evaluate.hpp): every figure below gives every token the same context.
   const auto rule = route::sliding_window::make(cfg.model.shape().ctx).value_or_throw();
   auto ws = model.make_workspace({cfg.train.batch, cfg.model.shape().ctx});
@@ -121,7 +150,7 @@ int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::p
   for (std::size_t i = 0; i < data.val.size(); ++i)
     if (data.val[i].size() > std::size_t(cfg.dipaco.prefix) + 1) {
       spans.push_back({data.val[i], std::size_t(cfg.dipaco.prefix), data.val[i].size()});
-      routed.push_back(val_route[i]);
+      routed.push_back((*val_route)[i]);
     }
   std::vector<route::nll> per(g.paths());
   std::vector<int> docs(g.paths(), 0);

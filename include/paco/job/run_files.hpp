@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "paco/core/hash.hpp"
 #include "paco/io/atomic_file.hpp"
 #include "paco/io/checkpoint.hpp"
+#include "paco/io/json_read.hpp"
 #include "paco/io/safetensors.hpp"
 #include "paco/job/dipaco_job.hpp"
 #include "paco/path/path_plan.hpp"
@@ -63,16 +65,22 @@ inline status write_routing(const run_dir& rd, json j) {
   return io::write_file_atomic(rd.routing(), j.dump());
 }
 
-// Reads routing.json. Errors name the file: not_found; corrupt when it is not a routing file,
-// fails its checksum (edited or damaged) or holds no run id (written by an older paco).
+// Reads routing.json. Errors name the file: not_found; too_large when it nests deeper than
+// io::json_max_depth levels; corrupt when it is not a routing file, fails its checksum (edited
+// or damaged), holds no run id (written by an older paco), or holds an integer out of its range
+// (checked before narrowing: paths ≥ 1, every route in [0, paths), every port in [1, 65535]),
+// so that its readers may take them as ints.
 inline result<json> read_routing(const run_dir& rd) {
   std::ifstream in(rd.routing());
   if (!in)
     return error(errc::not_found, "no routing file '" + rd.routing().string() +
                                       "' (run the launcher or --role prepare first)");
-  json j = json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("train_route") || !j.contains("val_route"))
+  auto parsed = io::json_parse(in, "'" + rd.routing().string() + "'");
+  if (!parsed && parsed.error().code != make_error_code(errc::corrupt)) return parsed.error();
+  if (!parsed || !parsed->is_object() || !parsed->contains("train_route") ||
+      !parsed->contains("val_route"))
     return error(errc::corrupt, "'" + rd.routing().string() + "' is not a routing file");
+  json j = std::move(*parsed);
   if (!j.contains("checksum") || !j["checksum"].is_string() || !j.contains("run_id") ||
       !j["run_id"].is_string())
     return error(errc::corrupt, "'" + rd.routing().string() +
@@ -82,6 +90,19 @@ inline result<json> read_routing(const run_dir& rd) {
     return error(errc::corrupt, "'" + rd.routing().string() +
                                     "' fails its checksum: it was edited or damaged (the routing "
                                     "of a run cannot change under it; start over with --fresh)");
+  const auto bad = [&](const error& e) {
+    return error(errc::corrupt, "'" + rd.routing().string() + "': " + e.message);
+  };
+  int paths = std::numeric_limits<int>::max();
+  if (j.contains("paths")) {
+    auto n = io::json_int(j["paths"], "paths", 1, std::numeric_limits<int>::max());
+    if (!n) return bad(n.error());
+    paths = *n;
+  }
+  for (const char* key : {"train_route", "val_route"})
+    if (auto r = io::json_ints(j[key], key, 0, paths - 1); !r) return bad(r.error());
+  if (j.contains("ports"))
+    if (auto p = io::json_ints(j["ports"], "ports", 1, 65535); !p) return bad(p.error());
   return j;
 }
 
@@ -92,15 +113,17 @@ inline train::worker_identity identity_of(const json& routing, const path::path_
 }
 
 // The last round worker w's log records (−1: none). A line that does not parse (the tail of a
-// write cut short) is skipped.
+// write cut short, or nested deeper than io::json_max_depth) or whose round is not an integer
+// ≥ 0 (checked before narrowing: 8.9 is not round 8) is skipped.
 inline long logged_round(const run_dir& rd, int w) {
   std::ifstream in(rd.worker_log(w));
+  const std::string origin = "'" + rd.worker_log(w).string() + "'";
   std::string line;
   long last = -1;
   while (std::getline(in, line)) {
-    json j = json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.is_object() && j.contains("round") && j["round"].is_number())
-      last = std::max(last, j["round"].get<long>());
+    const auto j = io::json_parse(line, origin);
+    if (!j || !j->is_object() || !j->contains("round")) continue;
+    if (const auto r = io::json_int<long>((*j)["round"], "round", 0); r) last = std::max(last, *r);
   }
   return last;
 }
@@ -155,23 +178,30 @@ status load_base(const dipaco_job<Model>& cfg, const run_dir& rd, const Model& m
 }
 
 // ---- the store's checkpoint (store/store_file.hpp: θ, outer state, round and layout of every
-// module, the configuration fingerprint) ----
+// module, the configuration fingerprint, the run's id) ----
+// run_id: routing.json's, which binds the checkpoint to its run as the workers' are bound.
 template <nn::BlockModel Model, class OuterOpt>
 status save_store(const dipaco_job<Model>& cfg, const run_dir& rd, const path::path_plan& g,
-                  const store::module_store<OuterOpt>& st) {
+                  const store::module_store<OuterOpt>& st, const std::string& run_id) {
   // The whole model and data configuration beside the compared fingerprint (which keeps to what
   // older checkpoints recorded, so that they still resume).
   return store::save_store_file(
       rd.store(), st, g, config_fingerprint(cfg),
       {{"model", cfg.model_config.empty() ? describe_model(cfg.model) : cfg.model_config},
-       {"data", data_description(cfg)}});
+       {"data", data_description(cfg)},
+       {"run_id", run_id}});
 }
 
-// Errors name the file and the problem (store::load_store_file's).
+// Errors name the file and the problem (store::load_store_file's), among them a checkpoint of
+// another run (its run id is not routing.json's: a store.safetensors of another run of the same
+// configuration, copied in). A checkpoint written before checkpoints recorded their run is taken.
 template <nn::BlockModel Model, class OuterOpt>
 status load_store(const dipaco_job<Model>& cfg, const run_dir& rd, const path::path_plan& g,
                   store::module_store<OuterOpt>& st) {
-  return store::load_store_file(rd.store(), st, g, config_fingerprint(cfg));
+  auto routing = read_routing(rd);
+  if (!routing) return routing.error();
+  return store::load_store_file(rd.store(), st, g, config_fingerprint(cfg),
+                                {{"run_id", (*routing)["run_id"].get<std::string>()}});
 }
 // The last round each worker completed by its verified checkpoint (verified_worker_checkpoint,
 // each read once): completed[w − 1], −1 for a worker that has not completed one. Errors: the

@@ -167,8 +167,9 @@ struct launch_section {
   double link_bdp_bytes = 0;
   // HTTP for watching a run (job/metrics.hpp, job/status_page.hpp): the store serves Prometheus
   // metrics at /metrics and its status page at / on this port, worker process s its metrics on
-  // this port + s, on launch.store_host's interface (all interfaces unless it is 127.0.0.1).
-  // 0: off.
+  // this port + s. A local run (mode "local", or store_host loopback) listens on loopback only;
+  // any other on all interfaces, every request needing "Authorization: Bearer <PACO_TOKEN>"
+  // (job/dipaco_job.hpp's http_listen_of). 0: off.
   int metrics_port = 0;
 };
 

@@ -4,10 +4,13 @@
 // It shows the grid (every module's round), each path's workers (round, loss and its curve,
 // throughput, bytes in and out, health) and the run's progress. status_board collects what the
 // page shows from the store's callbacks (serving thread); page() renders a snapshot (HTTP thread).
+// The curves keep each worker's last curve_rounds rounds (a line says how many earlier ones were
+// left out), so the page's size is bounded by the grid and the workers, not the rounds run.
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -22,6 +25,8 @@ namespace paco::job {
 
 class status_board {
  public:
+  // Rounds of each worker's loss curve kept on the page (≈ 23 bytes per worker and round).
+  static constexpr std::size_t curve_rounds = 200;
   // workers: the store's worker processes, id → its path (−1 when it has none) and name.
   struct process {
     int path = -1;
@@ -61,6 +66,7 @@ class status_board {
     if (t.what == k::push_late) ++w.late;
   }
   // Requires: a report the store checked (a round of the run).
+  // Ensures: the worker's curve holds at most curve_rounds points, the latest rounds.
   void on_report(const store::worker_report& r) {
     std::lock_guard lk(mu_);
     if (!workers_.count(r.worker)) return;
@@ -68,6 +74,11 @@ class status_board {
     // One point per round: a worker that restarted reports rounds again.
     while (!w.curve.empty() && w.curve.back().first >= double(r.round)) w.curve.pop_back();
     w.curve.push_back({double(r.round), r.loss / 0.6931471805599453});
+    if (w.curve.size() > curve_rounds) {
+      const auto drop = std::ptrdiff_t(w.curve.size() - curve_rounds);
+      w.curve.erase(w.curve.begin(), w.curve.begin() + drop);
+      w.left_out += long(drop);
+    }
     w.tokens_per_s = r.tokens_per_s;
     w.round = r.round;
   }
@@ -131,7 +142,14 @@ class status_board {
            "\">" + health + "</td></tr>";
     }
     h += "</table>";
-    h += "<h2>Training loss per worker</h2>" + chart();
+    h += "<h2>Training loss per worker</h2>";
+    long left_out = 0;
+    for (auto& [id, w] : workers_) left_out = std::max(left_out, w.left_out);
+    if (left_out > 0)
+      h += "<p id=\"curve-cap\">the curves show each worker's last " +
+           std::to_string(curve_rounds) + " rounds; " + std::to_string(left_out) +
+           " earlier rounds left out</p>";
+    h += chart();
     h += "<p><a href=\"/metrics\">/metrics</a> (Prometheus)</p></body></html>";
     return h;
   }
@@ -146,7 +164,8 @@ class status_board {
     double tokens_per_s = 0;
     std::size_t bytes_in = 0, bytes_out = 0;
     long late = 0;
-    std::vector<std::pair<double, double>> curve;  // (round, bits/byte)
+    std::vector<std::pair<double, double>> curve;  // (round, bits/byte), the last curve_rounds
+    long left_out = 0;                             // earlier rounds dropped from curve
   };
 
   int experts_of(int l) const {

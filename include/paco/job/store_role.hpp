@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "paco/job/dipaco_job.hpp"
 #include "paco/job/metrics.hpp"
 #include "paco/job/run_files.hpp"
+#include "paco/job/run_lock.hpp"
 #include "paco/job/status_page.hpp"
 #include "paco/net/asio_tcp.hpp"
 #include "paco/net/http_server.hpp"
@@ -54,6 +54,7 @@ int run_store(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool
   auto routing = read_routing(rd);
   if (!routing)
     return std::fprintf(stderr, "store: %s\n", routing.error().what().c_str()), exit_bad_input;
+  const std::string run_id = (*routing)["run_id"].get<std::string>();
   store::module_store<store_outer> store(
       g.module_table(), outer_of(cfg),
       {.weight_by_shard = cfg.dipaco.weight_by_shard,
@@ -66,6 +67,11 @@ int run_store(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool
                         "from the base model\n",
                         rd.dir.c_str(), rd.store().c_str()),
            exit_bad_input;
+  // One live store per run: a second one (a stray --resume beside the live run) would listen on
+  // the ports the workers reconnect to. The lock goes with this process, however it ends.
+  auto lock = run_lock::acquire(rd.dir, cfg.program, "store.lock", "store");
+  if (!lock)
+    return std::fprintf(stderr, "store: %s\n", lock.error().what().c_str()), exit_bad_input;
   const auto completed = completed_rounds(cfg, rd, *routing, g);
   if (!completed)
     return std::fprintf(stderr, "store: %s\n", completed.error().what().c_str()), exit_bad_input;
@@ -104,7 +110,9 @@ int run_store(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool
       const auto& sp = g.span_of(m);
       store.set(m, std::span<const float>(a.get(plane::param).data() + sp.offset, sp.size));
     }
-    if (auto s = io::with_retries([&] { return save_store(cfg, rd, g, store); }, write_tries); !s)
+    if (auto s =
+            io::with_retries([&] { return save_store(cfg, rd, g, store, run_id); }, write_tries);
+        !s)
       return std::fprintf(stderr, "store: %s\n", s.error().what().c_str()), exit_write_failed;
     std::printf("store: starting from the base model%s\n",
                 resume ? " (no store checkpoint yet)" : "");
@@ -134,22 +142,26 @@ int run_store(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool
   status_board board(cfg.program + ": DiPaCo", g, who, cfg.dipaco.rounds, at);
   std::unique_ptr<net::http_server> http;
   if (watched) {
+    const http_listen where = http_listen_of(cfg.launch, token);
     auto h = net::http_server::start(
-        cfg.launch.store_host == "127.0.0.1" ? "127.0.0.1" : "0.0.0.0", cfg.launch.metrics_port,
+        where.host, cfg.launch.metrics_port,
         {{"/metrics",
           [&] {
             return net::http_reply{200, prometheus_content_type, metrics.text()};
           }},
-         {"/", [&] {
+         {"/",
+          [&] {
             return net::http_reply{200, "text/html; charset=utf-8", board.page()};
-          }}});
+          }}},
+        {.token = where.token});
     if (!h)
       return std::fprintf(stderr, "store: launch.metrics_port: %s\n", h.error().what().c_str()),
              exit_bad_input;
     http = std::move(*h);
-    std::printf("store: metrics on http://%s:%d/metrics, status page on http://%s:%d/\n",
-                cfg.launch.store_host.c_str(), http->port(), cfg.launch.store_host.c_str(),
-                http->port());
+    const std::string seen_at = where.token.empty() ? where.host : cfg.launch.store_host;
+    std::printf("store: metrics on http://%s:%d/metrics, status page on http://%s:%d/%s\n",
+                seen_at.c_str(), http->port(), seen_at.c_str(), http->port(),
+                where.token.empty() ? "" : " (Authorization: Bearer <the run's PACO_TOKEN>)");
   }
   // A round's close is checkpointed before any worker hears of it; a checkpoint that cannot be
   // written (after retries) stops the store: serving on would lose every round since.
@@ -161,8 +173,8 @@ int run_store(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool
        .on_close =
            [&](const store::round_summary& r) {
              if (write_failed) return;
-             if (auto s =
-                     io::with_retries([&] { return save_store(cfg, rd, g, store); }, write_tries);
+             if (auto s = io::with_retries([&] { return save_store(cfg, rd, g, store, run_id); },
+                                           write_tries);
                  !s) {
                write_failed = s.error();
                std::fprintf(stderr,
@@ -201,20 +213,15 @@ int run_store(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool
   // One accept loop per worker link (per process): a worker that restarts reconnects here.
   std::atomic<bool> done{false};
   std::vector<std::thread> acceptors;
-  std::mutex keep_mu;
-  std::vector<std::unique_ptr<net::asio_tcp>> keep;
   for (int w = 1; w <= jp.count(); ++w)
     acceptors.emplace_back([&, w] {
       const int port = port_of(cfg, *routing, w);
       while (!done) {
         auto t = net::asio_tcp::connect(link_options(cfg, w, port, 0, token));
         if (!t) continue;  // nobody came within the connect timeout: listen again
+        // The server owns the link, and releases it once a reconnect replaces it.
         net::asio_tcp* raw = t->get();
-        {
-          std::lock_guard lk(keep_mu);
-          keep.push_back(std::move(*t));
-        }
-        server.attach(w, {raw, 1});
+        server.attach(w, std::move(*t), 1);
         while (!done && raw->alive(1)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     });

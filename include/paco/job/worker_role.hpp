@@ -3,6 +3,7 @@
 // (encoded with dipaco.compress, error-feedback residual kept here), wait; checkpoints its inner
 // optimizer state and residual after every round, and on restart resumes from them. The round
 // loop is train::run_worker's, driving a host path worker or the job's device worker.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -10,9 +11,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "paco/io/atomic_file.hpp"
+#include "paco/io/json_read.hpp"
 #include "paco/io/metrics.hpp"
 #include "paco/job/data.hpp"
 #include "paco/job/device_worker.hpp"
@@ -47,11 +50,13 @@ result<store_view> ask_store(const dipaco_job<Model>& cfg, store::client<net::as
                              const path::path_plan& g, std::size_t n_train, std::size_t n_val) {
   auto d = client.describe();
   if (!d) return d.error();
-  json j = json::parse(*d, nullptr, false);
-  const bool shaped = !j.is_discarded() && j.is_object() && j.contains("routing") &&
-                      j["routing"].is_object() && j.contains("fingerprint") &&
-                      j["fingerprint"].is_string() && j.contains("rounds") &&
-                      j["rounds"].is_array() && int(j["rounds"].size()) == g.modules();
+  auto parsed = io::json_parse(*d, "the store's description of its run");
+  if (!parsed) return parsed.error();
+  json j = std::move(*parsed);
+  const bool shaped = j.is_object() && j.contains("routing") && j["routing"].is_object() &&
+                      j.contains("fingerprint") && j["fingerprint"].is_string() &&
+                      j.contains("rounds") && j["rounds"].is_array() &&
+                      int(j["rounds"].size()) == g.modules();
   if (!shaped)
     return error(errc::corrupt, "the store's description of its run is not one of this job's");
   if (const std::string theirs = j["fingerprint"].get<std::string>(),
@@ -77,16 +82,16 @@ result<store_view> ask_store(const dipaco_job<Model>& cfg, store::client<net::as
                                        " documents, this worker's data " + std::to_string(n) +
                                        " (another corpus or split?)");
     for (const auto& e : r[key])
-      if (!e.is_number_integer() || e.template get<long>() < 0 ||
-          e.template get<long>() >= g.paths())
+      if (!io::json_int<long>(e, key, 0, g.paths() - 1))
         return error(errc::corrupt,
                      std::string("the store's routing holds a path that is not one in ") + key);
   }
   store_view v{j["routing"], {}};
   for (auto& r : j["rounds"]) {
-    if (!r.is_number_integer() || r.get<long>() < 0)
+    auto round = io::json_int<long>(r, "round", 0);
+    if (!round)
       return error(errc::corrupt, "the store's description holds a round that is not one");
-    v.rounds.push_back(r.get<long>());
+    v.rounds.push_back(*round);
   }
   return v;
 }
@@ -103,9 +108,10 @@ struct worker_start {
   std::string store_host;
 };
 
-// Worker w (1 … workers) of the job. resume: continue from this worker's checkpoint (without
-// one: start, when its log records no completed round). fresh: delete its checkpoint and log and
-// start over. Returns the role's exit code (job/dipaco_job.hpp).
+// One life of worker w (1 … workers) of the job: what a worker process does from its start to
+// its exit code; run_worker below is the role. resume: continue from this worker's checkpoint
+// (without one: start, when its log records no completed round). fresh: delete its checkpoint and
+// log and start over. Returns the role's exit code (job/dipaco_job.hpp).
 //
 // A worker without a checkpoint joins the run where the store is: it asks the store for the
 // run's description first and starts at the lowest round of its path's modules, with fresh inner
@@ -115,8 +121,8 @@ struct worker_start {
 // launch.base_port set it reaches the store on base_port + w, and writes the store's routing.json
 // (checksummed) into its directory before it starts.
 template <nn::BlockModel Model>
-int run_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resume, bool fresh,
-               const worker_start& how = {}) {
+int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resume, bool fresh,
+                    const worker_start& how) {
   // The round loop drives the host worker over the TCP store client.
   static_assert(
       train::PathWorker<train::path_worker<Model, optim::adamw>, store::client<net::asio_tcp>>);
@@ -350,11 +356,14 @@ int run_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resu
   worker_metrics metrics;
   std::unique_ptr<net::http_server> http;
   if (cfg.launch.metrics_port > 0) {
+    const http_listen where = http_listen_of(cfg.launch, token_from_env());
     auto h = net::http_server::start(
-        cfg.launch.store_host == "127.0.0.1" ? "127.0.0.1" : "0.0.0.0", cfg.launch.metrics_port + w,
-        {{"/metrics", [&] {
+        where.host, cfg.launch.metrics_port + w,
+        {{"/metrics",
+          [&] {
             return net::http_reply{200, prometheus_content_type, metrics.text()};
-          }}});
+          }}},
+        {.token = where.token});
     if (!h)
       return std::fprintf(stderr, "worker %d: launch.metrics_port: %s\n", w,
                           h.error().what().c_str()),
@@ -470,6 +479,44 @@ int run_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resu
   client->bye();
   link->close();
   return 0;
+}
+
+// Worker w of the job (run_worker_life's arguments). Spawned by the job's launcher
+// (launch.mode = "local"), a worker that lost its link to the store exits 3 and the launcher
+// restarts it. Without that launcher (a rank of an mpirun or srun launch, which stops every rank
+// when one exits, or a process started by hand) it rejoins in this process instead:
+// after a second it resumes from its checkpoint, as a restarted process would, and keeps trying
+// while the store has been silent for less than store_silence(cfg) (a round logged in between
+// starts the silence over). So a store stopped or restarted for less than that is survived.
+template <nn::BlockModel Model>
+int run_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resume, bool fresh,
+               const worker_start& how = {}) {
+  using clock = std::chrono::steady_clock;
+  int code = run_worker_life(cfg, rd, w, resume, fresh, how);
+  if (supervised_by_launcher()) return code;
+  auto lost_since = clock::now();
+  for (long logged = logged_round(rd, w); code == exit_link_lost;) {
+    if (const long now_logged = logged_round(rd, w); now_logged > logged)
+      logged = now_logged, lost_since = clock::now();
+    const auto left = store_silence(cfg) - (clock::now() - lost_since);
+    if (left <= std::chrono::seconds(1)) {
+      std::fprintf(stderr,
+                   "worker %d: the store has not answered for %.0f s (launch.peer_timeout_s, "
+                   "launch.round_timeout_s): giving up (exit %d)\n",
+                   w, store_silence(cfg).count(), code);
+      return code;
+    }
+    std::fprintf(stderr,
+                 "worker %d: lost its link to the store; rejoining from its checkpoint (for %.0f s "
+                 "more)\n",
+                 w, std::chrono::duration<double>(left).count());
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    worker_start again = how;
+    again.connect_wait =
+        std::min(how.connect_wait, std::chrono::duration_cast<std::chrono::milliseconds>(left));
+    code = run_worker_life(cfg, rd, w, /*resume=*/true, /*fresh=*/false, again);
+  }
+  return code;
 }
 
 }  // namespace paco::job

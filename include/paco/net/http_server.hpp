@@ -1,21 +1,22 @@
 #pragma once
 // http_server: a small read-only HTTP/1.1 server (Boost.Beast) for a process's metrics and status
-// pages: GET of a registered path answers with what its handler makes; anything else is 404 (405
-// for another method). One connection at a time on its own thread, each request answered and
-// the connection closed; a client that has not sent its request's header within io_timeout is
-// dropped (so a stalled scraper or an idle preconnect cannot hold it), and one that does not
-// take the answer within io_timeout is dropped too.
+// pages: GET (or HEAD) of a registered path answers with what its handler makes; anything else is
+// 404 (405 for another method). Connections are served concurrently, each by an asynchronous
+// session on the server's one thread, one request per connection (answered, then closed). Every
+// connection has a deadline: a client that has not sent its request's header within io_timeout
+// is dropped, and so is one that has not taken the answer within io_timeout more, so an idle
+// preconnect or a stalled scraper holds only its own connection. Past max_connections open at
+// once, a new connection is closed as soon as it is accepted. With a token, a request without
+// "Authorization: Bearer <token>" is answered 401 (the token compared in constant time).
 //
 //   auto http = net::http_server::start("0.0.0.0", 9100,
 //       {{"/metrics", [&] { return net::http_reply{.content_type = prometheus_text, .body = …};
-//       }}});
+//       }}}, {.token = run_token});
 //   http->port();   // the port it listens on (0 asked: a free one)
 
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
 #include <atomic>
@@ -23,8 +24,8 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "paco/core/error.hpp"
@@ -37,17 +38,49 @@ struct http_reply {
   std::string body;
 };
 
+struct http_options {
+  // Per connection: its request's header must arrive within this, then its answer be taken
+  // within this again.
+  std::chrono::milliseconds io_timeout{5000};
+  // Required of every request as "Authorization: Bearer <token>" (empty: none; 401 without it).
+  std::string token;
+  // Connections open at once (≥ 1); one accepted beyond them is closed at once.
+  int max_connections = 256;
+};
+
+// True when `header` (an Authorization field's value) is "Bearer <token>" (scheme in any case).
+// Cost: time that depends on token's size only, never on where a wrong value differs.
+inline bool bearer_matches(std::string_view header, std::string_view token) noexcept {
+  constexpr std::string_view scheme = "bearer ";
+  if (header.size() < scheme.size()) return false;
+  for (std::size_t i = 0; i < scheme.size(); ++i)
+    if ((header[i] >= 'A' && header[i] <= 'Z' ? char(header[i] - 'A' + 'a') : header[i]) !=
+        scheme[i])
+      return false;
+  const std::string_view given = header.substr(scheme.size());
+  unsigned diff = given.size() != token.size();
+  for (std::size_t i = 0; i < token.size(); ++i)
+    diff |= unsigned(static_cast<unsigned char>(token[i]) ^
+                     static_cast<unsigned char>(i < given.size() ? given[i] : 0));
+  return diff == 0;
+}
+
 class http_server {
  public:
   using handler = std::function<http_reply()>;
 
   // Listens on host:port (0: a free port) and serves routes until destroyed. A handler runs on
-  // the server's thread and must be safe to call there. Errors: io naming the address (in use,
-  // not this machine's).
-  static result<std::unique_ptr<http_server>> start(
-      const std::string& host, int port, std::map<std::string, handler> routes,
-      std::chrono::milliseconds io_timeout = std::chrono::milliseconds(5000)) {
-    std::unique_ptr<http_server> s(new http_server(std::move(routes), io_timeout));
+  // the server's thread (one at a time) and must be safe to call there.
+  // Requires: host a numeric address ("127.0.0.1", "0.0.0.0", "::1"); o.max_connections ≥ 1.
+  // Ensures: port() is the port listened on. Errors: invalid_argument naming the address or
+  // max_connections; io naming the address (in use, not this machine's).
+  static result<std::unique_ptr<http_server>> start(const std::string& host, int port,
+                                                    std::map<std::string, handler> routes,
+                                                    http_options o = {}) {
+    if (o.max_connections < 1)
+      return error(errc::invalid_argument,
+                   "http: max_connections " + std::to_string(o.max_connections) + " is not ≥ 1");
+    std::unique_ptr<http_server> s(new http_server(std::move(routes), std::move(o)));
     boost::system::error_code ec;
     const auto addr = boost::asio::ip::make_address(host, ec);
     if (ec) return error(errc::invalid_argument, "http: '" + host + "' is not an address");
@@ -55,7 +88,7 @@ class http_server {
     s->acceptor_.open(ep.protocol(), ec);
     if (!ec) s->acceptor_.set_option(boost::asio::socket_base::reuse_address(true), ec);
     if (!ec) s->acceptor_.bind(ep, ec);
-    if (!ec) s->acceptor_.listen(16, ec);
+    if (!ec) s->acceptor_.listen(boost::asio::socket_base::max_listen_connections, ec);
     if (ec)
       return error(errc::io, "http: cannot listen on " + host + ":" + std::to_string(port) + ": " +
                                  ec.message());
@@ -63,6 +96,12 @@ class http_server {
     s->accept();
     s->thread_ = std::thread([p = s.get()] { p->ioc_.run(); });
     return s;
+  }
+  // The same with only a deadline set (no token, 256 connections).
+  static result<std::unique_ptr<http_server>> start(const std::string& host, int port,
+                                                    std::map<std::string, handler> routes,
+                                                    std::chrono::milliseconds io_timeout) {
+    return start(host, port, std::move(routes), http_options{.io_timeout = io_timeout});
   }
   http_server(const http_server&) = delete;
   http_server& operator=(const http_server&) = delete;
@@ -74,94 +113,127 @@ class http_server {
   int port() const noexcept { return port_; }
   // Requests answered so far (any status).
   long served() const noexcept { return served_.load(); }
+  // Connections open now (accepted, not yet closed).
+  int connections() const noexcept { return open_.load(); }
 
  private:
-  http_server(std::map<std::string, handler> routes, std::chrono::milliseconds io_timeout)
-      : routes_(std::move(routes)), io_timeout_(io_timeout), acceptor_(ioc_) {}
+  using tcp = boost::asio::ip::tcp;
 
+  // One connection: its request read, answered, and the connection closed, all within its
+  // deadlines; it lives as long as an operation of it is pending.
+  class session : public std::enable_shared_from_this<session> {
+   public:
+    session(http_server& server, tcp::socket socket) : server_(server), stream_(std::move(socket)) {
+      ++server_.open_;
+    }
+    ~session() { --server_.open_; }
+
+    void run() {
+      parser_.header_limit(16384);
+      stream_.expires_after(server_.options_.io_timeout);
+      boost::beast::http::async_read(
+          stream_, buffer_, parser_,
+          [self = shared_from_this()](boost::beast::error_code ec, std::size_t) {
+            if (!ec) self->answer();
+          });
+    }
+
+   private:
+    // Answers the request read. A failure to make or send the answer (out of memory) drops
+    // the connection: a connection's failure is never the server's.
+    void answer() noexcept {
+      namespace http = boost::beast::http;
+      try {
+        const auto& req = parser_.get();
+        http_reply r = server_.reply_to(req);
+        res_.result(unsigned(r.status));
+        res_.version(req.version());
+        res_.set(http::field::server, "paco");
+        res_.set(http::field::content_type, r.content_type);
+        res_.set(http::field::cache_control, "no-store");
+        if (r.status == 401) res_.set(http::field::www_authenticate, "Bearer realm=\"paco\"");
+        res_.keep_alive(false);
+        if (req.method() != http::verb::head) res_.body() = std::move(r.body);
+        res_.prepare_payload();
+        stream_.expires_after(server_.options_.io_timeout);
+        http::async_write(stream_, res_,
+                          [self = shared_from_this()](boost::beast::error_code ec, std::size_t) {
+                            if (ec) return;           // the deadline passed, or the client left
+                            ++self->server_.served_;  // counted before the client sees the end
+                            self->stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+                          });
+      } catch (...) {
+      }
+    }
+
+    http_server& server_;
+    boost::beast::tcp_stream stream_;
+    boost::beast::flat_buffer buffer_{16384};  // the request's header at most
+    boost::beast::http::request_parser<boost::beast::http::empty_body> parser_;
+    boost::beast::http::response<boost::beast::http::string_body> res_;
+  };
+
+  http_server(std::map<std::string, handler> routes, http_options o)
+      : routes_(std::move(routes)), options_(std::move(o)), acceptor_(ioc_), retry_(ioc_) {}
+
+  // Accepts forever: a connection within max_connections gets a session, one beyond is closed;
+  // after a failed accept (out of descriptors) it waits 50 ms before the next.
   void accept() {
-    acceptor_.async_accept([this](boost::system::error_code ec, boost::asio::ip::tcp::socket s) {
-      if (!ec) answer(std::move(s));
-      if (acceptor_.is_open()) accept();
+    acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket s) {
+      if (ec == boost::asio::error::operation_aborted || !acceptor_.is_open()) return;
+      if (ec) {
+        retry_.expires_after(std::chrono::milliseconds(50));
+        retry_.async_wait([this](boost::system::error_code e) {
+          if (!e) accept();
+        });
+        return;
+      }
+      if (open_.load() < options_.max_connections) {
+        try {
+          std::make_shared<session>(*this, std::move(s))->run();
+        } catch (...) {  // out of memory: this connection is dropped
+        }
+      } else {
+        s.close(ec);
+      }
+      accept();
     });
   }
 
-  // Reads one request (its header within io_timeout and 16 KiB) and answers it; anything else
-  // drops the connection. The socket is read with poll() against a deadline (Asio's synchronous
-  // read would wait past a receive timeout), and the answer is sent whole without blocking past
-  // the send timeout.
-  void answer(boost::asio::ip::tcp::socket socket) noexcept {
+  // The answer to a request: 401 without the token, 405 for a method other than GET or HEAD,
+  // the route's handler's (500 when it throws), else 404 naming the routes.
+  template <class Request>
+  http_reply reply_to(const Request& req) const {
     namespace http = boost::beast::http;
-    try {
-      const int fd = socket.native_handle();
-      const int ms = int(io_timeout_.count());
-      const timeval tv{ms / 1000, (ms % 1000) * 1000};
-      ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-      const auto until = std::chrono::steady_clock::now() + io_timeout_;
-      http::request_parser<http::empty_body> parser;
-      parser.header_limit(16384);
-      std::string in;
-      char chunk[4096];
-      while (!parser.is_done()) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            until - std::chrono::steady_clock::now());
-        pollfd p{fd, POLLIN, 0};
-        if (left.count() <= 0 || ::poll(&p, 1, int(left.count())) <= 0) return;
-        const ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
-        if (n <= 0) return;
-        in.append(chunk, std::size_t(n));
-        if (in.size() > 16384) return;
-        boost::system::error_code ec;
-        const std::size_t used = parser.put(boost::asio::buffer(in), ec);
-        in.erase(0, used);
-        if (ec && ec != http::error::need_more) return;
+    const auto auth = req[http::field::authorization];
+    if (!options_.token.empty() &&
+        !bearer_matches(std::string_view(auth.data(), auth.size()), options_.token))
+      return {401, "text/plain; charset=utf-8",
+              "this server needs Authorization: Bearer <token>\n"};
+    if (req.method() != http::verb::get && req.method() != http::verb::head)
+      return {405, "text/plain; charset=utf-8", "only GET\n"};
+    const std::string target(req.target());
+    if (auto it = routes_.find(target.substr(0, target.find('?'))); it != routes_.end()) {
+      try {
+        return it->second();
+      } catch (const std::exception& e) {
+        return {500, "text/plain; charset=utf-8", std::string("error: ") + e.what() + "\n"};
       }
-      const auto& req = parser.get();
-      http_reply r;
-      const std::string target(req.target());
-      const std::string path = target.substr(0, target.find('?'));
-      if (req.method() != http::verb::get && req.method() != http::verb::head) {
-        r = {405, "text/plain; charset=utf-8", "only GET\n"};
-      } else if (auto it = routes_.find(path); it != routes_.end()) {
-        try {
-          r = it->second();
-        } catch (const std::exception& e) {
-          r = {500, "text/plain; charset=utf-8", std::string("error: ") + e.what() + "\n"};
-        }
-      } else {
-        std::string known;
-        for (auto& [p, h] : routes_) known += " " + p;
-        r = {404, "text/plain; charset=utf-8", "not found; this server has" + known + "\n"};
-      }
-      http::response<http::string_body> res{static_cast<http::status>(r.status), req.version()};
-      res.set(http::field::server, "paco");
-      res.set(http::field::content_type, r.content_type);
-      res.set(http::field::cache_control, "no-store");
-      res.keep_alive(false);
-      if (req.method() != http::verb::head) res.body() = std::move(r.body);
-      res.prepare_payload();
-      std::ostringstream wire;
-      wire << res;
-      const std::string out = wire.str();
-      for (std::size_t sent = 0; sent < out.size();) {
-        const ssize_t n = ::send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
-        if (n <= 0) return;  // the send timeout passed, or the client left
-        sent += std::size_t(n);
-      }
-      boost::system::error_code ec;
-      socket.shutdown(boost::asio::ip::tcp::socket::shutdown_both, ec);
-      ++served_;
-    } catch (...) {  // a connection's failure is never the server's
     }
+    std::string known;
+    for (auto& [p, h] : routes_) known += " " + p;
+    return {404, "text/plain; charset=utf-8", "not found; this server has" + known + "\n"};
   }
 
   std::map<std::string, handler> routes_;
-  std::chrono::milliseconds io_timeout_;
+  http_options options_;
+  std::atomic<long> served_{0};
+  std::atomic<int> open_{0};  // before ioc_: sessions still pending at its end count down
   boost::asio::io_context ioc_;
-  boost::asio::ip::tcp::acceptor acceptor_;
+  tcp::acceptor acceptor_;
+  boost::asio::steady_timer retry_;
   std::thread thread_;
   int port_ = 0;
-  std::atomic<long> served_{0};
 };
 
 }  // namespace paco::net

@@ -6,12 +6,16 @@
 //   wait_closed(m, round, until)    blocks until module m's `round` closed (or until passes)
 // Opt in with `using module_store_tag = void;`. Models: local_store (threads of one process),
 // client (a store service over any Transport). EncodedModuleStore adds push_encoded (a
-// codec's payload instead of fp32 Δ).
+// codec's payload instead of fp32 Δ). rounds_differ: the error of a path pulled at different
+// rounds.
 
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "paco/core/error.hpp"
 
@@ -22,6 +26,19 @@ struct pulled {
   long round = 0;
   std::uint64_t hash = 0;
 };
+
+// The error of a path pulled with its modules at different rounds (after a restart one module's
+// round can close before another's): errc::mismatch naming each module's round, so a caller that
+// pulls again can tell a store that moves (the modules are aligning) from one that does not.
+inline error rounds_differ(int worker, const std::vector<int>& modules,
+                           const std::vector<long>& rounds) {
+  std::string at;
+  for (std::size_t i = 0; i < modules.size() && i < rounds.size(); ++i)
+    at += (i ? ", module " : "module ") + std::to_string(modules[i]) + " at round " +
+          std::to_string(rounds[i]);
+  return {errc::mismatch,
+          "modules of worker " + std::to_string(worker) + " are at different rounds (" + at + ")"};
+}
 
 template <class S>
 concept ModuleStore = requires(S& s, int m, int worker, long round, std::span<float> dst,

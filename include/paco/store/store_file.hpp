@@ -19,6 +19,7 @@
 
 #include "paco/core/error.hpp"
 #include "paco/io/checkpoint.hpp"
+#include "paco/io/json_read.hpp"
 #include "paco/io/safetensors.hpp"
 #include "paco/path/path_plan.hpp"
 #include "paco/store/module_store.hpp"
@@ -70,12 +71,15 @@ status save_store_file(const std::filesystem::path& file, const module_store<Out
 
 // Restores every module of st from a file save_store_file wrote. Errors name the file and the
 // problem: missing or truncated (load_safetensors'), corrupt (no checksum, one that disagrees,
-// another format, no rounds, an invalid round), written for another configuration
-// (check_config's), or another layout (a module missing, of another size, or a layout record
-// that differs from the plan's).
+// another format, no rounds, rounds that are not JSON, a round that is not an integer ≥ 0),
+// too_large (rounds nested deeper than io::json_max_depth levels), written for another
+// configuration (check_config's), or another layout (a module missing, of another size, or a layout
+// record that differs from the plan's), or a metadata value of `bound` (e.g. the run's id) that the
+// file records differently (a file that records none of a key was written before it was bound).
 template <class OuterOpt>
 status load_store_file(const std::filesystem::path& file, module_store<OuterOpt>& st,
-                       const path::path_plan& plan, const std::string& config) {
+                       const path::path_plan& plan, const std::string& config,
+                       const std::map<std::string, std::string>& bound = {}) {
   const std::string what = "store checkpoint '" + file.string() + "'";
   auto f = io::load_safetensors(file);
   if (!f) return f.error();
@@ -87,9 +91,16 @@ status load_store_file(const std::filesystem::path& file, module_store<OuterOpt>
   if (auto l = f->metadata.find("layout");
       l != f->metadata.end() && l->second != store_layout_json(plan))
     return {errc::mismatch, what + " was written for another grid or model layout"};
+  for (const auto& [key, want] : bound)
+    if (auto b = f->metadata.find(key); b != f->metadata.end() && b->second != want)
+      return {errc::mismatch, what + " belongs to " + key + " '" + b->second + "', not to '" +
+                                  want + "' (a file of another run, copied here?)"};
   auto it = f->metadata.find("rounds");
   if (it == f->metadata.end()) return {errc::corrupt, what + " records no rounds"};
-  const auto rounds = nlohmann::json::parse(it->second, nullptr, false);
+  // Nesting bounded and every round an integer ≥ 0, checked before narrowing (io/json_read.hpp).
+  const auto parsed = io::json_parse(it->second, what + " metadata \"rounds\"");
+  if (!parsed) return parsed.error();
+  const nlohmann::json& rounds = *parsed;
   if (!rounds.is_array() || int(rounds.size()) != st.module_count())
     return {errc::mismatch, what + " has a different number of modules"};
   for (int m = 0; m < st.module_count(); ++m) {
@@ -97,11 +108,11 @@ status load_store_file(const std::filesystem::path& file, module_store<OuterOpt>
     auto os = f->tensors.find("module." + std::to_string(m) + ".outer_state");
     if (th == f->tensors.end() || os == f->tensors.end())
       return {errc::mismatch, what + " lacks module " + std::to_string(m)};
-    const auto& r = rounds[std::size_t(m)];
-    if (!r.is_number_integer() || r.get<long>() < 0)
-      return {errc::corrupt, what + " has an invalid round for module " + std::to_string(m)};
-    typename module_store<OuterOpt>::snapshot s{th->second.values, os->second.values,
-                                                r.get<long>()};
+    const auto r = io::json_int<long>(rounds[std::size_t(m)], "round", 0);
+    if (!r)
+      return {errc::corrupt, what + " has an invalid round for module " + std::to_string(m) + " (" +
+                                 r.error().message + ")"};
+    typename module_store<OuterOpt>::snapshot s{th->second.values, os->second.values, *r};
     if (auto e = st.restore(m, s); !e) return {errc::mismatch, what + ": " + e.error().message};
   }
   return {};

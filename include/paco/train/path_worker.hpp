@@ -27,6 +27,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -319,7 +320,7 @@ class path_worker {
   // Every module of the path into dst (the plane's layout); round_ ← their round.
   template <store::ModuleStore Store>
   status pull_into(Store& store, std::span<float> dst) {
-    long r = -1;
+    std::vector<long> rounds;
     for (std::size_t l = 0; l < levels_.size(); ++l) {
       auto span = dst.subspan(levels_[l].offset, levels_[l].size);
       auto got = store.pull(modules_[l], span);
@@ -328,11 +329,11 @@ class path_worker {
       if (hash64(span.data(), span.size_bytes()) != h)
         return {errc::mismatch, "module " + std::to_string(modules_[l]) +
                                     " arrived with a different hash than the store's"};
-      if (r >= 0 && round != r)
-        return {errc::mismatch,
-                "modules of worker " + std::to_string(id_) + " are at different rounds"};
-      r = round;
+      rounds.push_back(round);
     }
+    if (std::adjacent_find(rounds.begin(), rounds.end(), std::not_equal_to<>()) != rounds.end())
+      return store::rounds_differ(id_, modules_, rounds);
+    const long r = rounds.empty() ? -1 : rounds.front();
     round_ = r;
     level_round_.assign(levels_.size(), r);
     return {};

@@ -6,7 +6,7 @@
 //   for each round until the path's modules reach `rounds`:
 //     pull      every module of the path, hash-checked; while the modules sit at different
 //               rounds (after a restart one module's round can close before another's) pull
-//               again every pull_retry, up to pull_tries times
+//               again every pull_retry, up to pull_tries times since their rounds last moved
 //     train     H inner steps (train::inner_loop: the worker's optimizer state carries on), or
 //               as many as fit in train_budget (its push then weighs the share of H it
 //               trained); a throttled worker (experiments) sleeps to run `throttle` times slower
@@ -69,6 +69,7 @@
 #include <chrono>
 #include <functional>
 #include <future>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -84,7 +85,8 @@ struct worker_loop_options {
   long rounds = 1;  // the run ends when the path's modules reach this round
   std::chrono::steady_clock::duration round_deadline = std::chrono::seconds(60);
   std::chrono::steady_clock::duration pull_retry = std::chrono::milliseconds(100);
-  int pull_tries = 50;  // pulls of a path whose modules sit at different rounds, then an error
+  int pull_tries = 50;  // pulls of a path whose modules sit at the same different rounds, then
+                        // an error
   long completed = -1;  // the last round this worker completed (its checkpoint's; −1: none)
   // Workers of different speeds: a worker trains at most this long a round (zero: no budget)
   // and pushes what it trained, weighted by the share of H it reached
@@ -211,13 +213,19 @@ struct worker_round {
 namespace detail {
 // get() (a pull or a fetch of a whole path), again every o.pull_retry while it fails with
 // mismatch (the path's modules sit at different rounds, as after a store restart), up to
-// o.pull_tries times. Errors: the last try's.
+// o.pull_tries times counted from the last change in the store's answer: while the rounds it
+// names move (a module closing its rounds towards the others', one per round deadline at worst)
+// the worker waits on, however far apart they started. Errors: the last try's.
 template <class Get>
 status retry_while_rounds_differ(const worker_loop_options& o, Get get) {
+  // (The rounds only rise and stop at o.rounds, so the answer changes a bounded number of times.)
   status got;
-  for (int tries = 0; tries < std::max(1, o.pull_tries); ++tries) {
+  std::string last;
+  for (int same = 0; same < std::max(1, o.pull_tries);) {
     got = get();
     if (got.ok() || got.error().code != errc::mismatch) break;
+    if (got.error().message != last) same = 0, last = got.error().message;
+    ++same;
     std::this_thread::sleep_for(o.pull_retry);
   }
   return got;

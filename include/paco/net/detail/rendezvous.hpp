@@ -267,14 +267,18 @@ inline result<wire::hello_body> client_handshake(C& ch, const wire::hello_body& 
     return {errc::protocol, "handshake: expected hello"};
   wire::hello_body s;
   std::memcpy(&s, p.data(), sizeof s);
-  if (auto ec = wire::check_hello(s, static_cast<int>(mine.rank), static_cast<int>(mine.size),
-                                  mine.epoch, static_cast<int>(mine.streams)))
-    return paco::error{ec, "handshake: server's group (size " + std::to_string(s.size) +
-                               ", epoch " + std::to_string(s.epoch) + ", " +
-                               std::to_string(wire::streams_of(s)) +
-                               " stream(s) per link) differs from ours (size " +
-                               std::to_string(mine.size) + ", epoch " + std::to_string(mine.epoch) +
-                               ", " + std::to_string(mine.streams) + ")"};
+  const auto group = wire::check_hello(s, static_cast<int>(mine.rank), static_cast<int>(mine.size),
+                                       mine.epoch, static_cast<int>(mine.streams));
+  const paco::error differs{
+      group, "handshake: server's group (size " + std::to_string(s.size) + ", epoch " +
+                 std::to_string(s.epoch) + ", " + std::to_string(wire::streams_of(s)) +
+                 " stream(s) per link) differs from ours (size " + std::to_string(mine.size) +
+                 ", epoch " + std::to_string(mine.epoch) + ", " + std::to_string(mine.streams) +
+                 ")"};
+  // The same launch (epoch) set up otherwise (size, streams): authenticate first, so the server
+  // knows a member of its own launch is misconfigured and stops at once (server_handshake).
+  const bool same_launch = group == errc::mismatch && s.epoch == mine.epoch;
+  if (group && !same_launch) return differs;
   if (want >= 0 && s.rank != static_cast<std::uint32_t>(want))
     return {errc::protocol,
             "handshake: expected rank " + std::to_string(want) + ", got " + std::to_string(s.rank)};
@@ -285,6 +289,7 @@ inline result<wire::hello_body> client_handshake(C& ch, const wire::hello_body& 
   std::memcpy(a.mac, m.data(), 32);
   if (auto ec = send_frame(ch, wire::kind::auth, wire::bytes_of(a), d))
     return paco::error{ec, "handshake: auth"};
+  if (same_launch) return differs;
   if (auto ec = read_frame(ch, h, p, 0, d))
     return paco::error{ec, "handshake: waiting for welcome"};
   if (h.kind == static_cast<std::uint8_t>(wire::kind::refuse))
@@ -295,10 +300,13 @@ inline result<wire::hello_body> client_handshake(C& ch, const wire::hello_body& 
 }
 
 // Server side. Ensures: the client's hello on success; on failure the client was sent a
-// refuse frame carrying the errc.
+// refuse frame carrying the errc. *member_differs (when given) is set when the client holds the
+// token and belongs to this launch (its epoch) but was set up with another group size or number
+// of streams: a misconfigured member, not a stray process, so the caller need not wait for others.
 template <rendezvous_channel C>
 inline result<wire::hello_body> server_handshake(C& ch, wire::hello_body mine,
-                                                 std::string_view token, deadline d) {
+                                                 std::string_view token, deadline d,
+                                                 bool* member_differs = nullptr) {
   wire::frame_header h;
   std::vector<std::byte> p;
   auto refuse = [&](std::error_code ec, std::string why) -> result<wire::hello_body> {
@@ -318,14 +326,17 @@ inline result<wire::hello_body> server_handshake(C& ch, wire::hello_body mine,
     return refuse(errc::protocol, "expected hello");
   wire::hello_body c;
   std::memcpy(&c, p.data(), sizeof c);
-  if (auto ec = wire::check_hello(c, static_cast<int>(mine.rank), static_cast<int>(mine.size),
-                                  mine.epoch, static_cast<int>(mine.streams)))
-    return refuse(ec, "client's group (rank " + std::to_string(c.rank) + ", size " +
-                          std::to_string(c.size) + ", epoch " + std::to_string(c.epoch) + ", " +
-                          std::to_string(wire::streams_of(c)) +
-                          " stream(s) per link) differs from ours (size " +
-                          std::to_string(mine.size) + ", epoch " + std::to_string(mine.epoch) +
-                          ", " + std::to_string(mine.streams) + ")");
+  const auto group = wire::check_hello(c, static_cast<int>(mine.rank), static_cast<int>(mine.size),
+                                       mine.epoch, static_cast<int>(mine.streams));
+  const std::string differs =
+      "client's group (rank " + std::to_string(c.rank) + ", size " + std::to_string(c.size) +
+      ", epoch " + std::to_string(c.epoch) + ", " + std::to_string(wire::streams_of(c)) +
+      " stream(s) per link) differs from ours (size " + std::to_string(mine.size) + ", epoch " +
+      std::to_string(mine.epoch) + ", " + std::to_string(mine.streams) + ")";
+  // Another launch (epoch) or a malformed hello is refused now; a member of this launch set up
+  // otherwise is authenticated first (client_handshake sends its auth before it stops).
+  const bool same_launch = group == errc::mismatch && c.epoch == mine.epoch;
+  if (group && !same_launch) return refuse(group, differs);
   auto m = wire::server_mac(token, c, mine);
   std::memcpy(mine.mac, m.data(), 32);
   if (auto ec = send_frame(ch, wire::kind::hello, wire::bytes_of(mine), d))
@@ -338,6 +349,10 @@ inline result<wire::hello_body> server_handshake(C& ch, wire::hello_body mine,
   std::memcpy(&a, p.data(), sizeof a);
   if (auto ec = wire::verify_client(token, c, mine, a))
     return refuse(ec, "rank " + std::to_string(c.rank) + " does not hold the token");
+  if (same_launch) {
+    if (member_differs) *member_differs = true;
+    return refuse(group, differs);
+  }
   if (auto ec = send_frame(ch, wire::kind::welcome, {}, d))
     return paco::error{ec, "handshake: welcome"};
   return c;

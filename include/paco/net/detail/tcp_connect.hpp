@@ -208,11 +208,20 @@ struct tcp_rendezvous {
       // Which stream this is the client's hello says; the connection is opened on stream 0's
       // context meanwhile (only TLS streams are bound to one, and TLS has one stream per link).
       std::string why;
+      bool member_differs = false;
       auto c = open(std::move(s.value()), false, 0, why);
       result<wire::hello_body> h =
           c ? c.value().over(io(0), why,
-                             [&](auto& ch) { return server_handshake(ch, hello, o.token, d); })
+                             [&](auto& ch) {
+                               return server_handshake(ch, hello, o.token, d, &member_differs);
+                             })
             : result<wire::hello_body>(c.error());
+      // A member of this launch set up otherwise (group size, streams) will not change by
+      // waiting: the group stops now rather than at the deadline.
+      if (!h && member_differs)
+        return stop_group("a member of this launch at " + to_string(pa) +
+                              " was set up otherwise: " + h.error().message,
+                          std::move(c.value()));
       if (!h) {
         last = to_string(pa) + ": " + with(h.error().message, why);
         if (c) c.value().refuse_close();
