@@ -8,7 +8,9 @@
 #include <signal.h>
 #include <sys/mount.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -50,6 +52,27 @@ fs::path fill_disk(const fs::path& dir) {
   return filler;
 }
 
+// A tmpfs of `size` mounted on dir (created) for the test's scope, then unmounted and removed
+// with dir.out; mounted() is false (a warning said why) where mounting is not permitted.
+struct tmpfs_dir {
+  fs::path dir;
+  bool ok = false;
+  tmpfs_dir(fs::path d, const char* size) : dir(std::move(d)) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    ok = ::mount("tmpfs", dir.c_str(), "tmpfs", 0, size) == 0;
+    if (!ok) WARN("skipped: cannot mount a tmpfs here (" << std::strerror(errno) << ")");
+  }
+  tmpfs_dir(const tmpfs_dir&) = delete;
+  tmpfs_dir& operator=(const tmpfs_dir&) = delete;
+  ~tmpfs_dir() {
+    if (ok) ::umount2(dir.c_str(), MNT_DETACH);
+    fs::remove_all(dir);
+    fs::remove(dir.string() + ".out");
+  }
+  bool mounted() const { return ok; }
+};
+
 // Rewrites routing.json with `edit` applied and a valid checksum (what a tool that knows the
 // format could do): hash64 of the JSON without its "checksum" key, as 16 hex digits.
 void rewrite_routing(const fs::path& file, const std::function<void(nlohmann::json&)>& edit) {
@@ -70,20 +93,8 @@ TEST_CASE("loss curves on a full disk say they were not written", "[multiproc][b
   // The disk filled after the last round: the run is whole (its table stands), but the curves
   // used to be empty files announced as "loss curves: …png".
   const fs::path dir = fs::temp_directory_path() / ("paco_curves_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=1m") != 0) {
-    WARN("skipped: cannot mount a tmpfs here (" << std::strerror(errno) << ")");
-    fs::remove_all(dir);
-    return;
-  }
-  struct unmount_at_exit {
-    fs::path dir;
-    ~unmount_at_exit() {
-      ::umount2(dir.c_str(), MNT_DETACH);
-      fs::remove_all(dir);
-    }
-  } unmount{dir};
+  const tmpfs_dir tmpfs(dir, "size=1m");
+  if (!tmpfs.mounted()) return;
   const auto plan = paco::path::path_plan::make(paco::path::module_grid<2>::experts({2, 2}),
                                                 {{0, 4, {"a"}}, {4, 4, {"b"}}});
   REQUIRE(plan);
@@ -111,21 +122,8 @@ TEST_CASE("loss curves on a full disk say they were not written", "[multiproc][b
 TEST_CASE("a run directory that fills up mid-run ends in a failure, then resumes whole",
           "[multiproc][broken]") {
   auto r = make_run("paco_full", 30);
-  fs::remove_all(r.dir);
-  fs::create_directories(r.dir);
-  if (::mount("tmpfs", r.dir.c_str(), "tmpfs", 0, "size=16m") != 0) {
-    WARN("skipped: cannot mount a tmpfs here (" << std::strerror(errno) << ")");
-    fs::remove_all(r.dir);
-    return;
-  }
-  struct unmount_at_exit {
-    fs::path dir;
-    ~unmount_at_exit() {
-      ::umount2(dir.c_str(), MNT_DETACH);
-      fs::remove_all(dir);
-      fs::remove(dir.string() + ".out");
-    }
-  } unmount{r.dir};
+  const tmpfs_dir tmpfs(r.dir, "size=16m");
+  if (!tmpfs.mounted()) return;
   const pid_t launcher = r.start();
   REQUIRE(launcher > 0);
   REQUIRE(paco::testing::wait_until([&] { return fs::exists(r.dir / "worker-1.jsonl"); }, 120s));

@@ -46,6 +46,19 @@ struct one_module {
     train::init_modules(store, plan, a0.get(plane::param).data());
   }
 };
+// One path through two modules (a GPT cut in two levels, one expert each), its store holding
+// the model's initial θ.
+struct two_modules {
+  nn::gpt model{small()};
+  arena<host> a0{model.layout()};
+  path::path_plan plan = *path::path_plan::make(path::module_grid<2>::experts({1, 1}),
+                                                *path::split_gpt_levels(model.layout(), 2, 2));
+  store::local_store<outer::nesterov> store{plan.module_table(), outer::nesterov{}};
+  two_modules() {
+    model.init(a0, 3);
+    train::init_modules(store, plan, a0.get(plane::param).data());
+  }
+};
 }  // namespace
 
 TEST_CASE("run_worker: late pushes are refused and the worker goes on to the last round",
@@ -96,13 +109,10 @@ TEST_CASE("run_worker: late pushes are refused and the worker goes on to the las
 
 TEST_CASE("run_worker: a path whose modules stay at different rounds is an error after the tries",
           "[train][worker_loop]") {
-  nn::gpt model(small());
-  arena<host> a0(model.layout());
-  model.init(a0, 3);
-  const auto levels = *path::split_gpt_levels(model.layout(), 2, 2);
-  const auto plan = *path::path_plan::make(path::module_grid<2>::experts({1, 1}), levels);
-  store::local_store<outer::nesterov> store(plan.module_table(), outer::nesterov{});
-  train::init_modules(store, plan, a0.get(plane::param).data());
+  two_modules f;
+  auto& model = f.model;
+  auto& plan = f.plan;
+  auto& store = f.store;
   // Module 1 runs a round ahead: a push from elsewhere closes its round 0.
   std::vector<float> d(plan.span_of(1).size, 0.0f);
   REQUIRE(store.push(1, 7, 0, d, 1.0).ok());
@@ -133,13 +143,10 @@ TEST_CASE("run_worker: a path whose modules are far apart waits while they move 
   // A restarted worker whose module 1 ran 10 rounds ahead while module 0's partner waited
   // (module 0 then closes one empty round per round deadline): the worker used to give up after
   // pull_tries however steadily module 0 caught up, and its run was broken beyond --resume.
-  nn::gpt model(small());
-  arena<host> a0(model.layout());
-  model.init(a0, 3);
-  const auto levels = *path::split_gpt_levels(model.layout(), 2, 2);
-  const auto plan = *path::path_plan::make(path::module_grid<2>::experts({1, 1}), levels);
-  store::local_store<outer::nesterov> store(plan.module_table(), outer::nesterov{});
-  train::init_modules(store, plan, a0.get(plane::param).data());
+  two_modules f;
+  auto& model = f.model;
+  auto& plan = f.plan;
+  auto& store = f.store;
   const long ahead = 10;
   for (long r = 0; r < ahead; ++r)
     REQUIRE(store.push(1, 7, r, std::vector<float>(plan.span_of(1).size, 0.0f), 1.0).ok());
