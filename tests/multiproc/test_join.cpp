@@ -3,7 +3,8 @@
 // directory (a new machine) receives the run's routing and where each module stands from the store
 // (store::client::describe), starts at the store's round with fresh inner optimizer state, and its
 // first push is accepted: its log records rounds from the one it joined to the last, with no push
-// dropped, and the store closed its modules' rounds with its pushes in.
+// dropped, and the store closed its modules' rounds with its pushes in. A second store of the
+// live run is refused (its lock), and a worker refuses a store of another run on its ports.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -118,4 +119,46 @@ TEST_CASE("a worker started mid-run on an empty directory joins from the store",
   REQUIRE(store_out.find("refused") == std::string::npos);
   fs::remove_all(dir);
   fs::remove_all(empty);
+}
+
+TEST_CASE("a worker refuses a store of another run listening on its run's ports",
+          "[multiproc][join]") {
+  // Runs A and B of the same configuration on the same fixed ports (launch.mode = "manual"
+  // prepares each): B's store is up, and A's worker must not train against it.
+  const auto tmp = fs::temp_directory_path();
+  const std::string id = std::to_string(::getpid());
+  const fs::path a = tmp / ("paco_ident_a_" + id), b = tmp / ("paco_ident_b_" + id);
+  const int base = paco::testing::free_port_block(8);
+  REQUIRE(base > 0);
+  ::setenv("PACO_TOKEN", "identity-test-secret", 1);
+  const auto job = [&](const fs::path& dir, std::vector<std::string> extra) {
+    auto args = paco::testing::small_dipaco_job(
+        PACO_SOURCE_DIR, PACO_BINARY_DIR, dir, 4, 20,
+        {"--set", "launch.base_port=" + std::to_string(base), "--set", "launch.mode=manual"});
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  for (const auto& dir : {a, b}) {
+    fs::remove_all(dir);
+    const pid_t p = paco::testing::spawn_logged(job(dir, {}), dir.string() + ".prepare.out");
+    REQUIRE(paco::testing::exit_code(paco::testing::wait_exit(p, 120s)) == 0);
+  }
+  REQUIRE(slurp(a / "routing.json") != slurp(b / "routing.json"));  // two runs, two run ids
+  const pid_t store = paco::testing::spawn_logged(
+      job(b, {"--role", "store", "--run-dir", b.string()}), b.string() + ".store.out");
+  const fs::path out = a.string() + ".worker1.out";
+  const pid_t worker = paco::testing::spawn_logged(
+      job(a, {"--role", "worker", "--worker", "1", "--resume", "--run-dir", a.string()}), out);
+  const int code = paco::testing::exit_code(paco::testing::wait_exit(worker, 120s));
+  ::kill(store, SIGTERM);
+  paco::testing::wait_exit(store, 30s);
+  INFO(slurp(out));
+  REQUIRE(code == 2);
+  REQUIRE(slurp(out).find("(another run's store on this run's ports?)") != std::string::npos);
+  REQUIRE(paco::testing::worker_log_values(a, 1, "round").empty());  // it trained nothing
+  for (const auto& dir : {a, b}) {
+    fs::remove_all(dir);
+    for (const std::string f : {".prepare.out", ".store.out", ".worker1.out"})
+      fs::remove(dir.string() + f);
+  }
 }

@@ -376,6 +376,22 @@ int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool
     std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str());
     return finished() ? 0 : exit_link_lost;
   }
+  // The store is this run's: one of another run (another routing.json, configuration or data)
+  // listening where this run's store should is refused before anything is pulled or pushed.
+  if (!view) {
+    auto v = ask_store(cfg, *client, g, data->train.size(), data->val.size());
+    if (!v)
+      return std::fprintf(stderr, "worker %d: %s\n", w, v.error().what().c_str()),
+             exit_of(v.error());
+    view = std::move(*v);
+  }
+  if (view->routing["run_id"] != (*routing)["run_id"])
+    return std::fprintf(stderr,
+                        "worker %d: the store on port %d runs run %s, but this run directory's "
+                        "routing.json is run %s (another run's store on this run's ports?)\n",
+                        w, port_of(cfg, *routing, w), view->routing["run_id"].dump().c_str(),
+                        (*routing)["run_id"].dump().c_str()),
+           exit_bad_input;
   // The round loop (train/worker_loop.hpp): pull (retried while the path's modules sit at
   // different rounds), H inner steps, push (a refused late push is not fatal), wait; after each
   // round a checkpoint of the inner optimizer state and a metrics record. With an overlapped
