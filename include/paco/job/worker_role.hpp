@@ -165,6 +165,17 @@ int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool
                            e.code == errc::unsupported || e.code == errc::too_large;
     return permanent ? exit_bad_input : exit_link_lost;
   };
+  // Where the store says the run is, asked once per life (joining from nothing, starting without
+  // a checkpoint, and the check that the store is this run's). Returns 0, or the exit code.
+  const auto ask_view = [&]() -> int {
+    if (view) return 0;
+    auto v = ask_store(cfg, *client, g, data->train.size(), data->val.size());
+    if (!v)
+      return std::fprintf(stderr, "worker %d: %s\n", w, v.error().what().c_str()),
+             exit_of(v.error());
+    view = std::move(*v);
+    return 0;
+  };
   auto routing = read_routing(rd);
   const bool nothing_here = !routing && routing.error().code == errc::not_found &&
                             !fs::exists(rd.worker_state(w)) && logged_round(rd, w) < 0;
@@ -178,10 +189,8 @@ int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool
                           w, rd.dir.c_str(), w),
              exit_bad_input;
     if (auto s = open_link(cfg.launch.base_port + w); !s) return link_failed(s.error());
-    auto v = ask_store(cfg, *client, g, data->train.size(), data->val.size());
-    if (!v)
-      return std::fprintf(stderr, "worker %d: %s\n", w, v.error().what().c_str()),
-             exit_of(v.error());
+    if (const int code = ask_view(); code != 0) return code;
+    const store_view* v = &*view;
     std::error_code ec;
     fs::create_directories(rd.dir, ec);
     const bool same = routing && *routing == v->routing;
@@ -201,7 +210,6 @@ int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool
                   nothing_here ? "joined from nothing" : "the run's routing from its store",
                   rd.dir.c_str());
     }
-    view = std::move(*v);
     routing = read_routing(rd);
   }
   if (!routing)
@@ -266,13 +274,7 @@ int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool
         if (store_finished_path(cfg, rd, g, p)) return 0;  // the store is done and gone
         return link_failed(s.error());
       }
-    if (!view) {
-      auto v = ask_store(cfg, *client, g, data->train.size(), data->val.size());
-      if (!v)
-        return std::fprintf(stderr, "worker %d: %s\n", w, v.error().what().c_str()),
-               exit_of(v.error());
-      view = std::move(*v);
-    }
+    if (const int code = ask_view(); code != 0) return code;
     long at = cfg.dipaco.rounds;
     for (int m : g.path_modules(p)) at = std::min(at, view->rounds[std::size_t(m)]);
     if (at >= cfg.dipaco.rounds) {
@@ -378,13 +380,7 @@ int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool
   }
   // The store is this run's: one of another run (another routing.json, configuration or data)
   // listening where this run's store should is refused before anything is pulled or pushed.
-  if (!view) {
-    auto v = ask_store(cfg, *client, g, data->train.size(), data->val.size());
-    if (!v)
-      return std::fprintf(stderr, "worker %d: %s\n", w, v.error().what().c_str()),
-             exit_of(v.error());
-    view = std::move(*v);
-  }
+  if (const int code = ask_view(); code != 0) return code;
   if (view->routing["run_id"] != (*routing)["run_id"])
     return std::fprintf(stderr,
                         "worker %d: the store on port %d runs run %s, but this run directory's "
