@@ -9,9 +9,14 @@ set -euo pipefail
 job=dipaco
 if [[ "${1:-}" == lm || "${1:-}" == dipaco ]]; then job="$1"; shift; fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bash "$root/scripts/deps.sh"
+bash "$root/scripts/deps.sh" demo
 build="${PACO_BUILD_DIR:-$root/build}"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+# Only paco_train is built; the tests and benchmarks are configured by scripts/test.sh, which
+# installs what they need. The device trainer only where a GPU is visible.
+cuda=OFF
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then cuda=ON; fi
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPACO_BUILD_TESTS=OFF \
+  -DPACO_BUILD_BENCH=OFF -DPACO_TRAIN_CUDA="$cuda" >/dev/null
 cmake --build "$build" -j "$(nproc)" --target paco_train
 # OpenBLAS 0.3.21 does not know this generation of AVX-512 CPUs and would fall back to AVX2
 # kernels at half speed; name an AVX-512 core type when the CPU has AVX-512.

