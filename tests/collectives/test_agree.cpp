@@ -18,7 +18,7 @@ using collectives::agree_field;
 
 namespace {
 
-const int ps[] = {1, 2, 3, 5};
+const int agree_worlds[] = {1, 2, 3, 5};  // ranks per run
 
 std::vector<agree_field> fingerprint() {
   return {{"--d", "64"},     {"--inner", "60"}, {"--compress", "bf16"},
@@ -40,7 +40,7 @@ std::vector<status> run_agree(int p, F fields_of, net::clock::duration budget = 
 }  // namespace
 
 TEST_CASE("agree: the same fields on every rank pass on every rank", "[collectives][agree]") {
-  for (int p : ps) {
+  for (int p : agree_worlds) {
     auto st = run_agree(p, [](int) { return fingerprint(); });
     for (int r = 0; r < p; ++r) {
       INFO("p=" << p << " rank " << r << ": " << st[std::size_t(r)].error().what());
@@ -60,7 +60,7 @@ TEST_CASE("agree: the same fields on every rank pass on every rank", "[collectiv
 
 TEST_CASE("agree: a field that differs on one rank fails on every rank, named with both values",
           "[collectives][agree]") {
-  for (int p : ps) {
+  for (int p : agree_worlds) {
     if (p == 1) continue;
     for (int odd = 1; odd < p; ++odd) {
       auto st = run_agree(p, [&](int r) {
@@ -101,7 +101,7 @@ TEST_CASE("agree: rank 0 differing is named on every rank; the lowest rank first
 
 TEST_CASE("agree: a different field count names the missing or extra field on every rank",
           "[collectives][agree]") {
-  for (int p : ps) {
+  for (int p : agree_worlds) {
     if (p == 1) continue;
     const int odd = p - 1;
     auto fewer = run_agree(p, [&](int r) {
@@ -179,7 +179,7 @@ TEST_CASE("agree: a list longer than agree_max_bytes is refused on every rank, t
 
 TEST_CASE("agree_ok: one rank's failure stops every rank, naming the rank and its error",
           "[collectives][agree]") {
-  for (int p : ps) {
+  for (int p : agree_worlds) {
     std::vector<status> all_ok(std::size_t(p), status{});
     paco::testing::inproc_world::run(p, [&](net::inproc& t) {
       all_ok[std::size_t(t.rank())] = collectives::agree_ok(t, status{});

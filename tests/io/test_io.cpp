@@ -12,25 +12,10 @@
 
 #include "paco/io/io.hpp"
 #include "paco/nn/gpt.hpp"
+#include "paco/testing/files.hpp"
 
 using namespace paco;
 namespace fs = std::filesystem;
-
-namespace {
-fs::path temp_dir(const std::string& name) {
-  auto d = fs::temp_directory_path() / ("paco_test_io_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-void write(const fs::path& p, const std::string& s) {
-  std::ofstream(p, std::ios::binary) << s;
-}
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-}  // namespace
 
 TEST_CASE("strip_brown_tags removes tags and rebuilds spacing", "[io]") {
   auto t = io::strip_brown_tags(
@@ -98,13 +83,13 @@ TEST_CASE("the real Brown corpus loads: 500 documents, 15 genres, stable splits"
 }
 
 TEST_CASE("load_brown names what is wrong", "[io]") {
-  auto d = temp_dir("brown");
+  auto d = testing::fresh_dir("io_brown");
   auto missing = io::load_brown(d / "nope");
   REQUIRE(missing.error().code == errc::not_found);
   REQUIRE(missing.error().message.find("nope") != std::string::npos);
   auto empty = io::load_brown(d);
   REQUIRE(empty.error().code == errc::not_found);
-  write(d / "ca01", std::string(200, 'x') + "/nn untagged\n");
+  testing::write_file(d / "ca01", std::string(200, 'x') + "/nn untagged\n");
   auto corrupt = io::load_brown(d);
   REQUIRE(corrupt.error().code == errc::corrupt);
   fs::remove_all(d);
@@ -138,7 +123,7 @@ TEST_CASE("batch_sampler: targets are inputs shifted by one, same seed same batc
 }
 
 TEST_CASE("safetensors round-trip and rejection of malformed files", "[io][safetensors]") {
-  auto d = temp_dir("st");
+  auto d = testing::fresh_dir("io_st");
   std::vector<float> a = {1, 2, 3, 4, 5, 6}, b = {-1.5f};
   REQUIRE(io::save_safetensors(d / "t.safetensors", {{"a", {2, 3}, a.data()}, {"b", {1}, b.data()}},
                                {{"k", "v"}})
@@ -150,9 +135,9 @@ TEST_CASE("safetensors round-trip and rejection of malformed files", "[io][safet
   REQUIRE(f->tensors.at("b").values == b);
   REQUIRE(f->metadata.at("k") == "v");
 
-  const std::string good = read(d / "t.safetensors");
+  const std::string good = testing::read_file(d / "t.safetensors");
   auto expect_corrupt = [&](const std::string& content, const char* what) {
-    write(d / "bad.safetensors", content);
+    testing::write_file(d / "bad.safetensors", content);
     auto r = io::load_safetensors(d / "bad.safetensors");
     INFO(what);
     REQUIRE(!r.ok());
@@ -176,14 +161,14 @@ TEST_CASE("safetensors round-trip and rejection of malformed files", "[io][safet
 }
 
 TEST_CASE("atomic writes leave the old file intact when writing fails", "[io]") {
-  auto d = temp_dir("atomic");
+  auto d = testing::fresh_dir("io_atomic");
   REQUIRE(io::write_file_atomic(d / "f", "first").ok());
   auto s = io::write_file_atomic(d / "f", [](const auto& append) {
     append("partial", 7);
     return false;  // the writer fails midway
   });
   REQUIRE(!s.ok());
-  REQUIRE(read(d / "f") == "first");
+  REQUIRE(testing::read_file(d / "f") == "first");
   int files = 0;
   for (auto& e : fs::directory_iterator(d)) (void)e, ++files;
   REQUIRE(files == 1);  // no temporary left behind
@@ -192,7 +177,7 @@ TEST_CASE("atomic writes leave the old file intact when writing fails", "[io]") 
 }
 
 TEST_CASE("checkpoints restore parameters, optimizer state and step", "[io][checkpoint]") {
-  auto d = temp_dir("ckpt");
+  auto d = testing::fresh_dir("io_ckpt");
   nn::gpt m({.vocab = 16, .ctx = 8, .d = 8, .layers = 1, .heads = 2});
   arena<host> a(m.layout());
   m.init(a, 3);
@@ -219,7 +204,7 @@ TEST_CASE("checkpoints restore parameters, optimizer state and step", "[io][chec
 
 TEST_CASE("safetensors files paco writes carry a checksum of tensors and metadata",
           "[io][safetensors]") {
-  auto d = temp_dir("sum");
+  auto d = testing::fresh_dir("io_sum");
   std::vector<float> a = {1, 2, 3, 4, 5, 6};
   REQUIRE(
       io::save_safetensors(d / "t.safetensors", {{"a", {2, 3}, a.data()}}, {{"rounds", "[4,4]"}})
@@ -227,9 +212,9 @@ TEST_CASE("safetensors files paco writes carry a checksum of tensors and metadat
   auto f = io::load_safetensors(d / "t.safetensors");
   REQUIRE(f.ok());
   REQUIRE(f->metadata.at(io::checksum_key).size() == 16);
-  const std::string good = read(d / "t.safetensors");
+  const std::string good = testing::read_file(d / "t.safetensors");
   auto expect_bad = [&](std::string content, const char* what) {
-    write(d / "bad.safetensors", content);
+    testing::write_file(d / "bad.safetensors", content);
     auto r = io::load_safetensors(d / "bad.safetensors");
     INFO(what);
     REQUIRE(!r.ok());
@@ -248,11 +233,11 @@ TEST_CASE("safetensors files paco writes carry a checksum of tensors and metadat
   m.init(x, 1);
   REQUIRE(
       io::save_checkpoint(d / "c.safetensors", m.tensors(), x, 3, {{"config", "a=1 b=2"}}).ok());
-  std::string ck = read(d / "c.safetensors");
+  std::string ck = testing::read_file(d / "c.safetensors");
   const auto at = ck.find(io::checksum_key);
   REQUIRE(at != std::string::npos);
   ck[at] = 'q';  // the key renamed: the checksum is gone, the length unchanged
-  write(d / "c2.safetensors", ck);
+  testing::write_file(d / "c2.safetensors", ck);
   REQUIRE(io::load_safetensors(d / "c2.safetensors").ok());
   arena<host> y(m.layout());
   auto r = io::load_checkpoint(d / "c2.safetensors", m.tensors(), y);
@@ -296,7 +281,7 @@ TEST_CASE("metrics_log: a record that does not fit is an error and leaves whole 
           "[io]") {
   // A file size limit stands in for a full disk: part of the record is written, then the write
   // fails. Before, the part stayed and the next (retried) record was glued onto it.
-  const auto d = temp_dir("metrics");
+  const auto d = testing::fresh_dir("io_metrics");
   const auto f = d / "log.jsonl";
   auto log = io::metrics_log::open(f);
   REQUIRE(log);
@@ -315,6 +300,6 @@ TEST_CASE("metrics_log: a record that does not fit is an error and leaves whole 
   REQUIRE(s.error().message.find(f.string()) != std::string::npos);
   REQUIRE(fs::file_size(f) == size);  // the 8 bytes that fitted were cut off again
   REQUIRE(log->write({{"round", 2}}).ok());
-  REQUIRE(read(f) == "{\"round\":0}\n{\"round\":2}\n");
+  REQUIRE(testing::read_file(f) == "{\"round\":0}\n{\"round\":2}\n");
   fs::remove_all(d);
 }

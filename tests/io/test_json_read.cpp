@@ -16,22 +16,13 @@
 #include "paco/nn/gpt_file.hpp"
 #include "paco/place/placement_file.hpp"
 #include "paco/place/topology_file.hpp"
+#include "paco/testing/files.hpp"
 
 using namespace paco;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-fs::path temp_dir(const std::string& name) {
-  auto d =
-      fs::temp_directory_path() / ("paco_test_json_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-void write(const fs::path& p, const std::string& s) {
-  std::ofstream(p, std::ios::binary) << s;
-}
 // `depth` arrays around an empty one's place: "[[…]]", depth levels.
 std::string nested(std::size_t depth) {
   return std::string(depth, '[') + std::string(depth, ']');
@@ -164,15 +155,15 @@ TEST_CASE("json_parse refuses nesting beyond its bound, 10^6 levels without a cr
 
 TEST_CASE("read_placement: n beyond int, a float n and a 10^6-deep value are refused",
           "[io][json][place]") {
-  const auto d = temp_dir("placement");
-  write(d / "good.json", placement_with_n("8"));
+  const auto d = testing::fresh_dir("json_placement");
+  testing::write_file(d / "good.json", placement_with_n("8"));
   auto good = place::read_placement(d / "good.json", 8, 4, 2);
   REQUIRE(good.ok());
   CHECK(good->n == 8);
   CHECK(good->pipelines[1][3] == 7);
 
   // 4294967304 = 2^32 + 8: get<int>() gave 8, and the file ran.
-  write(d / "wide.json", placement_with_n("4294967304"));
+  testing::write_file(d / "wide.json", placement_with_n("4294967304"));
   auto wide = place::read_placement(d / "wide.json", 8, 4, 2);
   REQUIRE_FALSE(wide.ok());
   CHECK(wide.error().code == errc::invalid_argument);
@@ -180,17 +171,17 @@ TEST_CASE("read_placement: n beyond int, a float n and a 10^6-deep value are ref
                                        Catch::Contains("got 4294967304"));
 
   // 8.9: get<int>() gave 8.
-  write(d / "float.json", placement_with_n("8.9"));
+  testing::write_file(d / "float.json", placement_with_n("8.9"));
   auto fl = place::read_placement(d / "float.json", 8, 4, 2);
   REQUIRE_FALSE(fl.ok());
   CHECK(fl.error().code == errc::corrupt);
   CHECK_THAT(fl.error().message, Catch::Contains("float.json") && Catch::Contains("placement.n") &&
                                      Catch::Contains("got 8.9"));
-  write(d / "string.json", placement_with_n("\"8\""));
+  testing::write_file(d / "string.json", placement_with_n("\"8\""));
   CHECK_FALSE(place::read_placement(d / "string.json", 8, 4, 2).ok());
 
   // Nested 10^6 deep: SIGSEGV (a recursive copy of the value) before.
-  write(d / "deep.json", placement_with_n(nested(1000000)));
+  testing::write_file(d / "deep.json", placement_with_n(nested(1000000)));
   auto deep = place::read_placement(d / "deep.json", 8, 4, 2);
   REQUIRE_FALSE(deep.ok());
   CHECK(deep.error().code == errc::too_large);
@@ -200,7 +191,7 @@ TEST_CASE("read_placement: n beyond int, a float n and a 10^6-deep value are ref
   // A device index beyond int (2^32 + 1 would have wrapped to device 1).
   std::string dev = placement_with_n("8");
   dev.replace(dev.find("[0, 2, 4, 6]"), 12, "[4294967297, 2, 4, 6]");
-  write(d / "device.json", dev);
+  testing::write_file(d / "device.json", dev);
   CHECK_THAT(place::read_placement(d / "device.json", 8, 4, 2).error().message,
              Catch::Contains("placement.pipelines[0][0]") && Catch::Contains("4294967297"));
   fs::remove_all(d);
@@ -248,12 +239,12 @@ TEST_CASE("topology, gpt config and safetensors readers check their integers and
 
   // A safetensors header: a dimension that would wrap the element count (2 · 2^63 = 0 mod 2^64),
   // a float dimension, and deep nesting.
-  const auto d = temp_dir("safetensors");
+  const auto d = testing::fresh_dir("json_safetensors");
   const auto file = [&](std::string header, std::size_t data_bytes = 0) {
     while (header.size() % 8) header += ' ';
     std::string s(8, '\0');
     for (int i = 0; i < 8; ++i) s[std::size_t(i)] = char((header.size() >> (8 * i)) & 0xff);
-    write(d / "t.safetensors", s + header + std::string(data_bytes, '\0'));
+    testing::write_file(d / "t.safetensors", s + header + std::string(data_bytes, '\0'));
     return io::load_safetensors(d / "t.safetensors");
   };
   REQUIRE(file(R"({"a": {"dtype": "F32", "shape": [0, 3], "data_offsets": [0, 0]}})").ok());

@@ -11,22 +11,12 @@
 #include <vector>
 
 #include "paco/io/io.hpp"
+#include "paco/testing/files.hpp"
 
 using namespace paco;
 namespace fs = std::filesystem;
 
 namespace {
-fs::path temp_dir(const std::string& name) {
-  auto d =
-      fs::temp_directory_path() / ("paco_test_text_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-void write(const fs::path& p, const std::string& s) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary) << s;
-}
 std::vector<std::string> names_of(const io::corpus& c) {
   std::vector<std::string> v;
   for (auto& d : c.docs) v.push_back(d.name);
@@ -60,13 +50,13 @@ TEST_CASE("utf8_error_offset accepts UTF-8 and points at the first bad byte", "[
 
 TEST_CASE("load_text_dir: one document per file, the first sub-folder is the domain",
           "[io][text]") {
-  auto d = temp_dir("dir");
-  write(d / "prose" / "b.txt", "Second prose document.\n");
-  write(d / "prose" / "a.txt", "First prose document.\n");
-  write(d / "code" / "pkg" / "deep.py", "def f():\n    return 1\n");
-  write(d / "readme", "a file in the root, caf\xc3\xa9\n");
-  write(d / ".manifest", "hidden files are skipped");
-  write(d / "code" / ".git" / "HEAD", "hidden folders too");
+  auto d = testing::fresh_dir("text_dir");
+  testing::write_file(d / "prose" / "b.txt", "Second prose document.\n");
+  testing::write_file(d / "prose" / "a.txt", "First prose document.\n");
+  testing::write_file(d / "code" / "pkg" / "deep.py", "def f():\n    return 1\n");
+  testing::write_file(d / "readme", "a file in the root, caf\xc3\xa9\n");
+  testing::write_file(d / ".manifest", "hidden files are skipped");
+  testing::write_file(d / "code" / ".git" / "HEAD", "hidden folders too");
   auto c = io::load_text_dir(d);
   REQUIRE(c.ok());
   REQUIRE(names_of(*c) ==
@@ -86,13 +76,13 @@ TEST_CASE("load_text_dir: one document per file, the first sub-folder is the dom
 
 TEST_CASE("the split of a directory corpus depends on names only: same on every copy",
           "[io][text]") {
-  auto a = temp_dir("split_a"), b = temp_dir("split_b");
+  auto a = testing::fresh_dir("text_split_a"), b = testing::fresh_dir("text_split_b");
   std::vector<std::string> files;
   for (int i = 0; i < 120; ++i)
     files.push_back((i % 3 == 0 ? "x/" : "y/") + std::to_string(i * 7919 % 1000) + ".txt");
-  for (auto& f : files) write(a / f, "document " + f + "\n");
+  for (auto& f : files) testing::write_file(a / f, "document " + f + "\n");
   for (auto it = files.rbegin(); it != files.rend(); ++it)  // written in the other order
-    write(b / *it, "document " + *it + "\n");
+    testing::write_file(b / *it, "document " + *it + "\n");
   auto ca = io::load_corpus("files", a), cb = io::load_corpus("files", b);
   REQUIRE(ca.ok());
   REQUIRE(cb.ok());
@@ -114,18 +104,18 @@ TEST_CASE("the split of a directory corpus depends on names only: same on every 
 }
 
 TEST_CASE("load_text_dir names the file and the problem", "[io][text]") {
-  auto d = temp_dir("bad");
+  auto d = testing::fresh_dir("text_bad");
   require_error(io::load_text_dir(d / "nope"), errc::not_found, {"nope", "does not exist"});
   require_error(io::load_text_dir(d), errc::not_found, {d.string(), "holds no files"});
-  write(d / "ok.txt", "fine\n");
+  testing::write_file(d / "ok.txt", "fine\n");
 
-  write(d / "empty.txt", "");
+  testing::write_file(d / "empty.txt", "");
   require_error(io::load_text_dir(d), errc::corrupt, {"empty.txt", "is empty"});
-  write(d / "empty.txt", " \n\t\n");
+  testing::write_file(d / "empty.txt", " \n\t\n");
   require_error(io::load_text_dir(d), errc::corrupt, {"empty.txt", "only white space"});
   fs::remove(d / "empty.txt");
 
-  write(d / "dom" / "latin1.txt", "na\xefve\n");
+  testing::write_file(d / "dom" / "latin1.txt", "na\xefve\n");
   require_error(io::load_text_dir(d), errc::corrupt,
                 {"dom/latin1.txt", "not valid UTF-8", "byte offset 2"});
   fs::remove(d / "dom" / "latin1.txt");
@@ -135,7 +125,7 @@ TEST_CASE("load_text_dir names the file and the problem", "[io][text]") {
   fs::remove(d / "dangling.txt");
 
   if (::geteuid() != 0) {  // root reads every file whatever its mode
-    write(d / "secret.txt", "no access\n");
+    testing::write_file(d / "secret.txt", "no access\n");
     fs::permissions(d / "secret.txt", fs::perms::none);
     require_error(io::load_text_dir(d), errc::io, {"secret.txt", "cannot read"});
     fs::remove(d / "secret.txt");
@@ -145,21 +135,21 @@ TEST_CASE("load_text_dir names the file and the problem", "[io][text]") {
 }
 
 TEST_CASE("load_jsonl: text, domain and name fields; names default to file:line", "[io][text]") {
-  auto d = temp_dir("jsonl");
-  write(d / "docs.jsonl",
-        "{\"text\": \"first document\\n\", \"domain\": \"news\"}\n"
-        "\n"
-        "{\"text\": \"second, caf\xc3\xa9\", \"id\": 17, \"extra\": [1, 2]}\n"
-        "{\"body\": \"third\", \"name\": \"the-third\", \"kind\": \"code\"}\n");
+  auto d = testing::fresh_dir("text_jsonl");
+  testing::write_file(d / "docs.jsonl",
+                      "{\"text\": \"first document\\n\", \"domain\": \"news\"}\n"
+                      "\n"
+                      "{\"text\": \"second, caf\xc3\xa9\", \"id\": 17, \"extra\": [1, 2]}\n"
+                      "{\"body\": \"third\", \"name\": \"the-third\", \"kind\": \"code\"}\n");
   auto c = io::load_jsonl(d / "docs.jsonl", {.text_field = "text"});
   REQUIRE(!c.ok());  // line 4 has no "text"
   require_error(c, errc::corrupt, {"docs.jsonl", "line 4", "\"text\""});
 
-  write(d / "docs.jsonl",
-        "{\"text\": \"first document\\n\", \"domain\": \"news\"}\n"
-        "\n"
-        "{\"text\": \"second, caf\xc3\xa9\", \"id\": 17, \"extra\": [1, 2]}\n"
-        "{\"text\": \"third\", \"name\": \"the-third\"}");
+  testing::write_file(d / "docs.jsonl",
+                      "{\"text\": \"first document\\n\", \"domain\": \"news\"}\n"
+                      "\n"
+                      "{\"text\": \"second, caf\xc3\xa9\", \"id\": 17, \"extra\": [1, 2]}\n"
+                      "{\"text\": \"third\", \"name\": \"the-third\"}");
   c = io::load_corpus("files", d / "docs.jsonl");
   REQUIRE(c.ok());
   REQUIRE(c->docs.size() == 3);
@@ -170,7 +160,7 @@ TEST_CASE("load_jsonl: text, domain and name fields; names default to file:line"
   REQUIRE(c->docs[1].domain == "");
   REQUIRE(c->source == (d / "docs.jsonl").string());
 
-  write(d / "other.jsonl", "{\"body\": \"x\", \"kind\": \"code\"}\n");
+  testing::write_file(d / "other.jsonl", "{\"body\": \"x\", \"kind\": \"code\"}\n");
   auto o = io::load_jsonl(d / "other.jsonl", {.text_field = "body", .domain_field = "kind"});
   REQUIRE(o.ok());
   REQUIRE(o->docs[0].text == "x");
@@ -180,10 +170,10 @@ TEST_CASE("load_jsonl: text, domain and name fields; names default to file:line"
 }
 
 TEST_CASE("load_jsonl names the file, the line and the problem", "[io][text]") {
-  auto d = temp_dir("jsonl_bad");
+  auto d = testing::fresh_dir("text_jsonl_bad");
   const auto f = d / "c.jsonl";
   auto expect = [&](const std::string& content, errc code, std::initializer_list<std::string> p) {
-    write(f, content);
+    testing::write_file(f, content);
     require_error(io::load_jsonl(f), code, p);
   };
   require_error(io::load_jsonl(d / "missing.jsonl"), errc::not_found, {"missing.jsonl"});
@@ -219,8 +209,8 @@ TEST_CASE("check_splits names the split left empty", "[io][text]") {
 }
 
 TEST_CASE("load_corpus dispatches on the kind and names a bad one", "[io][text]") {
-  auto d = temp_dir("dispatch");
-  write(d / "a.txt", "hello\n");
+  auto d = testing::fresh_dir("text_dispatch");
+  testing::write_file(d / "a.txt", "hello\n");
   REQUIRE(io::load_corpus("files", d)->docs.size() == 1);
   require_error(io::load_corpus("files", ""), errc::invalid_argument, {"\"files\" needs a path"});
   require_error(io::load_corpus("files", d / "nope"), errc::not_found, {"nope"});

@@ -28,7 +28,7 @@ std::vector<std::byte> random_bytes(std::size_t n, unsigned seed) {
   return v;
 }
 
-bool has(const std::string& s, const std::string& w) {
+bool mentions(const std::string& s, const std::string& w) {
   return s.find(w) != std::string::npos;
 }
 
@@ -150,8 +150,8 @@ TEST_CASE("asio_tcp streams: ranks that disagree on the stream count are refused
   INFO("rank 0: " << err[0] << " (" << took[0] << " s)\nrank 1: " << err[1] << " (" << took[1]
                   << " s)");
   // Each names both counts.
-  REQUIRE(has(err[0], "1 stream(s) per link) differs from ours (size 2, epoch 0, 2)"));
-  REQUIRE(has(err[1], "2 stream(s) per link) differs from ours (size 2, epoch 0, 1)"));
+  REQUIRE(mentions(err[0], "1 stream(s) per link) differs from ours (size 2, epoch 0, 2)"));
+  REQUIRE(mentions(err[1], "2 stream(s) per link) differs from ours (size 2, epoch 0, 1)"));
   REQUIRE(took[0] < 10);
   REQUIRE(took[1] < 10);
 }
@@ -183,7 +183,7 @@ TEST_CASE("asio_tcp: a process of another launch (epoch) is refused without stop
   coord.join();
   member.join();
   INFO("stray: " << stray_err << "\nrank 0: " << err[0] << "\nrank 1: " << err[1]);
-  REQUIRE(has(stray_err, "refused by the server"));
+  REQUIRE(mentions(stray_err, "refused by the server"));
   REQUIRE(err[0].empty());
   REQUIRE(err[1].empty());
 }
@@ -194,14 +194,14 @@ TEST_CASE("asio_tcp streams: bad settings are refused before anything opens", "[
   auto r = net::asio_tcp::connect(o);
   REQUIRE(!r);
   REQUIRE(r.error().code == errc::invalid_argument);
-  REQUIRE(has(r.error().message, "tcp_options.streams"));
+  REQUIRE(mentions(r.error().message, "tcp_options.streams"));
   o.streams = 17;
   REQUIRE(net::asio_tcp::connect(o).error().code == errc::invalid_argument);
   o.streams = 2;
   o.tls.enabled = true;
   auto t = net::asio_tcp::connect(o);
   REQUIRE(!t);
-  REQUIRE(has(t.error().message, "TLS links have one stream"));
+  REQUIRE(mentions(t.error().message, "TLS links have one stream"));
 }
 
 TEST_CASE("asio_tcp: socket buffers follow the bandwidth-delay product", "[net][streams]") {

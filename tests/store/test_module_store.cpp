@@ -17,13 +17,11 @@
 #include "paco/store/store_file.hpp"
 
 using namespace paco;
-using namespace paco::path;
-using namespace paco::store;
 
 TEST_CASE("module_store: weighted mean of arrived deltas, outer step, hash, late push refused",
           "[store]") {
-  module_store<outer::sgd> st({{0, 3, 2}, {1, 2, 1}}, outer::sgd{.lr = 1.0f},
-                              {.weight_by_shard = true});
+  store::module_store<outer::sgd> st({{0, 3, 2}, {1, 2, 1}}, outer::sgd{.lr = 1.0f},
+                                     {.weight_by_shard = true});
   st.set(0, std::vector<float>{1, 2, 3});
   auto h0 = st.hash(0);
   REQUIRE(st.push(0, /*path*/ 0, 0, std::vector<float>{1, 1, 1}, 1.0).ok());
@@ -56,11 +54,11 @@ TEST_CASE("module_store: weighted mean of arrived deltas, outer step, hash, late
 }
 
 TEST_CASE("module_store snapshot round-trips θ, outer state and round", "[store]") {
-  module_store<outer::nesterov> a({{0, 4, 1}}, outer::nesterov{});
+  store::module_store<outer::nesterov> a({{0, 4, 1}}, outer::nesterov{});
   a.set(0, std::vector<float>{1, 2, 3, 4});
   REQUIRE(a.push(0, 0, 0, std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f}, 1).ok());
   a.close(0);
-  module_store<outer::nesterov> b({{0, 4, 1}}, outer::nesterov{});
+  store::module_store<outer::nesterov> b({{0, 4, 1}}, outer::nesterov{});
   REQUIRE(b.restore(0, a.save(0)).ok());
   REQUIRE(b.hash(0) == a.hash(0));
   REQUIRE(b.round(0) == 1);
@@ -75,9 +73,9 @@ TEST_CASE("module_store snapshot round-trips θ, outer state and round", "[store
 TEST_CASE("store_file: a store checkpoint round-trips and says what its vectors are",
           "[store][store_file]") {
   nn::gpt m({.vocab = 16, .ctx = 8, .d = 8, .layers = 2, .heads = 2});
-  auto lv = *split_gpt_levels(m.layout(), 2, 2);
-  const auto plan = *path_plan::make(module_grid<2>::experts({2, 1}), lv);
-  module_store<outer::nesterov> st(plan.module_table(), outer::nesterov{});
+  auto lv = *path::split_gpt_levels(m.layout(), 2, 2);
+  const auto plan = *path::path_plan::make(path::module_grid<2>::experts({2, 1}), lv);
+  store::module_store<outer::nesterov> st(plan.module_table(), outer::nesterov{});
   for (int k = 0; k < plan.modules(); ++k) {
     std::vector<float> th(plan.span_of(k).size);
     for (std::size_t i = 0; i < th.size(); ++i) th[i] = float(k) + 0.001f * float(i);
@@ -91,7 +89,7 @@ TEST_CASE("store_file: a store checkpoint round-trips and says what its vectors 
                     ("paco_store_" + std::to_string(::getpid()) + ".safetensors");
   REQUIRE(save_store_file(file, st, plan, "model.d=8").ok());
 
-  module_store<outer::nesterov> back(plan.module_table(), outer::nesterov{});
+  store::module_store<outer::nesterov> back(plan.module_table(), outer::nesterov{});
   REQUIRE(load_store_file(file, back, plan, "model.d=8").ok());
   for (int k = 0; k < plan.modules(); ++k) {
     REQUIRE(back.round(k) == st.round(k));
@@ -110,8 +108,8 @@ TEST_CASE("store_file: a store checkpoint round-trips and says what its vectors 
   // Refused: another configuration, another grid.
   auto other_cfg = load_store_file(file, back, plan, "model.d=16");
   REQUIRE(!other_cfg.ok());
-  const auto plan22 = *path_plan::make(module_grid<2>::experts({2, 2}), lv);
-  module_store<outer::nesterov> four(plan22.module_table(), outer::nesterov{});
+  const auto plan22 = *path::path_plan::make(path::module_grid<2>::experts({2, 2}), lv);
+  store::module_store<outer::nesterov> four(plan22.module_table(), outer::nesterov{});
   auto other_grid = load_store_file(file, four, plan22, "model.d=8");
   REQUIRE(!other_grid.ok());
   REQUIRE(other_grid.error().message.find("another grid") != std::string::npos);
@@ -129,9 +127,9 @@ TEST_CASE("store_file: a store checkpoint round-trips and says what its vectors 
 
 TEST_CASE("metered: forwards to its store and records every push; the peak rate of a timeline",
           "[store]") {
-  local_store<outer::sgd> inner({{0, 3, 1}}, outer::sgd{.lr = 1.0f});
-  metered m(inner);
-  static_assert(EncodedModuleStore<metered<local_store<outer::sgd>>>);
+  store::local_store<outer::sgd> inner({{0, 3, 1}}, outer::sgd{.lr = 1.0f});
+  store::metered m(inner);
+  static_assert(store::EncodedModuleStore<store::metered<store::local_store<outer::sgd>>>);
   std::vector<float> theta(3);
   REQUIRE(m.pull(0, theta).ok());
   REQUIRE(m.push(0, 0, 0, std::vector<float>{1, 1, 1}, 1.0).ok());
@@ -140,13 +138,13 @@ TEST_CASE("metered: forwards to its store and records every push; the peak rate 
   REQUIRE(!m.push(0, 0, 0, std::vector<float>{1, 1, 1}, 1.0).ok());  // late: refused, counted
   auto got = m.take();
   REQUIRE(got.size() == 2);
-  REQUIRE(got[0].bytes == wire::push_bytes(12));
+  REQUIRE(got[0].bytes == store::wire::push_bytes(12));
   REQUIRE(got[0].end_s >= got[0].start_s);
   REQUIRE(got[1].start_s >= got[0].end_s);
   REQUIRE(m.take().empty());
 
   // A timeline by hand: 100 bytes over [0, 1), 100 over [2, 2.5), 40 at the instant 4.
-  const std::vector<push_record> t{{0, 1, 100}, {2, 2.5, 100}, {4, 4, 40}};
+  const std::vector<store::push_record> t{{0, 1, 100}, {2, 2.5, 100}, {4, 4, 40}};
   REQUIRE(peak_rate(t, 1.0) == Approx(100.0));      // either push alone fills a window of 1 s
   REQUIRE(peak_rate(t, 0.5) == Approx(200.0));      // the second in half a second
   REQUIRE(peak_rate(t, 3.0) == Approx(200.0 / 3));  // [0, 3) or [1.5, 4.5): 200 bytes

@@ -18,7 +18,7 @@ using namespace paco;
 
 namespace {
 
-io::token_stream stream(std::uint64_t seed, std::size_t n = 3000) {
+io::token_stream diloco_stream(std::uint64_t seed, std::size_t n = 3000) {
   return paco::testing::synthetic_stream(seed, n, 7, 5);
 }
 
@@ -27,7 +27,7 @@ struct diloco_case {
   nn::gpt model{{.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2}};
   arena<host> a0{model.layout()};
   std::vector<path::level_span> levels = *path::split_gpt_levels(model.layout(), 2, 1);
-  std::vector<io::token_stream> shards{stream(21), stream(22), stream(23)};
+  std::vector<io::token_stream> shards{diloco_stream(21), diloco_stream(22), diloco_stream(23)};
   train::inner_config cfg{.batch = 2,
                           .ctx = 16,
                           .steps = 3,

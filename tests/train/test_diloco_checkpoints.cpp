@@ -33,13 +33,13 @@ using worker_t = train::path_worker<nn::gpt, optim::adamw>;
 using rank_t = train::round_loop<net::inproc, train::path_worker<nn::gpt, optim::adamw>,
                                  outer::nesterov, train::blocking>;
 
-struct setup {
+struct checkpoint_setup {
   nn::gpt model{{.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2}};
   std::vector<path::level_span> levels = *path::split_gpt_levels(model.layout(), 2, 1);
   train::inner_config icfg{.batch = 2, .ctx = 16, .steps = 3};
   std::vector<io::token_stream> shards;
   static constexpr int K = 3, R = 5;
-  setup() {
+  checkpoint_setup() {
     icfg.schedule = {.lr = 3e-3f, .min_lr = 3e-4f, .warmup = 2, .total = R * 3};
     for (int r = 0; r < K; ++r) shards.push_back(testing::synthetic_stream(70 + r, 3000, 3 + r, 3));
   }
@@ -53,13 +53,14 @@ struct outcome {
 
 // K ranks: open the checkpoints in dir (unless empty) with `resume`, then rounds up to `until`,
 // saving each when dir is given.
-outcome run(const setup& s, int until, const fs::path& dir, bool resume,
+outcome run(const checkpoint_setup& s, int until, const fs::path& dir, bool resume,
             const std::string& compress = "", const std::string& config = "run=1") {
-  outcome out{std::vector<std::vector<float>>(setup::K), std::vector<status>(setup::K, status{}),
-              std::vector<long>(setup::K, 0)};
-  auto world = net::inproc::world(setup::K);
+  outcome out{std::vector<std::vector<float>>(checkpoint_setup::K),
+              std::vector<status>(checkpoint_setup::K, status{}),
+              std::vector<long>(checkpoint_setup::K, 0)};
+  auto world = net::inproc::world(checkpoint_setup::K);
   std::vector<std::thread> th;
-  for (int r = 0; r < setup::K; ++r)
+  for (int r = 0; r < checkpoint_setup::K; ++r)
     th.emplace_back([&, r] {
       std::vector<compress::module_codec> codec;
       if (!compress.empty())
@@ -92,7 +93,7 @@ fs::path fresh_dir(const std::string& name) {
 }
 
 void require_ok(const outcome& o) {
-  for (int r = 0; r < setup::K; ++r) {
+  for (int r = 0; r < checkpoint_setup::K; ++r) {
     INFO("rank " << r << ": " << o.st[std::size_t(r)].error().what());
     REQUIRE(o.st[std::size_t(r)].ok());
   }
@@ -104,10 +105,10 @@ TEST_CASE(
     "blocking round_loop: stopped after round k and resumed, bit-identical to a run never "
     "stopped",
     "[train][diloco][resume]") {
-  const setup s;
+  const checkpoint_setup s;
   for (const std::string compress : {"", "int8"}) {
     INFO("compress '" << compress << "'");
-    const auto whole = run(s, setup::R, {}, false, compress);
+    const auto whole = run(s, checkpoint_setup::R, {}, false, compress);
     require_ok(whole);
     REQUIRE(whole.theta[0] == whole.theta[1]);
     REQUIRE(whole.theta[1] == whole.theta[2]);
@@ -121,14 +122,14 @@ TEST_CASE(
       const auto first = run(s, k, dir, false, compress);
       require_ok(first);
       // The newest two rounds of each rank are on disk.
-      for (int r = 0; r < setup::K; ++r) {
+      for (int r = 0; r < checkpoint_setup::K; ++r) {
         auto want = k == 1 ? std::vector<long>{0} : std::vector<long>{long(k) - 2, long(k) - 1};
         REQUIRE(train::replica_rounds(dir, r) == want);
       }
-      const auto second = run(s, setup::R, dir, true, compress);
+      const auto second = run(s, checkpoint_setup::R, dir, true, compress);
       require_ok(second);
-      for (int r = 0; r < setup::K; ++r) {
-        REQUIRE(second.rounds[std::size_t(r)] == setup::R);
+      for (int r = 0; r < checkpoint_setup::K; ++r) {
+        REQUIRE(second.rounds[std::size_t(r)] == checkpoint_setup::R);
         REQUIRE(second.theta[std::size_t(r)] == whole.theta[std::size_t(r)]);  // bit for bit
       }
       fs::remove_all(dir);
@@ -140,15 +141,15 @@ TEST_CASE(
     "blocking round_loop: a rank whose newest file is missing resumes the group one round "
     "earlier, still bit-identical",
     "[train][diloco][resume]") {
-  const setup s;
-  const auto whole = run(s, setup::R, {}, false);
+  const checkpoint_setup s;
+  const auto whole = run(s, checkpoint_setup::R, {}, false);
   require_ok(whole);
   const auto dir = fresh_dir("skew");
   require_ok(run(s, 3, dir, false));
   fs::remove(train::replica_file(dir, 1, 2));  // killed between the ranks' writes of round 2
-  const auto second = run(s, setup::R, dir, true);
+  const auto second = run(s, checkpoint_setup::R, dir, true);
   require_ok(second);
-  for (int r = 0; r < setup::K; ++r)
+  for (int r = 0; r < checkpoint_setup::K; ++r)
     REQUIRE(second.theta[std::size_t(r)] == whole.theta[std::size_t(r)]);
   fs::remove_all(dir);
 }
@@ -157,11 +158,11 @@ TEST_CASE(
     "blocking round_loop: missing, foreign and other-config checkpoints fail every rank, "
     "the file named",
     "[train][diloco][resume]") {
-  const setup s;
+  const checkpoint_setup s;
   const auto dir = fresh_dir("errors");
   SECTION("no checkpoint at all") {
-    const auto o = run(s, setup::R, dir, true);
-    for (int r = 0; r < setup::K; ++r) {
+    const auto o = run(s, checkpoint_setup::R, dir, true);
+    for (int r = 0; r < checkpoint_setup::K; ++r) {
       const auto& e = o.st[std::size_t(r)].error();
       REQUIRE(e.code == errc::not_found);
       REQUIRE(e.message.find("no checkpoint of rank " + std::to_string(r) + " in '" + dir.string() +
@@ -172,7 +173,7 @@ TEST_CASE(
   SECTION("one rank without its files") {
     require_ok(run(s, 2, dir, false));
     for (long k : train::replica_rounds(dir, 2)) fs::remove(train::replica_file(dir, 2, k));
-    const auto o = run(s, setup::R, dir, true);
+    const auto o = run(s, checkpoint_setup::R, dir, true);
     REQUIRE(o.st[2].error().message.find("no checkpoint of rank 2") == 0);
     for (int r : {0, 1}) {
       REQUIRE(o.st[std::size_t(r)].error().code == errc::not_found);
@@ -183,7 +184,7 @@ TEST_CASE(
     require_ok(run(s, 2, dir, false));
     fs::copy_file(train::replica_file(dir, 0, 1), train::replica_file(dir, 1, 1),
                   fs::copy_options::overwrite_existing);
-    const auto o = run(s, setup::R, dir, true);
+    const auto o = run(s, checkpoint_setup::R, dir, true);
     const auto& e = o.st[1].error();
     REQUIRE(e.code == errc::mismatch);
     REQUIRE(e.message == "checkpoint '" + train::replica_file(dir, 1, 1).string() +
@@ -193,19 +194,19 @@ TEST_CASE(
   }
   SECTION("a file of another configuration") {
     require_ok(run(s, 2, dir, false, "", "lr=0.002 inner=3"));
-    const auto o = run(s, setup::R, dir, true, "", "lr=0.001 inner=3");
+    const auto o = run(s, checkpoint_setup::R, dir, true, "", "lr=0.001 inner=3");
     const auto& e = o.st[0].error();
     REQUIRE(e.code == errc::mismatch);
     REQUIRE(e.message == "'" + train::replica_file(dir, 0, 1).string() +
                              "' was written with lr = 0.002, this run has 0.001");
-    for (int r = 1; r < setup::K; ++r)
+    for (int r = 1; r < checkpoint_setup::K; ++r)
       REQUIRE(o.st[std::size_t(r)].error().message.find("' was written with lr = 0.002") !=
               std::string::npos);
   }
   SECTION("a fresh run over existing checkpoints") {
     require_ok(run(s, 2, dir, false));
-    const auto o = run(s, setup::R, dir, false);
-    for (int r = 0; r < setup::K; ++r) {
+    const auto o = run(s, checkpoint_setup::R, dir, false);
+    for (int r = 0; r < checkpoint_setup::K; ++r) {
       const auto& e = o.st[std::size_t(r)].error();
       REQUIRE(e.code == errc::invalid_argument);
       REQUIRE(e.message.find("checkpoint '" + train::replica_file(dir, r, 1).string() +
@@ -213,7 +214,7 @@ TEST_CASE(
     }
   }
   SECTION("a codec whose state a checkpoint does not hold") {
-    const auto o = run(s, setup::R, dir, false, "powersgd:2");
+    const auto o = run(s, checkpoint_setup::R, dir, false, "powersgd:2");
     for (auto& st : o.st) {
       REQUIRE(st.error().code == errc::unsupported);
       REQUIRE(st.error().message.find("compress = powersgd:2 keeps PowerSGD's warm-started Q") ==
@@ -228,7 +229,7 @@ TEST_CASE(
 
 TEST_CASE("save_replica_file: a write that keeps failing is an error naming the file",
           "[train][resume]") {
-  const setup s;
+  const checkpoint_setup s;
   arena<host> a(s.model.layout());
   s.model.init(a, 1);
   const auto blocker = fs::temp_directory_path() / "paco_test_resumable_blocker";

@@ -13,14 +13,13 @@
 #include "paco/testing/token_streams.hpp"
 #include "paco/train/dipaco_local.hpp"
 
+#include "small_gpt.hpp"
+
 using namespace paco;
 
 namespace {
-nn::gpt_config small() {
-  return {.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2};
-}
 
-io::token_stream stream(std::uint64_t seed, std::size_t n = 4000) {
+io::token_stream dipaco_stream(std::uint64_t seed, std::size_t n = 4000) {
   return paco::testing::synthetic_stream(seed, n, 7, 5);
 }
 
@@ -32,12 +31,12 @@ double max_diff(const float* a, const float* b, std::size_t n) {
 }  // namespace
 
 TEST_CASE("DiLoCo with outer sgd(lr=1) is FedAvg", "[dipaco][known-answer]") {
-  nn::gpt model(small());
+  nn::gpt model(train_tests::small_gpt());
   arena<host> a0(model.layout());
   model.init(a0, 1);
   auto levels = *path::split_gpt_levels(model.layout(), 2, 1);
   auto grid = path::module_grid<1>::experts({1});
-  std::vector<io::token_stream> shards{stream(1), stream(2), stream(3)};
+  std::vector<io::token_stream> shards{dipaco_stream(1), dipaco_stream(2), dipaco_stream(3)};
   const auto plan = *path::path_plan::make(grid, levels, 3);
   std::vector<train::worker_spec> ws;
   for (int i = 0; i < 3; ++i) ws.push_back({&shards[i], 10u + i});
@@ -73,12 +72,12 @@ TEST_CASE("DiLoCo with outer sgd(lr=1) is FedAvg", "[dipaco][known-answer]") {
 
 TEST_CASE("H=1, inner SGD, outer sgd(lr=1) is one data-parallel step on the union batch",
           "[dipaco][known-answer]") {
-  nn::gpt model(small());
+  nn::gpt model(train_tests::small_gpt());
   arena<host> a0(model.layout());
   model.init(a0, 2);
   auto levels = *path::split_gpt_levels(model.layout(), 2, 1);
   auto grid = path::module_grid<1>::experts({1});
-  std::vector<io::token_stream> shards{stream(4), stream(5)};
+  std::vector<io::token_stream> shards{dipaco_stream(4), dipaco_stream(5)};
   const auto plan = *path::path_plan::make(grid, levels, 2);
   std::vector<train::worker_spec> ws{{&shards[0], 7}, {&shards[1], 8}};
   const float lr = 0.1f;
@@ -111,10 +110,10 @@ TEST_CASE("H=1, inner SGD, outer sgd(lr=1) is one data-parallel step on the unio
 }
 
 TEST_CASE("DiPaCo with a single path equals DiLoCo with k=1", "[dipaco][known-answer]") {
-  nn::gpt model(small());
+  nn::gpt model(train_tests::small_gpt());
   arena<host> a0(model.layout());
   model.init(a0, 3);
-  auto shard = stream(9);
+  auto shard = dipaco_stream(9);
   train::inner_config cfg{.batch = 2,
                           .ctx = 16,
                           .steps = 3,
@@ -145,12 +144,13 @@ TEST_CASE("DiPaCo with a single path equals DiLoCo with k=1", "[dipaco][known-an
 }
 
 TEST_CASE("DiPaCo 2x2: each module averages the paths through it", "[dipaco]") {
-  nn::gpt model(small());
+  nn::gpt model(train_tests::small_gpt());
   arena<host> a0(model.layout());
   model.init(a0, 4);
   auto levels = *path::split_gpt_levels(model.layout(), 2, 2);
   auto grid = path::module_grid<2>::experts({2, 2});
-  std::vector<io::token_stream> shards{stream(11), stream(12, 3000), stream(13), stream(14, 5000)};
+  std::vector<io::token_stream> shards{dipaco_stream(11), dipaco_stream(12, 3000),
+                                       dipaco_stream(13), dipaco_stream(14, 5000)};
   const auto plan = *path::path_plan::make(grid, levels);
   std::vector<train::worker_spec> ws;
   for (int p = 0; p < 4; ++p) ws.push_back({&shards[p], 20u + p});
@@ -193,12 +193,12 @@ TEST_CASE("DiPaCo 2x2: each module averages the paths through it", "[dipaco]") {
 TEST_CASE(
     "DiLoCo over a ring all-reduce matches the store-based DiLoCo and keeps replicas identical",
     "[dipaco][known-answer]") {
-  nn::gpt model(small());
+  nn::gpt model(train_tests::small_gpt());
   arena<host> a0(model.layout());
   model.init(a0, 6);
   auto levels = *path::split_gpt_levels(model.layout(), 2, 1);
   auto grid = path::module_grid<1>::experts({1});
-  std::vector<io::token_stream> shards{stream(21), stream(22), stream(23)};
+  std::vector<io::token_stream> shards{dipaco_stream(21), dipaco_stream(22), dipaco_stream(23)};
   train::inner_config cfg{.batch = 2,
                           .ctx = 16,
                           .steps = 3,
@@ -244,14 +244,16 @@ TEST_CASE(
 
 TEST_CASE("local_run: inner state survives a re-routing; a run cut into phases is the same run",
           "[dipaco][local_run]") {
-  nn::gpt model(small());
+  nn::gpt model(train_tests::small_gpt());
   arena<host> a0(model.layout());
   model.init(a0, 8);
   auto levels = *path::split_gpt_levels(model.layout(), 2, 2);
   auto grid = path::module_grid<2>::experts({2, 2});
   const auto plan = *path::path_plan::make(grid, levels);
-  std::vector<io::token_stream> shards{stream(31), stream(32), stream(33), stream(34)};
-  std::vector<io::token_stream> moved{stream(41), stream(42), stream(43), stream(44)};
+  std::vector<io::token_stream> shards{dipaco_stream(31), dipaco_stream(32), dipaco_stream(33),
+                                       dipaco_stream(34)};
+  std::vector<io::token_stream> moved{dipaco_stream(41), dipaco_stream(42), dipaco_stream(43),
+                                      dipaco_stream(44)};
   train::inner_config cfg{.batch = 2,
                           .ctx = 16,
                           .steps = 3,
@@ -307,11 +309,11 @@ TEST_CASE(
     "local_run: a push for a round that already closed leaves the worker out of that "
     "round, the run goes on",
     "[dipaco][local_run]") {
-  nn::gpt model(small());
+  nn::gpt model(train_tests::small_gpt());
   arena<host> a0(model.layout());
   model.init(a0, 9);
   auto levels = *path::split_gpt_levels(model.layout(), 2, 1);
-  std::vector<io::token_stream> shards{stream(61), stream(62)};
+  std::vector<io::token_stream> shards{dipaco_stream(61), dipaco_stream(62)};
   const auto plan = *path::path_plan::make(path::module_grid<1>::experts({1}), levels, 2);
   std::vector<train::worker_spec> ws{{&shards[0], 70u}, {&shards[1], 71u}};
   // The store expects one push per round and both workers pull the round before either pushes:

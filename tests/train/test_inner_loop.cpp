@@ -6,17 +6,13 @@
 #include "paco/testing/token_streams.hpp"
 #include "paco/train/inner_loop.hpp"
 
-using namespace paco;
+#include "small_gpt.hpp"
 
-namespace {
-nn::gpt_config small() {
-  return {.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2};
-}
-}  // namespace
+using namespace paco;
 
 TEST_CASE("inner_loop: sample, forward_backward, clip, step at the schedule's lr, bit for bit",
           "[train][inner_loop]") {
-  nn::gpt model(small());
+  nn::gpt model(train_tests::small_gpt());
   const auto shard = testing::synthetic_stream(3, 5000, 7, 5);
   const train::inner_config cfg{
       .batch = 3,
@@ -58,7 +54,7 @@ TEST_CASE("inner_loop: sample, forward_backward, clip, step at the schedule's lr
 
 TEST_CASE("inner_loop: rebind carries the random stream on; a resumed loop continues the schedule",
           "[train][inner_loop]") {
-  nn::gpt model(small());
+  nn::gpt model(train_tests::small_gpt());
   const auto s1 = testing::synthetic_stream(5, 4000, 3, 2);
   const auto s2 = testing::synthetic_stream(6, 4000, 5, 3);
   const train::inner_config cfg{

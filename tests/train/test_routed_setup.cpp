@@ -16,7 +16,7 @@
 using namespace paco;
 
 namespace {
-const nn::gpt_config model_cfg{.vocab = 256, .ctx = 16, .d = 16, .layers = 1, .heads = 2};
+const nn::gpt_config routed_setup_cfg{.vocab = 256, .ctx = 16, .d = 16, .layers = 1, .heads = 2};
 
 // 60 documents of 40 to 199 bytes over two alphabets (domains "lo" and "hi").
 io::corpus small_corpus() {
@@ -43,7 +43,7 @@ const train::routed_setup_config cfg{.router_bytes = 16, .prefix = 8, .k = 2, .o
 
 TEST_CASE("make_routed_setup: documents, θ0, features, k-means router and shards by hand",
           "[train][routed_setup]") {
-  const nn::gpt model(model_cfg);
+  const nn::gpt model(routed_setup_cfg);
   const auto c = small_corpus();
   REQUIRE(io::check_splits(c).ok());
   int pretrained = 0;
@@ -76,7 +76,7 @@ TEST_CASE("make_routed_setup: documents, θ0, features, k-means router and shard
   REQUIRE(s.theta0 == std::vector<float>(a.get(plane::param).begin(), a.get(plane::param).end()));
 
   // Features of every training document and of every scored evaluation document.
-  REQUIRE(s.dim == model_cfg.d);
+  REQUIRE(s.dim == routed_setup_cfg.d);
   REQUIRE(s.train_features == route::prefix_features(model, s.theta0.data(), s.train.wholes(), 8));
   REQUIRE(s.docs.features.data() == s.train_features.data());
   const auto scored = route::after_prefix(s.eval.wholes(), 8);
@@ -127,7 +127,7 @@ TEST_CASE("make_routed_setup: documents, θ0, features, k-means router and shard
 
 TEST_CASE("make_routed_setup: the base model's cache; errors of the splits and of k-means",
           "[train][routed_setup]") {
-  const nn::gpt model(model_cfg);
+  const nn::gpt model(routed_setup_cfg);
   const auto c = small_corpus();
   int pretrained = 0;
   auto pretrain = [&](arena<host>& a, const io::token_stream& s) {

@@ -12,7 +12,7 @@ using namespace paco;
 
 namespace {
 using trainer_t = train::local_trainer<nn::gpt, optim::adamw, outer::nesterov>;
-const train::inner_config icfg{
+const train::inner_config routed_icfg{
     .batch = 2,
     .ctx = 16,
     .steps = 2,
@@ -20,7 +20,7 @@ const train::inner_config icfg{
     .schedule = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 1, .total = 12}};
 const optim::adamw inner{.lr = 1e-2f};
 const nn::gpt_config model_cfg{.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2};
-std::vector<float> init_params(const nn::gpt& model) {
+std::vector<float> routed_init_params(const nn::gpt& model) {
   arena<host> a(model.layout());
   model.init(a, 3);
   return {a.get(plane::param).begin(), a.get(plane::param).end()};
@@ -35,12 +35,13 @@ TEST_CASE("round_report::mean_loss: the workers' mean, added in order", "[train]
 TEST_CASE("train_paths: local_trainer's thetas, bytes and windowed round losses",
           "[train][routed]") {
   const nn::gpt model(model_cfg);
-  const auto theta0 = init_params(model);
+  const auto theta0 = routed_init_params(model);
   const auto plan = *path::path_plan::make_runtime(
       std::vector<int>{2}, *path::split_gpt_levels(model.layout(), 2, 1), 2);
   std::vector<io::token_stream> shards;
   for (std::uint64_t i = 0; i < 4; ++i) shards.push_back(testing::synthetic_stream(i, 2000, 5, 4));
-  const train::local_trainer_config<outer::nesterov> cfg{.inner = icfg, .rounds = 6, .seed = 7};
+  const train::local_trainer_config<outer::nesterov> cfg{
+      .inner = routed_icfg, .rounds = 6, .seed = 7};
   int seen = 0;
   auto t = train::train_paths(
       model, plan, theta0, shards, inner, cfg, {}, [&](const train::round_report&) { ++seen; }, 2);
@@ -59,7 +60,7 @@ TEST_CASE("train_paths: local_trainer's thetas, bytes and windowed round losses"
 TEST_CASE("train_routed: the first third on the initial sets, then discriminative re-routings",
           "[train][routed]") {
   const nn::gpt model(model_cfg);
-  const auto theta0 = init_params(model);
+  const auto theta0 = routed_init_params(model);
   // A flat MoE of two paths, each document on both (overlap 2: no shard is ever empty).
   const auto plan = *path::path_plan::make_runtime(std::vector<int>{2},
                                                    *path::split_gpt_levels(model.layout(), 2, 1));
@@ -81,11 +82,13 @@ TEST_CASE("train_routed: the first third on the initial sets, then discriminativ
                                               {0, 1}, {1, 0}, {0, 1}, {1, 0}};
   const auto rule = *route::sliding_window::make(16);
   auto ws = model.make_workspace({4, 16});
-  train::routed_training_config<outer::nesterov> cfg{
-      .trainer = {.inner = icfg, .delta = {.weight_by_shard = true}, .rounds = 6, .seed = 40},
-      .reroutes = 2,
-      .reroute = {.overlap = 2},
-      .rule = rule};
+  train::routed_training_config<outer::nesterov> cfg{.trainer = {.inner = routed_icfg,
+                                                                 .delta = {.weight_by_shard = true},
+                                                                 .rounds = 6,
+                                                                 .seed = 40},
+                                                     .reroutes = 2,
+                                                     .reroute = {.overlap = 2},
+                                                     .rule = rule};
   std::vector<int> rounds_at;
   std::vector<std::vector<std::vector<int>>> sets_seen;
   auto r = train::train_routed(

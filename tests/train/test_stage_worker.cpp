@@ -27,7 +27,7 @@ namespace {
 
 constexpr int rounds = 3, H = 4;
 const optim::adamw adam{.lr = 3e-3f, .weight_decay = 0.1f};
-const train::inner_config icfg{
+const train::inner_config stage_icfg{
     .batch = 2,
     .ctx = 16,
     .steps = H,
@@ -77,7 +77,7 @@ std::vector<status> run_stages(
     const auto ps = pipeline::path_stages::make(g.model, g.plan.path_spans(p), K).value_or_throw();
     for (int k = 0; k < K; ++k)
       ws.push_back(train::make_stage_worker(p * K + k, g.model, g.plan, p, ps,
-                                            worlds.back()[std::size_t(k)], o, adam, icfg,
+                                            worlds.back()[std::size_t(k)], o, adam, stage_icfg,
                                             g.shards[std::size_t(p)], g.seed(p)));
   }
   std::vector<status> errs(ws.size());
@@ -118,12 +118,13 @@ std::vector<std::vector<float>> local_reference_run(grid_run& g, int K,
   std::vector<path_state> paths;
   for (int p = 0; p < g.plan.paths(); ++p) {
     const auto ps = pipeline::path_stages::make(g.model, g.plan.path_spans(p), K).value_or_throw();
-    paths.push_back({arena<host>(g.model.layout()),
-                     std::make_unique<pipeline::local_reference<nn::gpt>>(
-                         g.model, ps.plan, o, icfg.batch, icfg.ctx, g.seed(p)),
-                     io::batch_sampler(g.shards[std::size_t(p)], icfg.batch, icfg.ctx, g.seed(p))});
+    paths.push_back(
+        {arena<host>(g.model.layout()),
+         std::make_unique<pipeline::local_reference<nn::gpt>>(g.model, ps.plan, o, stage_icfg.batch,
+                                                              stage_icfg.ctx, g.seed(p)),
+         io::batch_sampler(g.shards[std::size_t(p)], stage_icfg.batch, stage_icfg.ctx, g.seed(p))});
   }
-  std::vector<std::int32_t> x(std::size_t(icfg.batch) * icfg.ctx), y(x.size());
+  std::vector<std::int32_t> x(std::size_t(stage_icfg.batch) * stage_icfg.ctx), y(x.size());
   for (long r = 0; r < rounds; ++r) {
     for (int p = 0; p < g.plan.paths(); ++p) {
       auto& st = paths[std::size_t(p)];
@@ -136,7 +137,7 @@ std::vector<std::vector<float>> local_reference_run(grid_run& g, int K,
       for (int i = 0; i < H; ++i) {
         st.batches.next(x.data(), y.data());
         ++st.step;
-        st.ref->step(st.a, adam, icfg.schedule.lr_at(st.step), x.data(), y.data());
+        st.ref->step(st.a, adam, stage_icfg.schedule.lr_at(st.step), x.data(), y.data());
       }
       for (int m : g.plan.path_modules(p)) {
         const auto& sp = g.plan.span_of(m);
@@ -188,7 +189,7 @@ TEST_CASE("a path of one stage, or two under global backprop, is plain DiPaCo bi
     std::vector<std::unique_ptr<train::path_worker<nn::gpt, optim::adamw>>> ws;
     for (int p = 0; p < g.plan.paths(); ++p)
       ws.push_back(std::make_unique<train::path_worker<nn::gpt, optim::adamw>>(
-          p, g.model, g.plan.path_spans(p), g.plan.path_modules(p), adam, icfg,
+          p, g.model, g.plan.path_spans(p), g.plan.path_modules(p), adam, stage_icfg,
           g.shards[std::size_t(p)], g.seed(p)));
     std::vector<status> errs(ws.size());
     std::vector<std::thread> th;

@@ -15,9 +15,6 @@
 using namespace paco;
 
 namespace {
-nn::gpt_config small() {
-  return {.vocab = 64, .ctx = 16, .d = 16, .layers = 2, .heads = 2};
-}
 const train::inner_config icfg{
     .batch = 2,
     .ctx = 16,
@@ -29,7 +26,7 @@ const train::inner_config icfg{
 // `pushes` per round. Worker 1's shard holds `len1` tokens.
 template <class O>
 struct one_module {
-  nn::gpt model{small()};
+  nn::gpt model{train_tests::small_gpt()};
   arena<host> a0{model.layout()};
   std::vector<path::level_span> levels = *path::split_gpt_levels(model.layout(), 2, 1);
   store::local_store<O> store;
@@ -49,7 +46,7 @@ struct one_module {
 // One path through two modules (a GPT cut in two levels, one expert each), its store holding
 // the model's initial θ.
 struct two_modules {
-  nn::gpt model{small()};
+  nn::gpt model{train_tests::small_gpt()};
   arena<host> a0{model.layout()};
   path::path_plan plan = *path::path_plan::make(path::module_grid<2>::experts({1, 1}),
                                                 *path::split_gpt_levels(model.layout(), 2, 2));
@@ -184,7 +181,7 @@ TEST_CASE("run_worker: a store behind the worker's checkpoint is an error, not a
           "[train][worker_loop]") {
   // A store started anew (or from an older checkpoint) holds the path at round 0 while the
   // worker's checkpoint completed round 4: training on would silently throw rounds away.
-  nn::gpt model(small());
+  nn::gpt model(train_tests::small_gpt());
   arena<host> a0(model.layout());
   model.init(a0, 3);
   const auto levels = *path::split_gpt_levels(model.layout(), 2, 1);
@@ -213,9 +210,11 @@ TEST_CASE("run_worker: a store behind the worker's checkpoint is an error, not a
 
 #include "paco/train/worker_file.hpp"
 
+#include "small_gpt.hpp"
+
 TEST_CASE("worker_file: a worker resumes its step, moments and round from its checkpoint",
           "[train][worker_file]") {
-  nn::gpt model(small());
+  nn::gpt model(train_tests::small_gpt());
   const auto levels = *path::split_gpt_levels(model.layout(), 2, 1);
   const auto s = testing::synthetic_stream(5, 3000, 5, 3);
   train::path_worker<nn::gpt, optim::adamw> w(0, model, levels, {0}, {}, icfg, s, 1);
