@@ -14,7 +14,7 @@ if(NOT EXISTS ${WORK}/prefix/include/paco/nn/gpt.hpp)
   message(FATAL_ERROR "install did not place the headers")
 endif()
 run(${CMAKE_COMMAND} -S ${SOURCE}/tests/install/consumer -B ${WORK}/consumer-build -G ${GENERATOR}
-    -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCMAKE_BUILD_TYPE=Release)
+    -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCMAKE_BUILD_TYPE=)
 run(${CMAKE_COMMAND} --build ${WORK}/consumer-build)
 execute_process(COMMAND ${WORK}/consumer-build/consumer RESULT_VARIABLE rc OUTPUT_VARIABLE out)
 message(STATUS "consumer printed: ${out}")
