@@ -19,14 +19,7 @@
 #include "paco/compress/concepts.hpp"
 #include "paco/compress/detail/wire.hpp"
 #include "paco/core/rng.hpp"
-
-// Eigen 3.4's AVX-512 packets trip GCC 12's -Wmaybe-uninitialized; silence it for this header.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <Eigen/Core>
+#include "paco/nn/gemm.hpp"
 
 namespace paco::compress {
 
@@ -99,12 +92,11 @@ class powersgd {
               "powersgd: round = " + std::to_string(round) + ", accepted 0 or 1"};
     if (auto e = detail::check_out("powersgd", out.size(), round_bytes(s, st.rank, round)); !e)
       return e;
-    const cmat mm(m.data(), s.rows, s.cols);
     if (round == 0) {
       if (!summed.empty())
         return {errc::invalid_argument, "powersgd: round 0 takes no summed payload"};
-      Eigen::Map<const mat> q(st.q.data(), s.cols, r);
-      mat p = mm * q;
+      std::vector<float> p(s.rows * r);
+      product(m.data(), st.q.data(), p.data(), s.rows, s.cols, r, nn::trans::no);  // M·Q
       std::memcpy(out.data(), p.data(), out.size());
       return {};
     }
@@ -112,8 +104,8 @@ class powersgd {
       return e;
     std::memcpy(st.p.data(), summed.data(), summed.size());
     orthogonalise(st.p.data(), s.rows, r);
-    Eigen::Map<const mat> p(st.p.data(), s.rows, r);
-    mat q = mm.transpose() * p;
+    std::vector<float> q(s.cols * r);
+    product(m.data(), st.p.data(), q.data(), s.rows, s.cols, r, nn::trans::yes);  // Mᵀ·P
     std::memcpy(out.data(), q.data(), out.size());
     return {};
   }
@@ -133,9 +125,9 @@ class powersgd {
     std::memcpy(st.q.data(), summed.data(), summed.size());
     const float inv = 1.0f / static_cast<float>(world);
     for (auto& v : st.q) v *= inv;
-    Eigen::Map<const mat> p(st.p.data(), s.rows, r), q(st.q.data(), s.cols, r);
-    Eigen::Map<mat> out(y.data(), s.rows, s.cols);
-    out.noalias() = p * q.transpose();
+    const int rows = int(s.rows), cols = int(s.cols), rank = int(r);
+    nn::gemm<float>(nn::trans::no, nn::trans::yes, rows, cols, rank, 1.0f, st.p.data(), rank,
+                    st.q.data(), rank, 0.0f, y.data(), cols);  // P·Qᵀ
     return {};
   }
 
@@ -145,18 +137,18 @@ class powersgd {
     if (r < 1 || static_cast<std::size_t>(r) > std::min(s.rows, s.cols) || g.size() != s.size())
       return INFINITY;
     const std::size_t rr = static_cast<std::size_t>(r);
-    const cmat G(g.data(), s.rows, s.cols);
     rng gen(cfg_.seed ^ 0xe77);
-    mat q(s.cols, rr), p(s.rows, rr);
-    for (Eigen::Index i = 0; i < q.size(); ++i) q.data()[i] = static_cast<float>(gen.normal());
+    std::vector<float> q(s.cols * rr), p(s.rows * rr);
+    for (auto& v : q) v = static_cast<float>(gen.normal());
     for (int it = 0; it < std::max(1, cfg_.error_iterations); ++it) {
       orthogonalise(q.data(), s.cols, rr);
-      p.noalias() = G * q;
+      product(g.data(), q.data(), p.data(), s.rows, s.cols, rr, nn::trans::no);  // G·Q
       orthogonalise(p.data(), s.rows, rr);
-      q.noalias() = G.transpose() * p;
+      product(g.data(), p.data(), q.data(), s.rows, s.cols, rr, nn::trans::yes);  // Gᵀ·P
     }
-    const double total = G.cast<double>().squaredNorm();
-    const double kept = q.cast<double>().squaredNorm();
+    double total = 0, kept = 0;
+    for (std::size_t i = 0; i < g.size(); ++i) total += double(g[i]) * g[i];
+    for (float v : q) kept += double(v) * v;
     return std::sqrt(std::max(0.0, total - kept));
   }
 
@@ -179,15 +171,19 @@ class powersgd {
   }
 
  private:
-  using mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  using cmat = Eigen::Map<const mat>;
+  // out = M·F (rows, r) when t = no, Mᵀ·F (cols, r) when t = yes; M is (rows, cols) row-major,
+  // F is (cols, r) or (rows, r) row-major. Through the host GEMM every nn module uses.
+  static void product(const float* M, const float* F, float* out, std::size_t rows,
+                      std::size_t cols, std::size_t r, nn::trans t) {
+    const int m = int(rows), n = int(cols), k = int(r);
+    if (t == nn::trans::no)
+      nn::gemm<float>(nn::trans::no, nn::trans::no, m, k, n, 1.0f, M, n, F, k, 0.0f, out, k);
+    else
+      nn::gemm<float>(nn::trans::yes, nn::trans::no, n, k, m, 1.0f, M, n, F, k, 0.0f, out, k);
+  }
 
   powersgd_config cfg_{};
 };
 static_assert(MultiRoundCompressor<powersgd>);
 
 }  // namespace paco::compress
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
