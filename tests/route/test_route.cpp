@@ -5,6 +5,7 @@
 #include <map>
 
 #include "paco/core/rng.hpp"
+#include "paco/nn/gemm.hpp"
 #include "paco/nn/gpt.hpp"
 #include "paco/route/route.hpp"
 
@@ -260,6 +261,39 @@ TEST_CASE("re-routing: chunk i+1 is scored by the path chosen on chunk i (router
   auto bp = best_paths(per);
   for (std::size_t j = 0; j < 2; ++j)
     REQUIRE(per[j][std::size_t(bp[j])].nats <= per[j][std::size_t(1 - bp[j])].nats);
+}
+
+TEST_CASE(
+    "every path's nats: routed and re-routed figures summed from them equal the scoring entry "
+    "points, and threads change no nat",
+    "[route][scorer]") {
+  nn::gemm_single_threaded();  // the scorer's threads each run a single-threaded GEMM
+  nn::gpt m({.vocab = 32, .ctx = 16, .d = 8, .layers = 1, .heads = 2});
+  arena<host> a(m.layout()), b(m.layout());
+  m.init(a, 3);
+  m.init(b, 4);
+  const std::vector<const float*> both{a.get(plane::param).data(), b.get(plane::param).data()};
+  const auto rule = *sliding_window::make(16, 8);
+  auto d0 = random_tokens(150, 21), d1 = random_tokens(97, 22), d2 = random_tokens(40, 23);
+  const std::vector<scored_span> docs{{d0, 6, 150}, {d1, 6, 97}, {d2, 6, 40}};
+  auto ws = m.make_workspace({2, 16});
+  std::vector<nn::gpt::workspace> three;
+  for (int t = 0; t < 3; ++t) three.push_back(m.make_workspace({2, 16}));
+  const auto whole = from_first_target(docs);
+  const auto v1 = every_path_nats(m, both, whole, rule, std::span(&ws, 1));
+  const auto v3 = every_path_nats(m, both, whole, rule, std::span(three));
+  REQUIRE(v1 == v3);  // each batch is the same windows on whichever thread scores it
+  // Routed: against assigned_nll's own scoring of each path's documents.
+  const std::vector<int> route{1, 0, 1};
+  const nll want = routed_nll(m, both, docs, route, rule, ws);
+  const nll got = routed_nll(v3, docs, route);
+  REQUIRE(got.tokens == want.tokens);
+  REQUIRE(got.nats == Approx(want.nats).epsilon(1e-9));
+  // Re-routed by likelihood: the model entry point scores again on one thread.
+  const nll lik = likelihood_rerouted_nll(v3, docs, 5);
+  const nll lik1 = likelihood_rerouted_nll(m, both, docs, 5, rule, ws);
+  REQUIRE(lik.tokens == lik1.tokens);
+  REQUIRE(lik.nats == Approx(lik1.nats).epsilon(1e-12));
 }
 
 TEST_CASE("kmeans: a re-seeded point leaves its old cluster (its centroid is the mean of the rest)",

@@ -2,6 +2,8 @@
 // The results of a finished DiPaCo run: every path scored on the documents of dipaco.eval_split
 // routed to it (the one scorer, route/evaluate.hpp), their union, DiPaCo's frequent re-routing,
 // the bytes each path sent against fp32 pushes and a data-parallel run, and the loss curves.
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -116,10 +118,11 @@ int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::p
   const job_processes jp = processes_of(cfg, g);
   const std::string split = cfg.dipaco.eval_split;
   const std::string tag = split == "test" ? "test" : "val";
-  std::printf("%s: evaluating every path on its routed %s documents...\n", P, split.c_str());
-  // The scorer runs one batch at a time: GEMM gets the job's threads, no more (OpenBLAS's default,
-  // every core, spun a 1 s evaluation past minutes on a runner whose cores were busy).
-  nn::gemm_threads(cfg.train.threads);
+  // The scorer runs the job's threads, each on its own batches with a single-threaded GEMM
+  // (OpenBLAS's default, every core per call, spun a 1 s evaluation past minutes on a runner
+  // whose cores were busy).
+  const int threads = std::max(1, cfg.train.threads);
+  nn::gemm_threads(1);
   const Model& model = cfg.model;
   store::module_store<store_outer> store(g.module_table(), outer_of(cfg));
   if (auto s = load_store(cfg, rd, g, store); !s)
@@ -134,7 +137,9 @@ int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::p
            exit_bad_input;
   // The one scorer (route/evaluate.hpp): every figure below gives every token the same context.
   const auto rule = route::sliding_window::make(cfg.model.shape().ctx).value_or_throw();
-  auto ws = model.make_workspace({cfg.train.batch, cfg.model.shape().ctx});
+  std::vector<typename Model::workspace> wss;
+  for (int t = 0; t < threads; ++t)
+    wss.push_back(model.make_workspace({cfg.train.batch, cfg.model.shape().ctx}));
   std::vector<arena<host>> thetas;  // every path's parameters after the final outer step
   std::vector<const float*> th;
   for (int p = 0; p < g.paths(); ++p) {
@@ -152,26 +157,41 @@ int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::p
       spans.push_back({data.val[i], std::size_t(cfg.dipaco.prefix), data.val[i].size()});
       routed.push_back((*val_route)[i]);
     }
+  // Frequent re-routing (DiPaCo Table 3) needs every path's nats of every document: the routed
+  // figures are summed from the same nats (each token scored once per path, not again).
+  const std::size_t W = std::size_t(cfg.dipaco.reroute_every);
+  const bool reroute = W > 0 && g.paths() > 1;
   std::vector<route::nll> per(g.paths());
   std::vector<int> docs(g.paths(), 0);
-  route::nll total;
-  for (int p = 0; p < g.paths(); ++p) {
-    std::vector<route::scored_span> mine;
-    for (std::size_t j = 0; j < spans.size(); ++j)
-      if (routed[j] == p) mine.push_back(spans[j]), ++docs[p];
-    per[p] = route::routed_nll(model, std::span(th).subspan(std::size_t(p), 1), mine,
-                               std::vector<int>(mine.size(), 0), rule, ws);
-    total += per[p];
+  route::nll total, rerouted;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (reroute) {
+    std::printf(
+        "%s: scoring the %s documents with every path (%d paths, %d threads): routed, "
+        "and re-routed every %zu bytes by likelihood...\n",
+        P, split.c_str(), g.paths(), threads, W);
+    const auto v =
+        route::every_path_nats(model, th, route::from_first_target(spans), rule, std::span(wss));
+    for (std::size_t j = 0; j < spans.size(); ++j) {
+      const auto p = std::size_t(routed[j]);
+      per[p] += route::sum_nats(v[p][j], spans[j].begin - 1, spans[j].end - 1);
+      ++docs[p];
+    }
+    rerouted = route::likelihood_rerouted_nll(v, spans, W);
+  } else {
+    std::printf("%s: evaluating every path on its routed %s documents (%d threads)...\n", P,
+                split.c_str(), threads);
+    for (int p = 0; p < g.paths(); ++p) {
+      std::vector<route::scored_span> mine;
+      for (std::size_t j = 0; j < spans.size(); ++j)
+        if (routed[j] == p) mine.push_back(spans[j]), ++docs[p];
+      for (auto& n : route::token_nats(model, th[std::size_t(p)], mine, rule, std::span(wss)))
+        per[std::size_t(p)] += route::sum_nats(n, 0, n.size());
+    }
   }
-  // Frequent re-routing (DiPaCo Table 3): the same documents and bytes, each chunk of
-  // reroute_every bytes scored by the path that best predicted the previous chunk.
-  route::nll rerouted;
-  const std::size_t W = std::size_t(cfg.dipaco.reroute_every);
-  if (W > 0 && g.paths() > 1) {
-    std::printf("%s: re-routing every %zu bytes by likelihood (%d paths score each chunk)...\n", P,
-                W, g.paths());
-    rerouted = route::likelihood_rerouted_nll(model, th, spans, W, rule, ws);
-  }
+  for (auto& n : per) total += n;
+  std::printf("%s: evaluated in %.0f s\n", P,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   std::map<int, json> rec = latest_records(rd, jp);
   double bytes = 0;
   for (auto& [w, j] : rec) bytes += j["bytes_sent"].template get<double>();

@@ -14,7 +14,9 @@
 //   rerouted_nll             chunks of W tokens, the path of chunk i+1 chosen by a router on
 //                            chunk i (chunk 0 by the prefix);
 //   likelihood_rerouted_nll  the same, chosen by which path predicted chunk i best;
-//   per_path_nll / best_paths  every path's nats of each span (likelihood routing, the oracle).
+//   per_path_nll / best_paths  every path's nats of each span (likelihood routing, the oracle);
+//   every_path_nats          every path's per-target nats, from which routed and likelihood
+//                            re-routed figures are summed without scoring again.
 // With one path every entry point returns the same nats.
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "paco/core/error.hpp"
@@ -95,15 +98,19 @@ struct scored_span {
 };
 
 // Per-target nats of every span under θ: out[j][i − begin] for target i of span j, by the rule,
-// windows batched ws.d.B at a time.
-// Requires: 1 ≤ begin ≤ end ≤ seq.size() for every span; ws made for dims {B, rule.T}.
+// windows batched ws.d.B at a time; with several workspaces, wss.size() threads score disjoint
+// batches (each window scores its own targets, so the figures do not depend on the threads).
+// Requires: 1 ≤ begin ≤ end ≤ seq.size() for every span; every workspace made for dims
+// {B, rule.T} with one B; with more than one workspace the caller runs the GEMM backend
+// single-threaded (nn::gemm_threads(1)).
 // Cost: one forward pass of (B, T) per B windows that hold a scored target.
 template <nn::LanguageModel M>
 std::vector<std::vector<double>> token_nats(const M& model, const float* theta,
                                             const std::vector<scored_span>& spans,
-                                            const sliding_window& rule, typename M::workspace& ws) {
-  PACO_ASSERT(ws.d.T == rule.T, "the workspace's T is the rule's");
-  const int B = ws.d.B, T = ws.d.T, V = model.vocab();
+                                            const sliding_window& rule,
+                                            std::span<typename M::workspace> wss) {
+  PACO_ASSERT(!wss.empty() && wss[0].d.T == rule.T, "the workspaces' T is the rule's");
+  const int B = wss[0].d.B, T = wss[0].d.T, V = model.vocab();
   struct window {
     std::size_t span, k, lo, hi;  // scores targets [lo, hi) of span `span`
   };
@@ -118,29 +125,51 @@ std::vector<std::vector<double>> token_nats(const M& model, const float* theta,
       all.push_back({j, k, std::max(sp.begin, rule.first_target(k)),
                      std::min(sp.end, rule.start(k) + std::size_t(T) + 1)});
   }
-  std::vector<std::int32_t> x(std::size_t(B) * T);
-  for (std::size_t w0 = 0; w0 < all.size(); w0 += std::size_t(B)) {
-    const std::size_t nb = std::min<std::size_t>(std::size_t(B), all.size() - w0);
-    for (std::size_t b = 0; b < std::size_t(B); ++b) {
-      const window& w = all[w0 + std::min(b, nb - 1)];
-      const auto& seq = spans[w.span].seq;
-      for (int t = 0; t < T; ++t) {
-        const std::size_t i = rule.start(w.k) + std::size_t(t);
-        x[b * T + t] = i < seq.size() ? seq[i] : 0;
+  const std::size_t batches = (all.size() + std::size_t(B) - 1) / std::size_t(B);
+  // Thread t scores batches t, t + n, t + 2n, …
+  auto score = [&](std::size_t t, typename M::workspace& ws) {
+    PACO_ASSERT(ws.d.B == B && ws.d.T == T, "every workspace of one shape");
+    std::vector<std::int32_t> x(std::size_t(B) * T);
+    for (std::size_t bi = t; bi < batches; bi += wss.size()) {
+      const std::size_t w0 = bi * std::size_t(B);
+      const std::size_t nb = std::min<std::size_t>(std::size_t(B), all.size() - w0);
+      for (std::size_t b = 0; b < std::size_t(B); ++b) {
+        const window& w = all[w0 + std::min(b, nb - 1)];
+        const auto& seq = spans[w.span].seq;
+        for (int t2 = 0; t2 < T; ++t2) {
+          const std::size_t i = rule.start(w.k) + std::size_t(t2);
+          x[b * T + t2] = i < seq.size() ? seq[i] : 0;
+        }
+      }
+      model.forward(theta, x.data(), ws);
+      for (std::size_t b = 0; b < nb; ++b) {
+        const window& w = all[w0 + b];
+        const auto& sp = spans[w.span];
+        for (std::size_t i = w.lo; i < w.hi; ++i) {
+          const std::size_t r = i - 1 - rule.start(w.k);  // the logits row that predicts seq[i]
+          out[w.span][i - sp.begin] =
+              row_nll(model.logits(ws) + (b * std::size_t(T) + r) * std::size_t(V), V, sp.seq[i]);
+        }
       }
     }
-    model.forward(theta, x.data(), ws);
-    for (std::size_t b = 0; b < nb; ++b) {
-      const window& w = all[w0 + b];
-      const auto& sp = spans[w.span];
-      for (std::size_t i = w.lo; i < w.hi; ++i) {
-        const std::size_t t = i - 1 - rule.start(w.k);  // the logits row that predicts seq[i]
-        out[w.span][i - sp.begin] =
-            row_nll(model.logits(ws) + (b * std::size_t(T) + t) * std::size_t(V), V, sp.seq[i]);
-      }
-    }
+  };
+  if (wss.size() == 1) {
+    score(0, wss[0]);
+    return out;
   }
+  std::vector<std::thread> pool;
+  for (std::size_t t = 1; t < wss.size(); ++t) pool.emplace_back(score, t, std::ref(wss[t]));
+  score(0, wss[0]);
+  for (auto& th : pool) th.join();
   return out;
+}
+
+// The same with one workspace, on the calling thread.
+template <nn::LanguageModel M>
+std::vector<std::vector<double>> token_nats(const M& model, const float* theta,
+                                            const std::vector<scored_span>& spans,
+                                            const sliding_window& rule, typename M::workspace& ws) {
+  return token_nats(model, theta, spans, rule, std::span<typename M::workspace>(&ws, 1));
 }
 
 // The nats of targets [from, to) of a span scored by token_nats (positions relative to begin).
@@ -236,24 +265,49 @@ nll rerouted_nll(const M& model, std::span<const float* const> thetas,
   return assigned_nll(model, thetas, of, rule, ws);
 }
 
+// Every path's per-target nats of every span: out[p][j][i − begin] (token_nats under each θ,
+// on wss.size() threads). Cost: thetas.size() × token_nats of the spans.
+using path_nats = std::vector<std::vector<std::vector<double>>>;
+template <nn::LanguageModel M>
+path_nats every_path_nats(const M& model, std::span<const float* const> thetas,
+                          const std::vector<scored_span>& spans, const sliding_window& rule,
+                          std::span<typename M::workspace> wss) {
+  path_nats v;
+  for (auto* th : thetas) v.push_back(token_nats(model, th, spans, rule, wss));
+  return v;
+}
+
+// The spans' targets from 1: what likelihood re-routing needs every path to score (the prefix
+// seq[1 … begin) picks the first chunk's path).
+inline std::vector<scored_span> from_first_target(const std::vector<scored_span>& spans) {
+  std::vector<scored_span> whole;
+  for (auto& sp : spans) whole.push_back({sp.seq, 1, sp.end});
+  return whole;
+}
+
+// Routed scoring from every path's nats of from_first_target(spans): span j's targets
+// [begin, end) by path route[j] (routed_nll's figure without scoring again).
+// Requires: v = every_path_nats(…, from_first_target(spans), …); route[j] in [0, v.size()).
+inline nll routed_nll(const path_nats& v, const std::vector<scored_span>& spans,
+                      const std::vector<int>& route) {
+  nll r;
+  for (std::size_t j = 0; j < spans.size(); ++j)
+    r += sum_nats(v[std::size_t(route[j])][j], spans[j].begin - 1, spans[j].end - 1);
+  return r;
+}
+
 // Re-routing by likelihood every W tokens (DiPaCo Table 3's frequent re-routing, the paths
 // themselves as the router): every path scores chunk i, which is all known when chunk i+1 is
 // predicted, and the path that predicted it best scores chunk i+1; chunk 0 goes to the path that
 // best predicts the prefix seq[1 … begin).
-// Requires: thetas non-empty; 2 ≤ begin for every span; W ≥ 1.
-// Cost: thetas.size() × token_nats of seq[1 … end) per span.
-template <nn::LanguageModel M>
-nll likelihood_rerouted_nll(const M& model, std::span<const float* const> thetas,
-                            const std::vector<scored_span>& spans, std::size_t W,
-                            const sliding_window& rule, typename M::workspace& ws) {
-  std::vector<scored_span> whole;
-  for (auto& sp : spans) whole.push_back({sp.seq, 1, sp.end});
-  std::vector<std::vector<std::vector<double>>> v;  // [path][span][target − 1]
-  for (auto* th : thetas) v.push_back(token_nats(model, th, whole, rule, ws));
+// Requires: v = every_path_nats(…, from_first_target(spans), …), v non-empty; 2 ≤ begin for
+// every span; W ≥ 1.
+inline nll likelihood_rerouted_nll(const path_nats& v, const std::vector<scored_span>& spans,
+                                   std::size_t W) {
   auto best = [&](std::size_t j, std::size_t b, std::size_t e) {  // targets [b, e) of span j
     std::size_t bp = 0;
     double bn = INFINITY;
-    for (std::size_t p = 0; p < thetas.size(); ++p)
+    for (std::size_t p = 0; p < v.size(); ++p)
       if (const double n = sum_nats(v[p][j], b - 1, e - 1).nats; n < bn) bn = n, bp = p;
     return bp;
   };
@@ -266,6 +320,17 @@ nll likelihood_rerouted_nll(const M& model, std::span<const float* const> thetas
     }
   }
   return r;
+}
+
+// The same, every path scoring the spans with one workspace.
+// Cost: thetas.size() × token_nats of seq[1 … end) per span.
+template <nn::LanguageModel M>
+nll likelihood_rerouted_nll(const M& model, std::span<const float* const> thetas,
+                            const std::vector<scored_span>& spans, std::size_t W,
+                            const sliding_window& rule, typename M::workspace& ws) {
+  const auto v = every_path_nats(model, thetas, from_first_target(spans), rule,
+                                 std::span<typename M::workspace>(&ws, 1));
+  return likelihood_rerouted_nll(v, spans, W);
 }
 
 }  // namespace paco::route
