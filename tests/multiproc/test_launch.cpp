@@ -5,6 +5,7 @@
 // run; a store without PACO_TOKEN refuses to start instead of serving nothing.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -109,6 +110,28 @@ TEST_CASE("the DiPaCo launcher locks its run and leaves no process behind", "[mu
   fs::remove_all(r.dir);
   fs::remove(r.dir.string() + ".launcher");
   fs::remove(r.dir.string() + ".out");
+}
+
+TEST_CASE("a worker restarted without a checkpoint after the store finished the run ends at once",
+          "[multiproc][launch]") {
+  // A worker killed before its first checkpoint and restarted while the others closed the last
+  // rounds without it: the store is done and gone. The worker reads the store's checkpoint and
+  // ends, instead of trying to connect for a minute (the launcher had failed such a run).
+  small_run r{fs::temp_directory_path() / ("paco_finished_" + std::to_string(::getpid()))};
+  fs::remove_all(r.dir);
+  auto [code, out] = r.run();
+  INFO(out);
+  REQUIRE(code == 0);
+  REQUIRE(fs::remove(r.dir / "worker-1.safetensors"));
+  REQUIRE(fs::remove(r.dir / "worker-1.jsonl"));
+  ::setenv("PACO_TOKEN", "a-token-it-never-sends", 1);  // a worker started by hand needs one
+  std::tie(code, out) = r.run({"--role", "worker", "--worker", "1", "--resume"});
+  ::unsetenv("PACO_TOKEN");
+  INFO(out);
+  REQUIRE(code == 0);
+  REQUIRE(out.find("worker 1: the store's checkpoint holds path 0 at the last round") !=
+          std::string::npos);
+  fs::remove_all(r.dir);
 }
 
 TEST_CASE("paco_train --resume without a checkpoint is an error", "[multiproc][launch]") {

@@ -350,7 +350,9 @@ int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, b
                          P, k.name.c_str(), code);
             continue;
           }
-          if (uncounted && !lost_since) lost_since = std::chrono::steady_clock::now();
+          // The silence rule's clock starts when a worker fails for want of a store (not when one
+          // exits 0 after the store finished).
+          if (uncounted && !ok && !lost_since) lost_since = std::chrono::steady_clock::now();
           if (!ok && !failed && !permanent && (uncounted || k.restarts < cfg.launch.restarts)) {
             // A worker resumes from its checkpoint and rejoins; the store resumes from its own.
             if (!uncounted) ++k.restarts;
@@ -428,7 +430,11 @@ int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, b
     if (done_rounds != progress) progress = done_rounds, lost_since.reset();
     // Workers keep failing to reach a store that is alive (stopped, hung) or gone, and no round
     // completes: the run fails naming the store instead of restarting workers forever.
-    if (!failed && lost_since &&
+    // A store that exited 0 finished the run: a worker still trying to reach it (restarted while
+    // the others closed the last rounds) ends by its own connect deadline, and is not a failure.
+    const bool store_finished_run =
+        kids[0].done && WIFEXITED(kids[0].status) && WEXITSTATUS(kids[0].status) == 0;
+    if (!failed && lost_since && !store_finished_run &&
         std::chrono::steady_clock::now() - *lost_since > store_silence(cfg)) {
       failed = true;
       std::fprintf(stderr,

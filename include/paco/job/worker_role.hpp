@@ -269,6 +269,12 @@ int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool
   // No checkpoint: start where the store is (above). A path whose modules all reached the last
   // round has nothing left to train.
   if (!saved) {
+    // The store finished the run while this worker restarted: nothing to connect to or train.
+    if (!link && store_finished_path(cfg, rd, g, p)) {
+      std::printf("worker %d: the store's checkpoint holds path %d at the last round %d: done\n",
+                  w, p, cfg.dipaco.rounds);
+      return 0;
+    }
     if (!link)
       if (auto s = open_link(port_of(cfg, *routing, w)); !s) {
         if (store_finished_path(cfg, rd, g, p)) return 0;  // the store is done and gone
