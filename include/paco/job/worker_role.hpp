@@ -271,8 +271,8 @@ int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool
   if (!saved) {
     // The store finished the run while this worker restarted: nothing to connect to or train.
     if (!link && store_finished_path(cfg, rd, g, p)) {
-      std::printf("worker %d: the store's checkpoint holds path %d at the last round %d: done\n",
-                  w, p, cfg.dipaco.rounds);
+      std::printf("worker %d: the store's checkpoint holds path %d at the last round %d: done\n", w,
+                  p, cfg.dipaco.rounds);
       return 0;
     }
     if (!link)
