@@ -283,12 +283,22 @@ TEST_CASE(
   const auto v1 = every_path_nats(m, both, whole, rule, std::span(&ws, 1));
   const auto v3 = every_path_nats(m, both, whole, rule, std::span(three));
   REQUIRE(v1 == v3);  // each batch is the same windows on whichever thread scores it
-  // Routed: against assigned_nll's own scoring of each path's documents.
+  // Routed, path by path: against assigned_nll's own scoring of each path's documents.
   const std::vector<int> route{1, 0, 1};
-  const nll want = routed_nll(m, both, docs, route, rule, ws);
-  const nll got = routed_nll(v3, docs, route);
-  REQUIRE(got.tokens == want.tokens);
-  REQUIRE(got.nats == Approx(want.nats).epsilon(1e-9));
+  const auto by_path = routed_nll_by_path(v3, docs, route);
+  REQUIRE(by_path.size() == 2);
+  for (std::size_t p = 0; p < 2; ++p) {
+    std::vector<scored_span> mine;
+    for (std::size_t j = 0; j < docs.size(); ++j)
+      if (route[j] == int(p)) mine.push_back(docs[j]);
+    const nll want = routed_nll(m, std::span(both).subspan(p, 1), mine,
+                                std::vector<int>(mine.size(), 0), rule, ws);
+    REQUIRE(by_path[p].tokens == want.tokens);
+    REQUIRE(by_path[p].nats == Approx(want.nats).epsilon(1e-9));
+  }
+  const nll all = routed_nll(m, both, docs, route, rule, ws);
+  REQUIRE(by_path[0].tokens + by_path[1].tokens == all.tokens);
+  REQUIRE(by_path[0].nats + by_path[1].nats == Approx(all.nats).epsilon(1e-9));
   // Re-routed by likelihood: the model entry point scores again on one thread.
   const nll lik = likelihood_rerouted_nll(v3, docs, 5);
   const nll lik1 = likelihood_rerouted_nll(m, both, docs, 5, rule, ws);

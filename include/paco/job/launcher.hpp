@@ -306,6 +306,10 @@ int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, b
   // (empty: they are not, or some worker progressed since).
   std::optional<std::chrono::steady_clock::time_point> lost_since;
   long progress = -1;
+  // The store exited 0: it finished the run (its checkpoint holds every module's last round).
+  const auto store_finished = [&] {
+    return kids[0].done && WIFEXITED(kids[0].status) && WEXITSTATUS(kids[0].status) == 0;
+  };
   for (;;) {
     if (stop_signal) {
       const int sig = stop_signal;
@@ -339,9 +343,7 @@ int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, b
           // A worker that could not reach a store which finished the run (its rounds closed by
           // deadline without this worker, after it was killed and while it restarted): its part
           // is over, not failed; the store's checkpoint holds the run (check_run_whole).
-          const bool store_finished =
-              kids[0].done && WIFEXITED(kids[0].status) && WEXITSTATUS(kids[0].status) == 0;
-          if (!is_store && store_finished && code == exit_link_lost) {
+          if (!is_store && store_finished() && code == exit_link_lost) {
             k.done = true;
             k.status = 0;
             std::fprintf(stderr,
@@ -432,9 +434,7 @@ int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, b
     // completes: the run fails naming the store instead of restarting workers forever.
     // A store that exited 0 finished the run: a worker still trying to reach it (restarted while
     // the others closed the last rounds) ends by its own connect deadline, and is not a failure.
-    const bool store_finished_run =
-        kids[0].done && WIFEXITED(kids[0].status) && WEXITSTATUS(kids[0].status) == 0;
-    if (!failed && lost_since && !store_finished_run &&
+    if (!failed && lost_since && !store_finished() &&
         std::chrono::steady_clock::now() - *lost_since > store_silence(cfg)) {
       failed = true;
       std::fprintf(stderr,

@@ -163,6 +163,7 @@ int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::p
   const bool reroute = W > 0 && g.paths() > 1;
   std::vector<route::nll> per(g.paths());
   std::vector<int> docs(g.paths(), 0);
+  for (int p : routed) ++docs[std::size_t(p)];
   route::nll total, rerouted;
   const auto t0 = std::chrono::steady_clock::now();
   if (reroute) {
@@ -172,11 +173,7 @@ int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::p
         P, split.c_str(), g.paths(), threads, W);
     const auto v =
         route::every_path_nats(model, th, route::from_first_target(spans), rule, std::span(wss));
-    for (std::size_t j = 0; j < spans.size(); ++j) {
-      const auto p = std::size_t(routed[j]);
-      per[p] += route::sum_nats(v[p][j], spans[j].begin - 1, spans[j].end - 1);
-      ++docs[p];
-    }
+    per = route::routed_nll_by_path(v, spans, routed);
     rerouted = route::likelihood_rerouted_nll(v, spans, W);
   } else {
     std::printf("%s: evaluating every path on its routed %s documents (%d threads)...\n", P,
@@ -184,7 +181,7 @@ int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::p
     for (int p = 0; p < g.paths(); ++p) {
       std::vector<route::scored_span> mine;
       for (std::size_t j = 0; j < spans.size(); ++j)
-        if (routed[j] == p) mine.push_back(spans[j]), ++docs[p];
+        if (routed[j] == p) mine.push_back(spans[j]);
       for (auto& n : route::token_nats(model, th[std::size_t(p)], mine, rule, std::span(wss)))
         per[std::size_t(p)] += route::sum_nats(n, 0, n.size());
     }

@@ -270,16 +270,17 @@ int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool
   // round has nothing left to train.
   if (!saved) {
     // The store finished the run while this worker restarted: nothing to connect to or train.
-    if (!link && store_finished_path(cfg, rd, g, p)) {
-      std::printf("worker %d: the store's checkpoint holds path %d at the last round %d: done\n", w,
-                  p, cfg.dipaco.rounds);
-      return 0;
-    }
-    if (!link)
+    if (!link) {
+      if (store_finished_path(cfg, rd, g, p)) {
+        std::printf("worker %d: the store's checkpoint holds path %d at the last round %d: done\n",
+                    w, p, cfg.dipaco.rounds);
+        return 0;
+      }
       if (auto s = open_link(port_of(cfg, *routing, w)); !s) {
-        if (store_finished_path(cfg, rd, g, p)) return 0;  // the store is done and gone
+        if (store_finished_path(cfg, rd, g, p)) return 0;  // it finished while we connected
         return link_failed(s.error());
       }
+    }
     if (const int code = ask_view(); code != 0) return code;
     long at = cfg.dipaco.rounds;
     for (int m : g.path_modules(p)) at = std::min(at, view->rounds[std::size_t(m)]);

@@ -15,8 +15,9 @@
 //                            chunk i (chunk 0 by the prefix);
 //   likelihood_rerouted_nll  the same, chosen by which path predicted chunk i best;
 //   per_path_nll / best_paths  every path's nats of each span (likelihood routing, the oracle);
-//   every_path_nats          every path's per-target nats, from which routed and likelihood
-//                            re-routed figures are summed without scoring again.
+//   every_path_nats          every path's per-target nats, from which routed (by path:
+//                            routed_nll_by_path) and likelihood re-routed figures are summed
+//                            without scoring again.
 // With one path every entry point returns the same nats.
 
 #include <algorithm>
@@ -285,15 +286,19 @@ inline std::vector<scored_span> from_first_target(const std::vector<scored_span>
   return whole;
 }
 
-// Routed scoring from every path's nats of from_first_target(spans): span j's targets
-// [begin, end) by path route[j] (routed_nll's figure without scoring again).
+// Routed scoring from every path's nats of from_first_target(spans), path by path: out[p] sums
+// the targets [begin, end) of the spans j with route[j] = p (routed_nll's figures without
+// scoring again; their sum is routed_nll's).
 // Requires: v = every_path_nats(…, from_first_target(spans), …); route[j] in [0, v.size()).
-inline nll routed_nll(const path_nats& v, const std::vector<scored_span>& spans,
-                      const std::vector<int>& route) {
-  nll r;
-  for (std::size_t j = 0; j < spans.size(); ++j)
-    r += sum_nats(v[std::size_t(route[j])][j], spans[j].begin - 1, spans[j].end - 1);
-  return r;
+inline std::vector<nll> routed_nll_by_path(const path_nats& v,
+                                           const std::vector<scored_span>& spans,
+                                           const std::vector<int>& route) {
+  std::vector<nll> out(v.size());
+  for (std::size_t j = 0; j < spans.size(); ++j) {
+    const auto p = std::size_t(route[j]);
+    out[p] += sum_nats(v[p][j], spans[j].begin - 1, spans[j].end - 1);
+  }
+  return out;
 }
 
 // Re-routing by likelihood every W tokens (DiPaCo Table 3's frequent re-routing, the paths
