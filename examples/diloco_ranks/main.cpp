@@ -13,6 +13,10 @@
 //       --listen-host 0.0.0.0 --sync streaming               (four ranks under Slurm)
 //   mpirun -np 4 example_diloco_ranks --transport mpi --sync eager              (over MPI)
 //
+// The inner optimizer is AdamW or Muon (--optimizer muon: MuLoCo, with --compress int2 its 2-bit
+// error-feedback deltas); --sync-moment1 / --sync-moment2 K average the optimizer's states over
+// the ranks every K rounds (DES-LOC's idea, train/state_sync.hpp).
+//
 // Rank r trains on every k-th training document from the r-th; all ranks start from the same
 // initialisation. Rank 0 prints a line per round and, at the end, validation bits per byte;
 // every rank prints the hash of its final θ (identical on every rank except with co2 and eager,
@@ -59,7 +63,7 @@
 using namespace paco;
 using clk = std::chrono::steady_clock;
 using outer_t = outer::one_of<outer::nesterov, outer::co2>;
-using worker_t = train::path_worker<nn::gpt, optim::adamw>;
+using worker_t = train::path_worker<nn::gpt, optim::inner_choice>;
 
 namespace {
 
@@ -71,6 +75,9 @@ struct options {
   float alpha = 0.5f;
   int d = 64, ctx = 64, layers = 2, heads = 4, batch = 8;
   float lr = 2e-3f;
+  std::string optimizer = "adamw";          // adamw | muon
+  float muon_lr = 0.02f;                    // Muon's peak rate on the hidden matrices
+  long sync_moment1 = 0, sync_moment2 = 0;  // rounds between state averages (0: never)
   std::uint64_t seed = 1;
   int deadline_s = 600;
   std::string checkpoint_dir;
@@ -104,6 +111,10 @@ std::vector<collectives::agree_field> run_fields(const options& o) {
           {"--heads", std::to_string(o.heads)},
           {"--batch", std::to_string(o.batch)},
           {"--lr", shortest(o.lr)},
+          {"--optimizer", o.optimizer},
+          {"--muon-lr", shortest(o.muon_lr)},
+          {"--sync-moment1", std::to_string(o.sync_moment1)},
+          {"--sync-moment2", std::to_string(o.sync_moment2)},
           {"--seed", std::to_string(o.seed)},
           {"--rounds", std::to_string(o.rounds)},
           {"--inner", std::to_string(o.inner)},
@@ -191,9 +202,9 @@ int train_ranks(const options& o, T& t, const nn::gpt& model,
           : outer_t(outer::nesterov{});
   if (lead)
     std::printf(
-        "%d ranks over %s, sync %s, outer %s, Δ %s; GPT d=%d layers=%d ctx=%d (%.2fM "
+        "%d ranks over %s, inner %s, sync %s, outer %s, Δ %s; GPT d=%d layers=%d ctx=%d (%.2fM "
         "parameters), %d rounds x H=%d, %zu training bytes on rank 0\n",
-        size, o.transport.c_str(), o.sync.c_str(), o.outer.c_str(),
+        size, o.transport.c_str(), o.optimizer.c_str(), o.sync.c_str(), o.outer.c_str(),
         o.compress.empty() ? "fp32" : o.compress.c_str(), o.d, o.layers, o.ctx,
         double(model.param_count()) / 1e6, o.rounds, o.inner, shard.ids.size());
 
@@ -210,10 +221,14 @@ int train_ranks(const options& o, T& t, const nn::gpt& model,
     if (!c) return fail("--compress: " + c.error().message);
     codecs = std::move(*c);
   }
-  worker_t w(rank, model, levels, {0}, optim::adamw{.lr = o.lr}, icfg, shard, data_seed);
+  auto inner =
+      optim::inner_by_name(o.optimizer, model, optim::adamw{.lr = o.lr}, {.lr = o.muon_lr});
+  if (!inner) return fail("--optimizer: " + inner.error().message);
+  worker_t w(rank, model, levels, {0}, *inner, icfg, shard, data_seed);
   model.init(w.state(), o.seed);  // the same θ on every rank
   train::round_loop<T, worker_t, outer_t> loop(t, w, outer, rule, frags, std::move(codecs));
   status s = loop.set_ring_order(ring);
+  if (s) s = loop.set_state_periods({.moment1 = o.sync_moment1, .moment2 = o.sync_moment2});
   const std::filesystem::path dir = o.checkpoint_dir;
   if (s && !dir.empty()) {
     s = loop.open_checkpoints(dir, config, o.resume, deadline);
@@ -244,6 +259,8 @@ int train_ranks(const options& o, T& t, const nn::gpt& model,
                 rule.name().c_str(), std::chrono::duration<double>(clk::now() - start).count(),
                 double(sent) / 1e6);
     if (hidden >= 0) std::printf("; %.0f%% of the communication hidden", 100 * hidden);
+    if (loop.state_bytes() > 0)
+      std::printf("; %.2f MB of them optimizer states", double(loop.state_bytes()) / 1e6);
     std::printf("\n");
   }
   std::printf("rank %d final theta hash %016" PRIx64 "\n", rank,
@@ -294,7 +311,19 @@ int main(int argc, char** argv) try {
   app.add_option("--layers", o.layers)->check(CLI::Range(1, 128));
   app.add_option("--heads", o.heads)->check(CLI::Range(1, 128));
   app.add_option("--batch", o.batch)->check(CLI::Range(1, 4096));
-  app.add_option("--lr", o.lr, "inner AdamW peak learning rate");
+  app.add_option("--lr", o.lr, "inner AdamW peak learning rate (Muon: of its AdamW part)");
+  app.add_option("--optimizer", o.optimizer,
+                 "inner optimizer: adamw | muon (Newton–Schulz orthogonalised momentum on the "
+                 "hidden matrices, AdamW on the rest: MuLoCo)")
+      ->check(CLI::IsMember({"adamw", "muon"}));
+  app.add_option("--muon-lr", o.muon_lr, "Muon's peak learning rate on the hidden matrices");
+  app.add_option("--sync-moment1", o.sync_moment1,
+                 "average the optimizer's first moment (Muon: momentum) over the ranks every K "
+                 "rounds (0: never; DES-LOC)")
+      ->check(CLI::Range(0L, 1000000L));
+  app.add_option("--sync-moment2", o.sync_moment2,
+                 "average AdamW's second moment over the ranks every K rounds (0: never)")
+      ->check(CLI::Range(0L, 1000000L));
   app.add_option("--seed", o.seed);
   app.add_option("--deadline", o.deadline_s, "seconds a sync may take")
       ->check(CLI::Range(1, 86400));

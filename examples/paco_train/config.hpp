@@ -177,6 +177,9 @@ inline std::map<std::string, detail::field> fields(train_config& c) {
   add("train.beta1", t.beta1);
   add("train.beta2", t.beta2);
   add("train.grad_clip", t.grad_clip);
+  add("train.optimizer", t.optimizer);
+  add("train.muon_lr", t.muon_lr);
+  add("train.muon_momentum", t.muon_momentum);
   add("train.threads", t.threads);
   add("train.device", t.device);
   add("train.gemm", t.gemm);
@@ -330,6 +333,9 @@ inline paco::status validate_dipaco_stages(const train_config& c) {
   const auto& p = c.pipeline;
   auto bad = [](const std::string& m) { return paco::status(errc::invalid_argument, m); };
   if (d.stages < 1) return bad("dipaco.stages: must be >= 1 (1: a process per worker)");
+  if (d.stages > 1 && c.train.optimizer != "adamw")
+    return bad("train.optimizer: \"" + c.train.optimizer +
+               "\" is not supported with dipaco.stages > 1 (the stages of a path step AdamW)");
   if (d.stages == 1) {
     if (!d.stage_split.empty()) return bad("dipaco.stage_split: set only with dipaco.stages > 1");
     return {};
@@ -396,6 +402,15 @@ inline paco::status validate(const train_config& c) {
         range(t.beta2 >= 0 && t.beta2 < 1, "train.beta2", "in [0, 1)"),
         range(std::isfinite(t.grad_clip) && t.grad_clip >= 0, "train.grad_clip",
               "a finite number >= 0 (0: off)"),
+        range(t.optimizer == "adamw" || t.optimizer == "muon", "train.optimizer",
+              "\"adamw\" or \"muon\""),
+        range(t.optimizer == "adamw" || (c.job.mode == "dipaco" && t.device == "cpu"),
+              "train.optimizer",
+              "\"adamw\" unless job.mode = \"dipaco\" on train.device = \"cpu\" (Muon runs "
+              "in the DiPaCo and DiLoCo workers on the host)"),
+        range(std::isfinite(t.muon_lr) && t.muon_lr > 0 && t.muon_lr < 10, "train.muon_lr",
+              "in (0, 10)"),
+        range(t.muon_momentum >= 0 && t.muon_momentum < 1, "train.muon_momentum", "in [0, 1)"),
         range(t.threads >= 1 && t.threads <= 256, "train.threads", "in [1, 256]"),
         range(t.device == "cpu" || t.device == "cuda", "train.device", "\"cpu\" or \"cuda\""),
         range(t.gemm == "bf16" || t.gemm == "tf32" || t.gemm == "fp32", "train.gemm",

@@ -217,3 +217,22 @@ TEST_CASE("load_config: a DiPaCo job's paths cut into stages are checked", "[con
   REQUIRE(has(refusal({d, "dipaco.stages=2", "pipeline.head=deep"}), "pipeline.head"));
   REQUIRE(has(refusal({d, "dipaco.stages=2", "sync.train_budget_s=1"}), "sync.train_budget_s"));
 }
+
+TEST_CASE("load_config: train.optimizer names Muon's settings and where it runs",
+          "[paco_train][config]") {
+  auto muon = load_config({}, {"job.mode=dipaco", "train.optimizer=muon", "train.muon_lr=0.03"});
+  REQUIRE(muon);
+  REQUIRE(muon->train.optimizer == "muon");
+  REQUIRE(muon->train.muon_lr == 0.03f);
+  REQUIRE(has(refusal({"job.mode=dipaco", "train.optimizer=lion"}),
+              "train.optimizer must be \"adamw\" or \"muon\""));
+  REQUIRE(has(refusal({"train.optimizer=muon"}), "unless job.mode = \"dipaco\""));
+  REQUIRE(has(refusal({"job.mode=dipaco", "train.optimizer=muon", "train.device=cuda"}),
+              "train.optimizer must be \"adamw\" unless job.mode = \"dipaco\" on train.device"));
+  REQUIRE(has(refusal({"job.mode=dipaco", "train.optimizer=muon", "dipaco.stages=2"}),
+              "train.optimizer: \"muon\" is not supported with dipaco.stages > 1"));
+  REQUIRE(has(refusal({"job.mode=dipaco", "train.optimizer=muon", "train.muon_lr=0"}),
+              "train.muon_lr must be in (0, 10)"));
+  REQUIRE(has(refusal({"job.mode=dipaco", "train.optimizer=muon", "train.muon_momentum=1"}),
+              "train.muon_momentum must be in [0, 1)"));
+}

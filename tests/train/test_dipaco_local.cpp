@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 #include <thread>
+#include <type_traits>
 
 #include "paco/nn/gpt.hpp"
 #include "paco/optim/optim.hpp"
@@ -28,9 +29,12 @@ double max_diff(const float* a, const float* b, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) m = std::max(m, double(std::abs(a[i] - b[i])));
   return m;
 }
-}  // namespace
 
-TEST_CASE("DiLoCo with outer sgd(lr=1) is FedAvg", "[dipaco][known-answer]") {
+// DiLoCo with outer sgd(lr=1) over three workers with inner optimizer `inner` (made for the
+// model by make_inner): the store's module after one round against the plain mean of three
+// independent workers' θ_end, as max |θ_store − mean θ_i|.
+template <class MakeInner>
+double fedavg_gap(MakeInner make_inner) {
   nn::gpt model(train_tests::small_gpt());
   arena<host> a0(model.layout());
   model.init(a0, 1);
@@ -45,17 +49,18 @@ TEST_CASE("DiLoCo with outer sgd(lr=1) is FedAvg", "[dipaco][known-answer]") {
                           .steps = 4,
                           .grad_clip = 0,
                           .schedule = {.lr = 1e-2f, .min_lr = 1e-2f, .warmup = 0, .total = 100}};
-  optim::adamw inner{.lr = 1e-2f};
+  const auto inner = make_inner(model);
+  using inner_t = std::remove_cvref_t<decltype(inner)>;
   store::local_store<outer::sgd> store(plan.module_table(), outer::sgd{.lr = 1.0f},
                                        {.weight_by_shard = false});
   REQUIRE(store.store().info(0).paths_through == 3);
   train::init_modules(store, plan, a0.get(plane::param).data());
   REQUIRE(train::run_local(store, model, plan, ws, inner, cfg, 1).ok());
+  REQUIRE(store.store().round(0) == 1);
   // Reference: three independent workers from θ0, then the plain mean of θ_end.
   std::vector<float> mean(model.layout().total(), 0.0f);
   for (int i = 0; i < 3; ++i) {
-    train::path_worker<nn::gpt, optim::adamw> w(i, model, levels, {0}, inner, cfg, shards[i],
-                                                10u + i);
+    train::path_worker<nn::gpt, inner_t> w(i, model, levels, {0}, inner, cfg, shards[i], 10u + i);
     auto th = w.state().get(plane::param);
     std::copy(a0.get(plane::param).begin(), a0.get(plane::param).end(), th.begin());
     w.train();
@@ -63,11 +68,24 @@ TEST_CASE("DiLoCo with outer sgd(lr=1) is FedAvg", "[dipaco][known-answer]") {
   }
   std::vector<float> got(model.layout().total());
   store.pull(0, std::span<float>(got.data() + levels[0].offset, levels[0].size));
-  const double d =
-      max_diff(got.data() + levels[0].offset, mean.data() + levels[0].offset, levels[0].size);
+  return max_diff(got.data() + levels[0].offset, mean.data() + levels[0].offset, levels[0].size);
+}
+
+}  // namespace
+
+TEST_CASE("DiLoCo with outer sgd(lr=1) is FedAvg", "[dipaco][known-answer]") {
+  const double d = fedavg_gap([](const nn::gpt&) { return optim::adamw{.lr = 1e-2f}; });
   INFO("max |θ_store − mean θ_i| = " << d);
   REQUIRE(d < 1e-6);
-  REQUIRE(store.store().round(0) == 1);
+}
+
+TEST_CASE("MuLoCo (Muon inner) with outer sgd(lr=1) is FedAvg of Muon workers",
+          "[dipaco][known-answer][muon]") {
+  const double d = fedavg_gap([](const nn::gpt& m) {
+    return *optim::inner_by_name("muon", m, optim::adamw{.lr = 1e-2f}, {.lr = 0.02f});
+  });
+  INFO("max |θ_store − mean θ_i| = " << d);
+  REQUIRE(d < 1e-6);
 }
 
 TEST_CASE("H=1, inner SGD, outer sgd(lr=1) is one data-parallel step on the union batch",

@@ -607,3 +607,100 @@ TEST_CASE("round_loop streaming: staggered schedule, one fragment on the wire at
     REQUIRE(v[i].bytes_sent <= fragment_bytes[std::size_t(v[i].fragment)] + 64);
   }
 }
+
+// DES-LOC's schedule by hand: blocking rounds with outer SGD at rate 1 (train_and_mean and the
+// step written out), and before round r + 1 the moments due after r rounds replaced by their mean
+// over the ranks (mean_delta on the plane, called here directly).
+template <net::Transport T>
+status desloc_by_hand(T& t, worker_t& w, int rounds, train::state_periods k) {
+  auto th = w.state().get(plane::param);
+  const std::size_t n = th.size();
+  std::vector<float> mean(n), delta(n), copy(n);
+  for (int r = 0; r < rounds; ++r) {
+    for (plane p : {plane::moment1, plane::moment2})
+      if (r > 0 && k.due(p, r)) {
+        auto m = w.state().get(p);
+        std::copy(m.begin(), m.end(), copy.begin());
+        std::size_t payload = 0;
+        if (auto s = train::detail::mean_delta(t, nullptr, slice<const float>(copy.data(), n), {},
+                                               m, {}, payload);
+            !s)
+          return s;
+      }
+    if (auto s = train_and_mean(t, w, delta, mean); !s) return s;
+    for (std::size_t i = 0; i < n; ++i) th[i] -= mean[i];
+  }
+  return {};
+}
+
+TEST_CASE(
+    "round_loop state periods (DES-LOC): moments replaced by the ranks' mean before the "
+    "round after each period, bit for bit as by hand, bytes counted",
+    "[train][round_loop][desloc]") {
+  const int K = 2, rounds = 3;
+  gpt_setup s(K);
+  struct rank_out {
+    std::vector<float> theta, m1, m2;
+    std::size_t state_bytes = 0;
+    status err;
+  };
+  auto run = [&](train::state_periods k, bool by_hand) {
+    std::vector<rank_out> out(K);
+    testing::inproc_world::run(K, [&](net::inproc& tr) {
+      const int r = tr.rank();
+      auto w = s.worker(r);
+      auto& o = out[std::size_t(r)];
+      if (by_hand) {
+        o.err = desloc_by_hand(tr, *w, rounds, k);
+      } else {
+        train::round_loop<net::inproc, worker_t, outer::sgd, train::blocking> loop(tr, *w,
+                                                                                   outer::sgd{});
+        o.err = loop.set_state_periods(k);
+        if (o.err) o.err = loop.run(rounds, std::chrono::seconds(30));
+        o.state_bytes = loop.state_bytes();
+      }
+      auto get = [&](plane p) {
+        auto x = w->state().get(p);
+        return std::vector<float>(x.begin(), x.end());
+      };
+      o.theta = get(plane::param);
+      o.m1 = get(plane::moment1);
+      o.m2 = get(plane::moment2);
+    });
+    for (auto& o : out) REQUIRE(o.err.ok());
+    return out;
+  };
+  const std::size_t n = s.model.layout().total();
+  const std::size_t ring = collectives::allreduce_ring.cost(4 * n, K).bytes;
+  const auto never = run({}, false);
+  REQUIRE(never[0].m1 != never[1].m1);  // local moments differ between the ranks
+  // Both moments every round (averaged before rounds 2 and 3); moment1 every second round
+  // (before round 3 only), moment2 never.
+  for (auto [k, averages] : {std::pair{train::state_periods{.moment1 = 1, .moment2 = 1}, 4},
+                             std::pair{train::state_periods{.moment1 = 2}, 1}}) {
+    INFO("periods " << k.moment1 << ", " << k.moment2);
+    const auto mine = run(k, false), hand = run(k, true);
+    for (int r = 0; r < K; ++r) {
+      const auto i = std::size_t(r);
+      CHECK(mine[i].theta == hand[i].theta);
+      CHECK(mine[i].m1 == hand[i].m1);
+      CHECK(mine[i].m2 == hand[i].m2);
+      CHECK(mine[i].theta != never[i].theta);  // the averages changed the run
+      CHECK(mine[i].state_bytes == std::size_t(averages) * ring);
+    }
+  }
+}
+
+TEST_CASE("round_loop state periods: refused where a sync is in flight between rounds",
+          "[train][round_loop][desloc]") {
+  gpt_setup s(1);
+  auto world = net::inproc::world(1);
+  auto w = s.worker(0);
+  train::round_loop<net::inproc, worker_t, outer::co2, train::co2> loop(world[0], *w, s.outer);
+  const auto st = loop.set_state_periods({.moment1 = 1});
+  REQUIRE(!st.ok());
+  CHECK(st.error().code == errc::unsupported);
+  CHECK_THAT(st.error().what(), Catch::Contains("co2"));
+  CHECK(!loop.set_state_periods({.moment2 = -1}).ok());
+  CHECK(loop.set_state_periods({}).ok());
+}

@@ -3,6 +3,7 @@
 // wait for all of them (fork-join). Used to split a batch across cores; the caller is thread 0.
 
 #include <condition_variable>
+#include <cstddef>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -31,6 +32,13 @@ class thread_pool {
   thread_pool& operator=(const thread_pool&) = delete;
 
   int size() const noexcept { return int(workers_.size()) + 1; }
+
+  // Where part i of n elements split into `parts` contiguous ranges begins: boundaries on
+  // multiples of 16 elements (64-byte lines of floats), range_begin(n, parts, parts) == n.
+  static std::size_t range_begin(std::size_t n, int i, int parts) {
+    if (i >= parts) return n;
+    return n * std::size_t(i) / std::size_t(parts) / 16 * 16;
+  }
 
   // Runs f(i) for i in [0, size()), thread i running f(i); returns when all are done.
   // Ensures: the first exception thrown by any f(i) is rethrown here.

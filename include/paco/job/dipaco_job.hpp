@@ -282,6 +282,11 @@ std::string config_fingerprint(const dipaco_job<Model>& cfg) {
   if (cfg.sync.mode != "blocking") o << " sync.mode=" << cfg.sync.mode;
   if (cfg.sync.mode == "streaming")
     o << " sync.overlap_steps=" << cfg.sync.overlap_steps << " sync.alpha=" << cfg.sync.alpha;
+  // The inner optimizer's state is in every worker checkpoint: adamw (the only one before
+  // train.optimizer) adds nothing.
+  if (cfg.train.optimizer != "adamw")
+    o << " train.optimizer=" << cfg.train.optimizer << " train.muon_lr=" << cfg.train.muon_lr
+      << " train.muon_momentum=" << cfg.train.muon_momentum;
   // Likewise the outer optimizer: nesterov, the only one before dipaco.outer, adds nothing.
   if (d.outer != "nesterov")
     o << " dipaco.outer=" << d.outer << " dipaco.outer_gap_penalty=" << d.outer_gap_penalty

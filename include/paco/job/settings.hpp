@@ -37,6 +37,11 @@ struct train_section {
   float beta1 = 0.9f;
   float beta2 = 0.95f;
   float grad_clip = 1.0f;  // global norm; 0 disables
+  // The DiPaCo workers' inner optimizer: "adamw", or "muon" (optim/muon.hpp: orthogonalised
+  // momentum on the hidden matrices at muon_lr, AdamW with the settings above elsewhere).
+  std::string optimizer = "adamw";
+  float muon_lr = 0.02f;
+  float muon_momentum = 0.95f;
   int threads = 2;
   std::string device = "cpu";  // "cpu", or "cuda": the LM job's steps / the DiPaCo workers'
                                // inner loops on CUDA device 0

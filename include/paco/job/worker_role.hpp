@@ -24,6 +24,7 @@
 #include "paco/job/run_files.hpp"
 #include "paco/net/asio_tcp.hpp"
 #include "paco/net/http_server.hpp"
+#include "paco/optim/inner_choice.hpp"
 #include "paco/store/metered.hpp"
 #include "paco/store/store.hpp"
 #include "paco/train/path_worker.hpp"
@@ -124,8 +125,8 @@ template <nn::BlockModel Model>
 int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resume, bool fresh,
                     const worker_start& how) {
   // The round loop drives the host worker over the TCP store client.
-  static_assert(
-      train::PathWorker<train::path_worker<Model, optim::adamw>, store::client<net::asio_tcp>>);
+  static_assert(train::PathWorker<train::path_worker<Model, optim::inner_choice>,
+                                  store::client<net::asio_tcp>>);
   if (auto s = require_token("worker"); !s)
     return std::fprintf(stderr, "%s\n", s.error().what().c_str()), exit_bad_input;
   if (resume && fresh)
@@ -297,12 +298,17 @@ int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool
   icfg.start_step = start_step;
   optim::adamw opt{
       .lr = tc.lr, .beta1 = tc.beta1, .beta2 = tc.beta2, .weight_decay = tc.weight_decay};
+  auto inner = optim::inner_by_name(tc.optimizer, model, opt,
+                                    {.lr = tc.muon_lr, .momentum = tc.muon_momentum});
+  if (!inner)
+    return std::fprintf(stderr, "worker %d: train.%s\n", w, inner.error().what().c_str()),
+           exit_bad_input;
   const std::uint64_t seed =
       std::uint64_t(tc.seed) * 1000 + std::uint64_t(w) * 7 + std::uint64_t(start_step);
   const auto comp = compression_of(cfg);
   // The path worker on the host (train::path_worker) or, with train.device = "cuda", on the
   // device (the job's make_device_worker); the round loop below drives either.
-  std::optional<train::path_worker<Model, optim::adamw>> host;
+  std::optional<train::path_worker<Model, optim::inner_choice>> host;
   std::unique_ptr<device_path_worker> dev;
   if (tc.device == "cuda") {
     if (!cfg.make_device_worker)
@@ -319,7 +325,7 @@ int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool
       if (auto s = dev->restore(saved->state); !s)
         return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()), exit_bad_input;
   } else {
-    auto& worker = host.emplace(w, model, lv, g.path_modules(p), opt, icfg, shard, seed);
+    auto& worker = host.emplace(w, model, lv, g.path_modules(p), *inner, icfg, shard, seed);
     if (comp.spec.kind != compress::codec_kind::identity) {
       auto c = store::make_codecs(comp, model, lv);
       if (!c)

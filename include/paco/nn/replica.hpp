@@ -120,9 +120,7 @@ class replica {
     return ws_[thread].front();
   }
   std::size_t slice_at(std::size_t n, int i) const {
-    // 16-element aligned boundaries.
-    std::size_t c = n * std::size_t(i) / std::size_t(pool_.size());
-    return i == pool_.size() ? n : c / 16 * 16;
+    return thread_pool::range_begin(n, i, pool_.size());
   }
   struct chunk_t {
     int b0, b1;

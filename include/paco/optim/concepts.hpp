@@ -5,14 +5,16 @@
 // travels with the worker's checkpoint and is never synchronised). validate() names a bad
 // hyper-parameter. Opt in with `using inner_optimizer_tag = void;`.
 //
-// A model that also has step(arena, begin, end, t, lr) over element ranges gets its step run on
-// the replica's threads (every update elementwise).
+// A model that also has step(arena, begin, end, t, lr) over element ranges (every update
+// elementwise), or step(arena, t, lr, pool) (its own split of the work: Muon's matrices), gets
+// its step run on the replica's threads (step_on).
 
 #include <concepts>
 #include <cstddef>
 
 #include "paco/core/arena.hpp"
 #include "paco/core/error.hpp"
+#include "paco/core/thread_pool.hpp"
 
 namespace paco::optim {
 
@@ -30,5 +32,33 @@ concept RangedInnerOptimizer = InnerOptimizer<O> &&
     requires(const O& o, arena<host>& a, std::size_t b, long t, float lr) {
   o.step(a, b, b, t, lr);
 };
+
+// An InnerOptimizer that splits its own step over a pool's threads.
+template <class O>
+concept PooledInnerOptimizer = InnerOptimizer<O> &&
+    requires(const O& o, arena<host>& a, long t, float lr, thread_pool& p) {
+  o.step(a, t, lr, p);
+};
+
+// One step of o on pool's threads: its own split (Pooled), disjoint element ranges (Ranged), or
+// on the calling thread alone. Ensures: the same θ and state as o.step(a, t, lr).
+template <InnerOptimizer O>
+void step_on(thread_pool& pool, const O& o, arena<host>& a, long t, float lr) {
+  if constexpr (PooledInnerOptimizer<O>) {
+    o.step(a, t, lr, pool);
+  } else if constexpr (RangedInnerOptimizer<O>) {
+    if (pool.size() == 1) return o.step(a, t, lr);
+    // An empty step on this thread first: the planes the optimizer keeps (allocated by the
+    // arena on first use) exist before the threads touch them.
+    o.step(a, 0, 0, t, lr);
+    const std::size_t n = a.get(plane::param).size();
+    pool.run([&](int i) {
+      o.step(a, thread_pool::range_begin(n, i, pool.size()),
+             thread_pool::range_begin(n, i + 1, pool.size()), t, lr);
+    });
+  } else {
+    o.step(a, t, lr);
+  }
+}
 
 }  // namespace paco::optim

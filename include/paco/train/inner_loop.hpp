@@ -14,8 +14,8 @@
 // overlapped outer sync's trigger point), step() takes the learning rate explicitly (time-based
 // schedules), and the replica is reachable for local-loss chunking.
 //
-// M models train::Model, InnerOpt optim::InnerOptimizer; a RangedInnerOptimizer's step runs on
-// the replica's threads over disjoint ranges (the same result: every update is elementwise).
+// M models train::Model, InnerOpt optim::InnerOptimizer; a Ranged or Pooled optimizer's step runs
+// on the replica's threads (optim::step_on: the same result as on one thread).
 
 #include <cstdint>
 #include <functional>
@@ -63,17 +63,7 @@ class inner_loop {
     auto g = a.get(plane::grad);
     if (cfg_.grad_clip > 0) optim::clip_grad_norm(g.data(), g.size(), cfg_.grad_clip);
     ++step_;
-    if constexpr (optim::RangedInnerOptimizer<InnerOpt>) {
-      if (replica_.threads() > 1) {
-        // An empty step on this thread first: the planes the optimizer keeps (allocated by the
-        // arena on first use) exist before the threads touch them.
-        opt.step(a, 0, 0, step_, lr);
-        replica_.for_chunks(g.size(),
-                            [&](std::size_t b, std::size_t e) { opt.step(a, b, e, step_, lr); });
-        return loss;
-      }
-    }
-    opt.step(a, step_, lr);
+    optim::step_on(replica_.pool(), opt, a, step_, lr);
     return loss;
   }
 

@@ -28,6 +28,12 @@
 // sampler's position — so that a run stopped after round k and resumed goes on bit for bit as one
 // that never stopped.
 //
+// Optimizer states on their own periods (train/state_sync.hpp, DES-LOC's idea): after
+// set_state_periods, the learner's moment planes are averaged over the group after every k-th
+// round, before the next round's first step (a run that ends there sends nothing for them), their
+// bytes counted with that round's; host learners under rules with nothing in flight between
+// rounds.
+//
 // Threads: from a send until its landing the background flight uses the transport, the codec
 // and the residual; nothing else may use the transport between run() and finish() (MPI: the
 // serialized thread level net::mpi asks for suffices). Memory beyond the learner's: the
@@ -56,6 +62,7 @@
 #include "paco/train/mean_in_flight.hpp"
 #include "paco/train/replica_file.hpp"
 #include "paco/train/round_planes.hpp"
+#include "paco/train/state_sync.hpp"
 #include "paco/train/sync.hpp"
 
 namespace paco::train {
@@ -187,6 +194,25 @@ class round_loop {
     flight_.set_ring_order(std::move(order));
     return {};
   }
+
+  // Averages the inner optimizer's states on these periods from now on (the same on every rank).
+  // Errors (nothing changed): the periods' validate(); unsupported for a device learner or a
+  // rule that keeps a sync in flight between rounds (the averages would share the transport).
+  status set_state_periods(state_periods k) {
+    if (!ok_) return ok_;
+    if (auto s = k.validate(); !s) return s;
+    if (!k.any()) return states_ = k, status{};
+    if constexpr (!std::same_as<learner_backend<L>, host>)
+      return {errc::unsupported, "optimizer state sync: host learners only (not yet on a device)"};
+    if (plan_.next_round() || plan_.lag != 0)
+      return {errc::unsupported, "optimizer state sync: the " + sync_.name() +
+                                     " rule keeps a sync in flight between rounds; use blocking "
+                                     "or streaming without overlap"};
+    states_ = k;
+    return {};
+  }
+  // Bytes this rank sent averaging optimizer states (also counted in traffic().bytes_sent).
+  std::size_t state_bytes() const noexcept { return state_bytes_; }
 
   long rounds_done() const noexcept { return done_; }
   long step() const noexcept { return step_; }  // inner steps run by this loop
@@ -321,6 +347,16 @@ class round_loop {
       const long end = step_ + h_;
       double loss = 0;
       std::size_t bytes = 0;
+      // The states due after round done_, averaged before the next round's first step.
+      if constexpr (std::same_as<learner_backend<L>, host>)
+        if (states_.any() && done_ > 0) {
+          std::size_t sb = 0;
+          if (auto s = sync_states(*t_, l_->state(), states_, done_, deadline, sb); !s)
+            return fail(s);
+          state_bytes_ += sb;
+          traffic_.bytes_sent += sb;
+          bytes += sb;
+        }
       while (step_ < end) {
         long next = std::min(end, next_send());
         if (flight_.in_flight() && !plan_.next_round()) next = std::min(next, apply_at_);
@@ -460,6 +496,8 @@ class round_loop {
   long done_ = 0;
   train::diloco_traffic traffic_;
   overlap_stats overlap_;
+  state_periods states_;
+  std::size_t state_bytes_ = 0;
   mean_in_flight<T> flight_;  // last: destroyed first, waiting for a flight still running
 };
 
