@@ -24,6 +24,11 @@
 //   straggler       SIGSTOP of one random rank, never resumed: the same (no hang past the
 //                   deadline; the stopped rank is killed by run_local.sh, also when it was
 //                   stopped after the last sync: RUN_LOCAL_FINISH = 15 s here)
+// and against paco_train's pipeline job (job.mode = "pipeline": 2 stages, local losses, a tiny
+// GPT, 200 steps over links of 20 ms, a checkpoint every 5 steps):
+//   stage_kill      kill -9 of one random stage at a random moment of training: the launcher
+//                   restarts the pipeline from the newest step both stages hold; the run must
+//                   end with the gathered model's hash equal to an uninterrupted run's
 // A kind this machine cannot stage (no tmpfs mount, no chattr) is skipped with the reason.
 // After each trial: the run finished (exit 0, results table; for full_disk and read_only after
 // the loud failure and a --resume), every module's checkpointed θ
@@ -78,12 +83,12 @@ struct options {
   bool keep = false;
   std::vector<std::string> kinds = {"worker",       "store",          "launcher",    "two_workers",
                                     "wiped_worker", "store_stall",    "stray_store", "full_disk",
-                                    "read_only",    "allreduce_kill", "straggler"};
+                                    "read_only",    "allreduce_kill", "straggler",   "stage_kill"};
 };
 
 const std::vector<std::string> all_kinds = {
     "worker",      "store",     "launcher",  "two_workers",    "wiped_worker", "store_stall",
-    "stray_store", "full_disk", "read_only", "allreduce_kill", "straggler"};
+    "stray_store", "full_disk", "read_only", "allreduce_kill", "straggler",    "stage_kill"};
 
 bool allreduce_kind(const std::string& k) {
   return k == "allreduce_kill" || k == "straggler";
@@ -274,6 +279,84 @@ trial_result run_allreduce_trial(const std::string& kind, int trial, paco::rng& 
     fs::remove_all(dir);
     fs::remove(out);
     fs::remove(again);
+  }
+  return t;
+}
+
+// paco_train's pipeline job of the stage_kill kind, its output to `out`.
+pid_t start_pipeline(const fs::path& dir, const fs::path& out) {
+  std::vector<std::string> a{
+      std::string(PACO_BINARY_DIR) + "/examples/paco_train/paco_train", "-c",
+      std::string(PACO_SOURCE_DIR) + "/examples/configs/pipeline_brown.toml"};
+  for (std::string kv :
+       {"model.d=32", "model.layers=2", "model.heads=2", "model.ctx=64", "train.batch=4",
+        "train.steps=200", "train.warmup=2", "train.checkpoint_every=5", "launch.restarts=3",
+        "pipeline.eval_tokens=2000", "pipeline.timeout_s=20", "pipeline.link_latency_ms=20"})
+    a.insert(a.end(), {"--set", kv});
+  a.insert(a.end(), {"--set", "output.dir=" + dir.string()});
+  return spawn_logged(a, out);
+}
+
+// The gathered model's hash in a pipeline run's results.json ("" if none).
+std::string pipeline_hash(const fs::path& dir) {
+  static const std::regex re(R"re("theta_hash": "([0-9a-f]{16})")re");
+  std::smatch m;
+  const std::string text = slurp(dir / "results.json");
+  return std::regex_search(text, m, re) ? m[1].str() : "";
+}
+
+trial_result run_stage_trial(int trial, paco::rng& r) {
+  trial_result t;
+  const std::string tag = "paco_chaos_" + std::to_string(::getpid()) + "_stage_kill_";
+  static const std::string want = [&] {  // an uninterrupted run, once
+    const fs::path ref = fs::temp_directory_path() / (tag + "ref");
+    fs::remove_all(ref);
+    paco::testing::wait_exit(start_pipeline(ref, ref.string() + ".out"), 300s);
+    const std::string h = pipeline_hash(ref);
+    fs::remove_all(ref);
+    fs::remove(ref.string() + ".out");
+    return h;
+  }();
+  if (want.empty()) return t.why = "the uninterrupted reference run failed", t;
+  const fs::path dir = fs::temp_directory_path() / (tag + std::to_string(trial));
+  const fs::path out = dir.string() + ".out";
+  fs::remove_all(dir);
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t launcher = start_pipeline(dir, out);
+  // A random moment of training: after the first checkpoint, 0-3 s on (the run trains ~4.5 s).
+  paco::testing::wait_until([&] { return fs::exists(dir / "stage-1.step-5.safetensors"); }, 120s);
+  std::this_thread::sleep_for(std::chrono::milliseconds(r.below(3000)));
+  const int victim = int(r.below(2));
+  auto stage = find_processes({"--role stage", "--stage " + std::to_string(victim), dir.string()});
+  std::string what = "nothing (the run had ended)";
+  if (!stage.empty()) {
+    ::kill(stage[0], SIGKILL);
+    what = "stage " + std::to_string(victim) + " killed";
+  }
+  t.missed = stage.empty();
+  const int code = paco::testing::exit_code(paco::testing::wait_exit(launcher, 300s));
+  paco::testing::wait_until([&] { return find_processes({"--role", dir.string()}).empty(); }, 10s);
+  for (pid_t p : find_processes({"--role", dir.string()})) {
+    ++t.orphans;
+    ::kill(p, SIGKILL);
+  }
+  const std::string text = slurp(out);
+  t.finished = code == 0;
+  const std::string got = pipeline_hash(dir);
+  t.hashes_ok = got == want;
+  const bool restarted = text.find("restarting the pipeline from") != std::string::npos;
+  if (!t.finished) t.why = "the launcher exited " + std::to_string(code);
+  if (t.why.empty() && !t.hashes_ok) t.why = "θ " + got + " differs from the uninterrupted " + want;
+  if (t.why.empty() && !t.missed && !restarted) t.why = "no restart after the kill";
+  t.hashes_ok = t.hashes_ok && (t.missed || restarted);
+  const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("[chaos] %-14s trial %2d: %s; finished %d, hash %s, orphans %d, run %.1f s%s%s\n",
+              "stage_kill", trial, what.c_str(), int(t.finished), t.hashes_ok ? "identical" : "BAD",
+              t.orphans, run_s, t.why.empty() ? "" : ": ", t.why.c_str());
+  std::fflush(stdout);
+  if (t.finished && t.hashes_ok && !t.orphans) {
+    fs::remove_all(dir);
+    fs::remove(out);
   }
   return t;
 }
@@ -527,7 +610,9 @@ int main(int argc, char** argv) {
   for (auto& k : o.kinds) {
     row w{k};
     for (int i = 0; i < o.trials; ++i) {
-      auto t = allreduce_kind(k) ? run_allreduce_trial(k, i, r) : run_trial(o, k, i, r);
+      auto t = allreduce_kind(k)   ? run_allreduce_trial(k, i, r)
+               : k == "stage_kill" ? run_stage_trial(i, r)
+                                   : run_trial(o, k, i, r);
       if (!t.skipped.empty()) {
         std::printf("[chaos] %-11s skipped: %s\n", k.c_str(), t.skipped.c_str());
         w.skipped = o.trials;

@@ -51,8 +51,12 @@ int main(int argc, char** argv) {
                "continue from the checkpoints in output.dir (dipaco jobs: every checkpoint is "
                "verified; a missing, damaged, swapped or foreign one is an error)");
   app.add_flag("--fresh", fresh,
-               "dipaco jobs: delete a previous run in the run directory and start over (with "
-               "--role store or worker: that process's state only)");
+               "dipaco and pipeline jobs: delete a previous run in the run directory and start "
+               "over (with --role store or worker: that process's state only)");
+  long from_step = -1;
+  app.add_option("--from-step", from_step,
+                 "pipeline jobs, --role stage: resume from this stage's checkpoint of that step "
+                 "(the launcher passes it; every stage resumes from the same step)");
   app.add_option("--role", role,
                  "dipaco jobs: launcher (default), prepare, store or worker; pipeline jobs: "
                  "launcher or stage")
@@ -127,14 +131,22 @@ int main(int argc, char** argv) {
     }
   }
   if (cfg.job.mode == "pipeline") {
-    if (!export_dir.empty() || resume || fresh)
+    if (!export_dir.empty())
       return std::fprintf(stderr,
-                          "paco_train: --export, --resume and --fresh are not offered by pipeline "
-                          "jobs (a pipeline run starts over; its stages keep no checkpoints)\n"),
+                          "paco_train: --export is not offered by pipeline jobs (stage 0 "
+                          "scores the gathered model)\n"),
+             2;
+    if (resume && fresh)
+      return std::fprintf(stderr, "paco_train: --resume or --fresh, not both\n"), 2;
+    if (from_step >= 0 && role != "stage")
+      return std::fprintf(stderr,
+                          "paco_train: --from-step is for --role stage (the launcher's "
+                          "--resume finds the step)\n"),
              2;
     try {
-      if (role == "stage") return paco_train::run_stage(cfg, stage, peers);
-      if (role == "launcher") return paco_train::run_pipeline_launcher(cfg, config_path, overrides);
+      if (role == "stage") return paco_train::run_stage(cfg, stage, peers, from_step);
+      if (role == "launcher")
+        return paco_train::run_pipeline_launcher(cfg, config_path, overrides, resume, fresh);
       return std::fprintf(stderr, "paco_train: --role %s is not a pipeline role\n", role.c_str()),
              2;
     } catch (const std::exception& e) {

@@ -14,6 +14,12 @@
 //             (its log's final record); the launcher writes <output.dir>/results.json.
 // launch.mode = "manual" prints the stage commands for the machines of pipeline.hosts instead.
 //
+// Checkpoints: every train.checkpoint_every steps each stage writes its state
+// (pipeline/stage_file.hpp) bound to the run (<output.dir>/pipeline.json's run_id, PACO_RUN_ID in
+// the stages' environment). A stage that dies for a mendable reason (not exit 2 or 4) makes the
+// launcher restart every stage from the newest step all of them hold (--from-step), up to
+// launch.restarts times; `--resume` continues a run from there, `--fresh` starts over.
+//
 // Exit codes: 0 done; 2 bad input; 3 a neighbour was lost or silent past pipeline.timeout_s;
 // 4 a file could not be written.
 
@@ -34,6 +40,7 @@
 #include "config.hpp"
 #include "dipaco_job.hpp"
 #include "paco/collectives/agree.hpp"
+#include "paco/core/hash.hpp"
 #include "paco/io/atomic_file.hpp"
 #include "paco/io/metrics.hpp"
 #include "paco/io/progress.hpp"
@@ -42,6 +49,7 @@
 #include "paco/net/asio_tcp.hpp"
 #include "paco/net/free_port.hpp"
 #include "paco/pipeline/pipeline.hpp"
+#include "paco/pipeline/stage_file.hpp"
 #include "paco/train/inner_loop.hpp"
 #include "score.hpp"
 
@@ -67,8 +75,17 @@ inline std::vector<collectives::agree_field> stage_fields(const train_config& c)
       c, gpt_fingerprint(c.model) + " model.mlp_mult=" + std::to_string(c.model.mlp_mult));
 }
 
-// One stage's process. peers: every stage's host:port, comma-separated.
-inline int run_stage(const train_config& cfg, int k, const std::string& peers_csv) {
+// The run's identity (stage_identity::run): the launcher's, from the environment (PACO_RUN_ID;
+// empty: the stage keeps no checkpoints).
+inline std::string run_id_from_env() {
+  const char* id = std::getenv("PACO_RUN_ID");
+  return id ? std::string(id) : std::string();
+}
+
+// One stage's process. peers: every stage's host:port, comma-separated. from_step ≥ 0: resume
+// from this stage's checkpoint of that step (every stage resumes from the same step).
+inline int run_stage(const train_config& cfg, int k, const std::string& peers_csv,
+                     long from_step = -1) {
   auto fail = [&](int code, const std::string& m) {
     std::fprintf(stderr, "paco_train (stage %d): %s\n", k, m.c_str());
     return code;
@@ -118,7 +135,53 @@ inline int run_stage(const train_config& cfg, int k, const std::string& peers_cs
         model, plan, opts, B, T, *net, std::uint64_t(tc.seed));
   }
   auto stats = [&] { return run ? run->stats() : pipeline::stage_stats{}; };
-  auto log = io::metrics_log::open(stage_log(cfg, k));
+  // Checkpoints: every train.checkpoint_every steps, bound to the run (PACO_RUN_ID) and stage.
+  const std::string run_id = run_id_from_env();
+  const pipeline::stage_identity who{run_id, k, plan.stages()};
+  const auto fields = stage_fields(cfg);
+  const std::string config = collectives::join_fields(fields);
+  const pipeline::stage_parts parts =
+      run ? pipeline::parts_of(*run)
+          : pipeline::stage_parts{{0, model.layout().total()}, nullptr, {}};
+  const long ahead =
+      opts.sched == pipeline::schedule::local ? long(plan.stages() - 1) * opts.queue_depth : 1;
+  const int keep = pipeline::stage_files_to_keep(tc.checkpoint_every, ahead);
+  io::batch_sampler batches(train, B, T, std::uint64_t(tc.seed));
+  if (from_step >= 0) {
+    if (run_id.empty())
+      return fail(exit_bad_input, "--from-step needs the run's PACO_RUN_ID (the launcher's)");
+    const fs::path file = fs::path(cfg.output.dir) / pipeline::stage_file_name(k, from_step);
+    auto r = pipeline::load_stage_file(file, model, a, parts, config, who);
+    if (!r) return fail(exit_bad_input, "cannot resume: " + r.error().what());
+    if (r->at.step != from_step)
+      return fail(exit_bad_input, "cannot resume: '" + file.string() + "' records step " +
+                                      std::to_string(r->at.step));
+    if (run) {
+      if (auto s = run->resume_at(from_step, std::move(r->in_flight)); !s)
+        return fail(exit_bad_input, s.error().what());
+      batches.seek(r->at.sampler);
+    } else {
+      single->seek({from_step, r->at.sampler});
+    }
+    std::printf("paco_train: stage %d resumed from %s\n", k, file.c_str());
+  }
+  auto checkpoint = [&](long t) -> status {
+    if (run_id.empty() || t % tc.checkpoint_every != 0 || t == tc.steps) return {};
+    const fs::path dir = cfg.output.dir;
+    const pipeline::stage_position at{t, run ? batches.position() : single->where().sampler};
+    const auto in_flight = run ? run->readouts_in_flight() : std::vector<pipeline::readout_copy>{};
+    if (auto s = io::with_retries(
+            [&] {
+              return pipeline::save_stage_file(dir / pipeline::stage_file_name(k, t), model, a,
+                                               parts, in_flight, at, config, who);
+            },
+            write_tries);
+        !s)
+      return s;
+    pipeline::prune_stage_files(dir, k, keep);
+    return {};
+  };
+  auto log = io::metrics_log::open(stage_log(cfg, k), from_step >= 0);
   if (!log) return fail(exit_write_failed, log.error().what());
   std::printf("paco_train: stage %d of %d, blocks %d..%d, %s%s\n", k, plan.stages(),
               plan.begin_block(k), plan.end_block(k) - 1,
@@ -142,23 +205,30 @@ inline int run_stage(const train_config& cfg, int k, const std::string& peers_cs
     if (auto w = log->write({{"step", t},
                              {"loss_bpb", std::isnan(ema) ? json() : json(ema / ln2)},
                              {"elapsed_s", el},
-                             {"tokens_per_s", double(t) * B * T / el},
+                             {"tokens_per_s", double(t - std::max(0L, from_step)) * B * T / el},
                              {"wait_s", st.wait_s},
                              {"bytes_sent", st.bytes_sent}});
         !w && write_error.ok())
       write_error = w;
     if (t % tc.eval_every == 0 || t == tc.steps)
       std::printf("stage %d step %ld/%ld loss %.3f bpb %.0f tok/s waited %.1f s\n", k, t, tc.steps,
-                  ema / ln2, double(t) * B * T / el, st.wait_s);
+                  ema / ln2, double(t - std::max(0L, from_step)) * B * T / el, st.wait_s);
   };
-  status s;
+  status s, saved;
+  auto after_step = [&](long t, double loss) -> status {
+    on_step(t, loss);
+    saved = checkpoint(t);
+    return saved;
+  };
+  const long from = std::max(0L, from_step);
   if (single) {
-    for (long t = 1; t <= tc.steps; ++t) on_step(t, single->step(a, opt, sched.lr_at(t)));
+    for (long t = from + 1; t <= tc.steps && saved.ok(); ++t)
+      after_step(t, single->step(a, opt, sched.lr_at(t)));
   } else {
-    s = pipeline::train_stage(*run, a, opt, sched, train, B, T, std::uint64_t(tc.seed), tc.steps,
-                              on_step);
+    s = pipeline::train_stage(*run, a, opt, sched, batches, B, T, from, tc.steps, after_step);
   }
   const double train_s = elapsed();
+  if (!saved) return fail(exit_write_failed, "cannot write a checkpoint: " + saved.error().what());
   if (!s) return fail(exit_link_lost, s.error().what());
   if (!write_error.ok()) return fail(exit_write_failed, write_error.error().what());
   if (run)
@@ -169,12 +239,18 @@ inline int run_stage(const train_config& cfg, int k, const std::string& peers_cs
            {"step", tc.steps},
            {"steps", tc.steps},
            {"train_s", train_s},
-           {"tokens_per_s", double(tc.steps) * B * T / train_s},
+           {"tokens_per_s", double(tc.steps - from) * B * T / train_s},
+           {"resumed_from", from},
            {"loss_bpb", std::isnan(ema) ? json() : json(ema / ln2)},
            {"bytes_sent", st.bytes_sent},
            {"wait_s", st.wait_s},
            {"stash_high_water", st.stash_high_water}};
-  if (k == 0) {  // the whole model: the one scorer on both held-out splits
+  if (k == 0) {  // the whole model: its hash, and the one scorer on both held-out splits
+    const auto th = a.get(plane::param);
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx",
+                  static_cast<unsigned long long>(hash64(th.data(), th.size_bytes())));
+    fin["theta_hash"] = hex;
     io::byte_tokenizer tok;
     auto tokens_of = [&](io::split sp) {
       std::vector<std::vector<std::int32_t>> d;
@@ -209,83 +285,195 @@ inline json last_record(const fs::path& p) {
 
 inline std::vector<std::string> stage_command(const std::string& config_path,
                                               const std::vector<std::string>& overrides, int k,
-                                              const std::string& peers) {
+                                              const std::string& peers, long from_step = -1) {
   std::vector<std::string> a{"paco_train"};
   if (!config_path.empty()) a.insert(a.end(), {"--config", config_path});
   for (auto& o : overrides) a.insert(a.end(), {"--set", o});
   a.insert(a.end(), {"--role", "stage", "--stage", std::to_string(k), "--peers", peers});
+  if (from_step >= 0) a.insert(a.end(), {"--from-step", std::to_string(from_step)});
   return a;
 }
 
-// The launcher of a pipeline job: see the file comment.
-inline int run_pipeline_launcher(const train_config& cfg, const std::string& config_path,
-                                 const std::vector<std::string>& overrides) {
-  const int K = cfg.pipeline.stages;
-  const fs::path dir = cfg.output.dir;
-  std::vector<std::string> peers;
-  for (int k = 0; k < K; ++k) {
+// The run's identity file: <output.dir>/pipeline.json {"run_id": …}, written when a run starts.
+inline fs::path pipeline_run_file(const train_config& c) {
+  return fs::path(c.output.dir) / "pipeline.json";
+}
+inline result<std::string> read_run_id(const train_config& c) {
+  const fs::path f = pipeline_run_file(c);
+  std::ifstream in(f);
+  if (!in)
+    return error(errc::not_found,
+                 "'" + f.string() + "' is missing: no pipeline run to resume there");
+  try {
+    const json j = json::parse(in);
+    if (j.contains("run_id") && j["run_id"].is_string() && !j["run_id"].get<std::string>().empty())
+      return j["run_id"].get<std::string>();
+  } catch (const std::exception&) {
+  }
+  return error(errc::corrupt, "'" + f.string() + "' records no run_id");
+}
+
+// What a pipeline run leaves in its directory: logs, checkpoints, results.
+inline std::vector<fs::path> pipeline_run_files(const train_config& c) {
+  std::vector<fs::path> out;
+  const fs::path dir = c.output.dir;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    if ((n.starts_with("stage-") &&
+         (n.ends_with(".jsonl") || n.ends_with(".log") || n.ends_with(".safetensors"))) ||
+        n == "results.json" || n == "pipeline.json")
+      out.push_back(it->path());
+  }
+  return out;
+}
+
+// The stages' host:port (local runs: free loopback ports, drawn again at each start).
+inline std::string pipeline_peers(const train_config& cfg) {
+  std::string csv;
+  for (int k = 0; k < cfg.pipeline.stages; ++k) {
     const std::string host = cfg.pipeline.hosts.empty() || cfg.launch.mode == "local"
                                  ? "127.0.0.1"
                                  : cfg.pipeline.hosts[std::size_t(k)];
     const int port = cfg.pipeline.base_port
                          ? cfg.pipeline.base_port + k
                          : (cfg.launch.mode == "manual" ? 29500 + k : net::free_loopback_port());
-    peers.push_back(host + ":" + std::to_string(port));
+    csv += (csv.empty() ? "" : ",") + host + ":" + std::to_string(port);
   }
-  std::string peers_csv;
-  for (auto& p : peers) peers_csv += (peers_csv.empty() ? "" : ",") + p;
+  return csv;
+}
+
+// The launcher of a pipeline job: see the file comment. resume: continue the run in output.dir
+// from the newest step every stage checkpointed; fresh: start over where a run left files.
+inline int run_pipeline_launcher(const train_config& cfg, const std::string& config_path,
+                                 const std::vector<std::string>& overrides, bool resume = false,
+                                 bool fresh = false) {
+  const int K = cfg.pipeline.stages;
+  const fs::path dir = cfg.output.dir;
+  auto bad = [](const std::string& m) {
+    std::fprintf(stderr, "paco_train: %s\n", m.c_str());
+    return exit_bad_input;
+  };
+  std::optional<job::run_lock> lock;
+  if (cfg.launch.mode != "manual") {
+    auto l = job::run_lock::acquire(dir, "paco_train");
+    if (!l) return bad(l.error().what());
+    lock.emplace(std::move(*l));
+  }
+  // The run's identity and where it starts: a new run, or the newest step every stage holds.
+  std::string run_id;
+  long from = -1;
+  if (resume) {
+    auto id = read_run_id(cfg);
+    if (!id) return bad("cannot resume: " + id.error().what());
+    run_id = *id;
+    const auto c = pipeline::newest_common_step(dir, K, run_id);
+    if (!c)
+      return bad("cannot resume: no step for which every stage of run " + run_id +
+                 " holds a checkpoint in " + dir.string() +
+                 " (stages write one every train.checkpoint_every steps); start over with --fresh");
+    from = *c;
+  } else {
+    const auto old = pipeline_run_files(cfg);
+    if (!old.empty() && !fresh)
+      return bad(dir.string() + " holds a previous pipeline run (" +
+                 old.front().filename().string() + ", " + std::to_string(old.size()) +
+                 " files): --resume to continue it, --fresh to start over");
+    std::error_code ec;
+    for (auto& f : old) fs::remove(f, ec);
+    fs::create_directories(dir, ec);
+    run_id = random_token().substr(0, 16);
+    if (auto s =
+            io::write_file_atomic(pipeline_run_file(cfg), json{{"run_id", run_id}}.dump() + "\n");
+        !s)
+      return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), exit_write_failed;
+  }
+  setenv("PACO_RUN_ID", run_id.c_str(), 1);
   if (cfg.launch.mode == "manual") {
-    std::printf("Run one command per machine, with the same PACO_TOKEN on each:\n");
+    std::printf(
+        "Run one command per machine, with the same PACO_TOKEN and PACO_RUN_ID=%s on "
+        "each%s:\n",
+        run_id.c_str(), from >= 0 ? (" (from step " + std::to_string(from) + ")").c_str() : "");
+    const std::string peers_csv = pipeline_peers(cfg);
     for (int k = 0; k < K; ++k) {
       std::string line;
-      for (auto& a : stage_command(config_path, overrides, k, peers_csv)) line += a + " ";
+      for (auto& a : stage_command(config_path, overrides, k, peers_csv, from)) line += a + " ";
       std::printf("  %s\n", line.c_str());
     }
     return 0;
-  }
-  auto lock = job::run_lock::acquire(dir, "paco_train");
-  if (!lock) return std::fprintf(stderr, "paco_train: %s\n", lock.error().what().c_str()), 2;
-  for (int k = 0; k < K; ++k) {
-    std::error_code ec;
-    fs::remove(stage_log(cfg, k), ec);
-    fs::remove(dir / ("stage-" + std::to_string(k) + ".log"), ec);
   }
   if (token_from_env().empty()) setenv("PACO_TOKEN", random_token().c_str(), 1);
   const auto plan = stage_plan_of(cfg);
   std::printf(
       "paco_train: pipeline of %d stages (%s), GPT d=%d layers=%d, batch %d x %d, %ld "
-      "steps, logs in %s\n",
+      "steps, logs in %s%s\n",
       K, cfg.pipeline.schedule.c_str(), cfg.model.d, cfg.model.layers, cfg.train.batch,
-      cfg.model.ctx, cfg.train.steps, dir.c_str());
+      cfg.model.ctx, cfg.train.steps, dir.c_str(),
+      from >= 0 ? (", resumed from step " + std::to_string(from)).c_str() : "");
   std::vector<pid_t> pids(std::size_t(K), -1);
   std::vector<int> codes(std::size_t(K), -1);
-  for (int k = 0; k < K; ++k) {
-    pids[std::size_t(k)] = spawn(stage_command(config_path, overrides, k, peers_csv),
-                                 dir / ("stage-" + std::to_string(k) + ".log"));
-    if (pids[std::size_t(k)] < 0)
-      return std::fprintf(stderr, "paco_train: cannot start stage %d\n", k), 2;
-  }
+  std::vector<bool> stopped(std::size_t(K), false);  // SIGTERMed by the launcher
+  auto start_all = [&]() -> bool {
+    const std::string peers_csv = pipeline_peers(cfg);
+    for (int k = 0; k < K; ++k) {
+      codes[std::size_t(k)] = -1;
+      stopped[std::size_t(k)] = false;
+      pids[std::size_t(k)] = spawn(stage_command(config_path, overrides, k, peers_csv, from),
+                                   dir / ("stage-" + std::to_string(k) + ".log"));
+      if (pids[std::size_t(k)] < 0) return false;
+    }
+    return true;
+  };
+  if (!start_all()) return std::fprintf(stderr, "paco_train: cannot start the stages\n"), 2;
+  int restarts = 0;
   io::progress bar("pipeline", cfg.train.steps);
   int failed = -1;
-  for (int running = K; running > 0;) {
+  for (int running = K;;) {
+    if (running == 0) {
+      // A stage that failed for a reason a restart can mend (killed, its neighbour lost: not bad
+      // input, not a file it cannot write) restarts the whole pipeline, within launch.restarts,
+      // from the newest step every stage checkpointed (from the start when there is none).
+      const int c = failed < 0 ? 0 : codes[std::size_t(failed)];
+      if (failed < 0 || c == exit_bad_input || c == exit_write_failed ||
+          restarts >= cfg.launch.restarts)
+        break;
+      ++restarts;
+      from = pipeline::newest_common_step(dir, K, run_id).value_or(-1);
+      std::fprintf(stderr,
+                   "\npaco_train: stage %d stopped (exit %d); restarting the pipeline from %s "
+                   "(%d of %d)\n",
+                   failed, c, from >= 0 ? ("step " + std::to_string(from)).c_str() : "the start",
+                   restarts, cfg.launch.restarts);
+      if (!start_all()) return std::fprintf(stderr, "paco_train: cannot start the stages\n"), 2;
+      failed = -1;
+      running = K;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::vector<int> exited;
     for (int k = 0; k < K; ++k) {
       if (codes[std::size_t(k)] >= 0) continue;
       int st = 0;
       if (waitpid(pids[std::size_t(k)], &st, WNOHANG) != pids[std::size_t(k)]) continue;
       codes[std::size_t(k)] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      exited.push_back(k);
       --running;
-      // The stage to blame: the first that failed, unless it failed only because a neighbour
-      // went (exit 3) and another failed for a reason of its own.
+    }
+    // The stage to blame: the first that failed, unless it failed only because a neighbour went
+    // (exit 3) and another failed for a reason of its own (not the SIGTERM sent here); those
+    // that exited since the last look are judged together, so the order they are reaped in
+    // does not matter.
+    const bool had = failed >= 0;
+    for (int k : exited) {
       const int c = codes[std::size_t(k)];
       if (c != 0 && (failed < 0 || (codes[std::size_t(failed)] == exit_link_lost &&
-                                    c != exit_link_lost && c < 128))) {
-        if (failed < 0)
-          for (int j = 0; j < K; ++j)
-            if (codes[std::size_t(j)] < 0) kill(pids[std::size_t(j)], SIGTERM);
+                                    c != exit_link_lost && !stopped[std::size_t(k)])))
         failed = k;
-      }
     }
+    if (!had && failed >= 0)
+      for (int j = 0; j < K; ++j)
+        if (codes[std::size_t(j)] < 0)
+          kill(pids[std::size_t(j)], SIGTERM), stopped[std::size_t(j)] = true;
     long least = cfg.train.steps;
     std::string text;
     for (int k = 0; k < K; ++k) {
@@ -329,14 +517,22 @@ inline int run_pipeline_launcher(const train_config& cfg, const std::string& con
     train_s = std::max(train_s, r["train_s"].get<double>());
     bytes += r["bytes_sent"].get<std::size_t>();
   }
+  // Throughput and bytes count what the stages did since their last start (a resumed run's
+  // steps after the step it resumed from).
+  const long resumed_from = fin[0].value("resumed_from", 0L);
   const double tokens = double(cfg.train.steps) * cfg.train.batch * cfg.model.ctx;
+  const double tokens_run =
+      double(cfg.train.steps - resumed_from) * cfg.train.batch * cfg.model.ctx;
   json results{{"schedule", cfg.pipeline.schedule},
                {"stages", K},
                {"head", cfg.pipeline.head},
                {"steps", cfg.train.steps},
                {"tokens", tokens},
                {"train_s", train_s},
-               {"tokens_per_s", tokens / train_s},
+               {"tokens_per_s", tokens_run / train_s},
+               {"resumed_from", resumed_from},
+               {"restarts", restarts},
+               {"theta_hash", fin[0].value("theta_hash", "")},
                {"bytes_between_stages", bytes},
                {"val_bpb", fin[0]["val_bpb"]},
                {"test_bpb", fin[0]["test_bpb"]},
@@ -366,7 +562,10 @@ inline int run_pipeline_launcher(const train_config& cfg, const std::string& con
                                  std::to_string(cfg.train.batch) + " x " +
                                  std::to_string(cfg.model.ctx));
   row("training time", io::cell(train_s, 1, " s"));
-  row("throughput", io::cell(tokens / train_s, 0, " tokens/s"));
+  row("throughput", io::cell(tokens_run / train_s, 0, " tokens/s"));
+  if (resumed_from > 0 || restarts > 0)
+    row("resumed", "from step " + std::to_string(resumed_from) + " (" + std::to_string(restarts) +
+                       " restart" + (restarts == 1 ? "" : "s") + " of the pipeline)");
   row("bytes between stages", io::cell(double(bytes) / 1e6, 1, " MB"));
   for (int k = 0; k < K; ++k)
     row("stage " + std::to_string(k) + " train loss (EMA)",

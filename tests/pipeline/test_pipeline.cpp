@@ -67,12 +67,21 @@ struct run_result {
   std::vector<status> errors;
 };
 
+// Stage checkpoints in a run_stages run: each stage writes its file of step save_at to dir, and
+// (from ≥ 0) starts from its file of step `from` instead of the initial model.
+struct checkpointing {
+  std::filesystem::path dir;
+  long save_at = -1;
+  long from = -1;
+};
+
 // Every stage of `plan` on its own thread, each with its own transport from make_net(k), `steps`
 // steps; then the model gathered on rank 0. stall(k, t): sleeps a stage between steps.
 template <class Net>
 run_result run_stages(const nn::gpt& model, const stage_plan& plan, const pipeline_options& o,
                       int steps, std::function<Net(int)> make_net,
-                      std::function<void(int, long)> stall = {}) {
+                      std::function<void(int, long)> stall = {},
+                      const checkpointing* ck = nullptr) {
   const int K = plan.stages();
   run_result r;
   r.losses.resize(std::size_t(K));
@@ -90,7 +99,18 @@ run_result run_stages(const nn::gpt& model, const stage_plan& plan, const pipeli
       io::batch_sampler batches(data(), B, T, seed);
       std::vector<std::int32_t> x(B * T), y(B * T);
       auto& a = arenas[std::size_t(k)];
-      for (long t = 1; t <= steps; ++t) {
+      const stage_identity who{"test-run", k, K};
+      long from = 0;
+      if (ck && ck->from >= 0) {
+        auto got = load_stage_file(ck->dir / stage_file_name(k, ck->from), model, a, parts_of(run),
+                                   "test", who);
+        if (!got) return void(r.errors[std::size_t(k)] = got.error());
+        from = got->at.step;
+        batches.seek(got->at.sampler);
+        if (auto s = run.resume_at(from, std::move(got->in_flight)); !s)
+          return void(r.errors[std::size_t(k)] = s);
+      }
+      for (long t = from + 1; t <= steps; ++t) {
         batches.next(x.data(), y.data());
         auto l = run.step(a, opt, lr_at(t), x.data(), y.data());
         if (!l) {
@@ -98,6 +118,12 @@ run_result run_stages(const nn::gpt& model, const stage_plan& plan, const pipeli
           return;
         }
         r.losses[std::size_t(k)].push_back(*l);
+        if (ck && t == ck->save_at)
+          if (auto s =
+                  save_stage_file(ck->dir / stage_file_name(k, t), model, a, parts_of(run),
+                                  run.readouts_in_flight(), {t, batches.position()}, "test", who);
+              !s)
+            return void(r.errors[std::size_t(k)] = s);
         if (stall) stall(k, t);
       }
       if (auto s = run.drain(); !s) r.errors[std::size_t(k)] = s;
@@ -311,6 +337,69 @@ TEST_CASE("local losses over stages are bit-identical to one process, whatever t
     CHECK(r.losses == losses);
     for (int k = 0; k + 1 < K; ++k) CHECK(r.stats[std::size_t(k)].stash_high_water == 1);
   });
+}
+
+TEST_CASE("stages resumed from their checkpoints of one step end as the uninterrupted run",
+          "[pipeline][checkpoint]") {
+  // Each stage writes its file at step 7 of 12; a second run starts every stage from them. The
+  // expected model is the one-process reference's (a second implementation), and the resumed
+  // steps' losses are its losses of steps 8 … 12. With shared_readout (S = 3, D = q − 1) the copy
+  // taken after step 6 applies at step 6 + q: in flight at step 7 for q ≥ 2, sent again by the
+  // resumed last stage from its file.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("paco_stage_ck_" + std::to_string(getpid()));
+  const auto model = tiny(4);
+  auto resumed_equals = [&](const stage_plan& plan, const pipeline_options& o, auto reference) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const int K = plan.stages();
+    std::vector<net::inproc> w1, w2;
+    const checkpointing save{dir, 7, -1}, resume{dir, -1, 7};
+    auto first = run_stages<net::inproc*>(model, plan, o, 12, inproc_world(K, w1), {}, &save);
+    for (auto& e : first.errors) REQUIRE((e.ok() ? std::string() : e.error().what()) == "");
+    auto again = run_stages<net::inproc*>(model, plan, o, 12, inproc_world(K, w2), {}, &resume);
+    for (auto& e : again.errors) REQUIRE((e.ok() ? std::string() : e.error().what()) == "");
+    auto [a, losses] = reference();
+    CHECK(same_params(first.model, a, 0, model.layout().total()));
+    CHECK(same_params(again.model, a, 0, model.layout().total()));
+    for (int k = 0; k < K; ++k) {
+      const auto& l = losses[std::size_t(o.sched == schedule::local ? k : 0)];
+      if (o.sched != schedule::local && k + 1 < K) continue;  // NaN: no loss of its own
+      CHECK(again.losses[std::size_t(k)] == std::vector<double>(l.end() - 5, l.end()));
+    }
+  };
+  local_grid([&](head_kind head, int K, int q, const stage_plan& plan) {
+    const pipeline_options o{.queue_depth = q,
+                             .head = head,
+                             .readout_refresh = 3,
+                             .readout_delay = q - 1,
+                             .timeout = std::chrono::seconds(30)};
+    resumed_equals(plan, o, [&] { return local_ref(model, plan, o, 12); });
+    (void)K;
+  });
+  global_grid([&](const stage_plan& plan, const pipeline_options& o) {
+    resumed_equals(plan, o, [&] {
+      auto [a, l] = global_ref(model, o, 4, 12);
+      return std::make_pair(std::move(a), std::vector<std::vector<double>>{l});
+    });
+  });
+  {  // a file of another run, another stage, or edited, is refused naming it
+    const auto plan = stage_plan::equal(4, 2).value_or_throw();
+    auto a = fresh(model);
+    const stage_parts whole{{0, model.layout().total()}, nullptr, {}};
+    const auto f = dir / "x.safetensors";
+    REQUIRE(save_stage_file(f, model, a, whole, {}, {3, {}}, "k=1", {"run-a", 0, 2}).ok());
+    auto other_run = load_stage_file(f, model, a, whole, "k=1", {"run-b", 0, 2});
+    REQUIRE(!other_run);
+    CHECK_THAT(other_run.error().what(), Catch::Contains("another run"));
+    auto other_stage = load_stage_file(f, model, a, whole, "k=1", {"run-a", 1, 2});
+    REQUIRE(!other_stage);
+    CHECK_THAT(other_stage.error().what(), Catch::Contains("stage"));
+    CHECK(!load_stage_file(f, model, a, whole, "k=2", {"run-a", 0, 2}));  // another config
+    CHECK(newest_common_step(dir, 2, "run-a") == std::nullopt);  // x.safetensors is no stage file
+    (void)plan;
+  }
+  fs::remove_all(dir);
 }
 
 TEST_CASE("compressed activations: local losses stay bit-identical, the bytes shrink",
@@ -629,6 +718,71 @@ TEST_CASE("paco_train's pipeline job trains, scores and refuses stages started d
       CHECK_THAT(out, Catch::Contains("train.steps"));
     }
   }
+  fs::remove_all(dir);
+}
+#endif
+
+#ifdef PACO_TEST_ASIO
+TEST_CASE("a pipeline job whose stage is killed restarts from its checkpoints, bit for bit",
+          "[pipeline][job][checkpoint]") {
+  // 200 steps over links of 20 ms latency (a few seconds), a checkpoint every 5 steps: stage 1
+  // is killed (SIGKILL) once it logged step 60; the launcher restarts the pipeline from the
+  // newest step both stages hold, and the gathered model's hash equals the uninterrupted run's.
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("paco_pipeline_resume_" + std::to_string(getpid()));
+  const std::vector<std::string> slow{"--set", "train.steps=200",
+                                      "--set", "train.checkpoint_every=5",
+                                      "--set", "pipeline.link_latency_ms=20"};
+  if (!fs::exists(small_pipeline_job(dir, {}).front())) {
+    WARN("paco_train is not built (PACO_BUILD_EXAMPLES off): the job is not tested");
+    return;
+  }
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto run = [&](const std::string& name, std::vector<std::string> extra,
+                 const std::function<void()>& meanwhile = {}) {
+    extra.insert(extra.begin(), slow.begin(), slow.end());
+    const auto pid =
+        testing::spawn_logged(small_pipeline_job(dir / name, extra), dir / (name + ".out"), {});
+    if (meanwhile) meanwhile();
+    return testing::exit_code(testing::wait_exit(pid, std::chrono::minutes(5)));
+  };
+  auto hash = [&](const std::string& name) {
+    return nlohmann::json::parse(testing::slurp(dir / name / "results.json"))["theta_hash"]
+        .get<std::string>();
+  };
+  REQUIRE(run("whole", {}) == 0);
+  const std::string whole = hash("whole");
+  CHECK(whole.size() == 16);
+  const int killed = run("killed", {}, [&] {
+    REQUIRE(testing::wait_until(
+        [&] {
+          return testing::slurp(dir / "killed" / "stage-1.jsonl").find("\"step\":60") !=
+                 std::string::npos;
+        },
+        std::chrono::minutes(2)));
+    const auto pids = testing::find_processes({(dir / "killed").string(), "--stage 1"});
+    REQUIRE(pids.size() == 1);
+    kill(pids[0], SIGKILL);
+  });
+  const std::string out = testing::slurp(dir / "killed.out");
+  INFO(out);
+  REQUIRE(killed == 0);
+  CHECK_THAT(out, Catch::Contains("stage 1 stopped (exit 137); restarting the pipeline from step"));
+  const auto r = nlohmann::json::parse(testing::slurp(dir / "killed" / "results.json"));
+  CHECK(r["restarts"] == 1);
+  CHECK(r["resumed_from"].get<long>() >= 50);
+  CHECK(hash("killed") == whole);
+  // The finished run again: refused without --resume or --fresh; --resume from its newest
+  // common checkpoint ends with the same model.
+  CHECK(run("killed", {}) == 2);
+  CHECK_THAT(testing::slurp(dir / "killed.out"), Catch::Contains("--resume to continue it"));
+  CHECK(run("killed", {"--resume"}) == 0);
+  CHECK(hash("killed") == whole);
+  // A directory without a run cannot be resumed.
+  CHECK(run("empty", {"--resume"}) == 2);
+  CHECK_THAT(testing::slurp(dir / "empty.out"), Catch::Contains("no pipeline run to resume"));
   fs::remove_all(dir);
 }
 #endif

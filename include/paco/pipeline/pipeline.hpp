@@ -13,6 +13,7 @@
 #include "paco/pipeline/replicas.hpp"
 #include "paco/pipeline/schedule.hpp"
 #include "paco/pipeline/stage.hpp"
+#include "paco/pipeline/stage_file.hpp"
 #include "paco/pipeline/stage_loop.hpp"
 #include "paco/pipeline/stage_plan.hpp"
 #include "paco/pipeline/stage_runner.hpp"

@@ -18,6 +18,10 @@
 //       initial one) and after its steps S, 2S, …, applied from step u + D + 1 on (u the step it
 //       was taken after): fixed steps, so timing cannot change the result.
 //
+// A run resumes from checkpoints of one step t on every stage (resume_at; pipeline/stage_file.hpp
+// writes and reads them): each step depends only on the stage's state and the activations of
+// the same step, never on timing, so the resumed run is the uninterrupted one bit for bit.
+//
 // Every wait has the options' deadline; a lost or silent neighbour is an error naming the stage,
 // the step and what it waited for, never a hang.
 
@@ -100,6 +104,13 @@ struct stage_stats {
   double wait_s = 0;               // time spent waiting on the neighbours
 };
 
+// A copy of the last stage's final norm and head (shared_readout), taken after step `after`
+// (0: before the first step).
+struct readout_copy {
+  long after = 0;
+  std::vector<float> values;
+};
+
 template <nn::BlockModel M, net::Transport T>
 class stage_runner {
  public:
@@ -165,6 +176,40 @@ class stage_runner {
   const pipeline_options& options() const noexcept { return o_; }
   // The auxiliary head (local mode, stages 0 … K−2): training only.
   local_learner<M>& learner() noexcept { return learner_; }
+
+  // The last stage under shared_readout: the copies it sent that a stage may not have applied
+  // when every stage stands at the step this stage has taken (a copy after u applies at step
+  // u + D + 1, the first at step 1) — what its checkpoint keeps, so that a resumed run sends
+  // them again. Empty on the other stages and heads.
+  std::vector<readout_copy> readouts_in_flight() const {
+    std::vector<readout_copy> out;
+    for (const auto& c : sent_)
+      if (applies_at(c.after) > stats_.steps) out.push_back(c);
+    return out;
+  }
+
+  // Continues from a checkpoint of step t, which every stage resumes at the same t: the next
+  // step() is t + 1, no activation or credit of a step ≤ t is expected, and the last stage sends
+  // `in_flight` again (its checkpoint's readouts_in_flight()). The caller has restored a's span,
+  // the head (learner().head_arena()) and its readout copy.
+  // Requires: no step taken. Errors: invalid_argument for t < 0 or a step already taken.
+  status resume_at(long t, std::vector<readout_copy> in_flight = {}) {
+    if (t < 0 || stats_.steps != 0)
+      return {errc::invalid_argument, "pipeline stage " + std::to_string(k_) + ": resume_at(" +
+                                          std::to_string(t) +
+                                          ") needs t >= 0 and a stage that took no step"};
+    stats_.steps = resumed_ = t;
+    for (auto& c : in_flight) {
+      if (applies_at(c.after) <= t) continue;
+      if (c.values.size() != learner_.readout_size())
+        return {errc::mismatch, "pipeline stage " + std::to_string(k_) + ": a readout copy of " +
+                                    std::to_string(c.values.size()) + " floats, the head reads " +
+                                    std::to_string(learner_.readout_size())};
+      sent_.push_back(std::move(c));
+      post_readout(sent_.back());
+    }
+    return {};
+  }
 
   // Global backprop with data parallelism (pipelines side by side, each stage's replicas joined):
   // after a step's backward passes and before the clip, reduce(g, t) replaces this stage's
@@ -332,7 +377,9 @@ class stage_runner {
     const double fl = stage_.forward(0, theta, tokens, in_.data(), targets, 1.0f);
     if (!stage_.last()) {
       const std::size_t q = std::size_t(o_.queue_depth);
-      if (t > long(q)) {  // the next stage took step t − q: this stage may run ahead again
+      // The next stage took step t − q (a resumed run waits for none of the steps it resumed
+      // after): this stage may run ahead again.
+      if (t - long(q) > resumed_) {
         auto r = net_.recv(k_ + 1, tag_of(kind_credit, t - long(q), 0), {}, deadline());
         if (auto s = wait(r, stage_name(k_ + 1) + " to take step " + std::to_string(t - long(q)) +
                                  " (queue depth " + std::to_string(q) + ")");
@@ -367,19 +414,27 @@ class stage_runner {
   }
   // The last stage: a copy of its final norm and head after step u (0: before the first) to every
   // other stage, once the previous copy left.
+  // The copies every stage has applied are dropped; the latest are kept (readouts_in_flight).
   status send_readout(const arena<host>& a, long u) {
     for (auto& r : readout_sends_)
       if (auto s = wait(r, "an earlier readout copy to leave"); !s) return s;
     readout_sends_.clear();
-    readout_buf_.resize(learner_.readout_size());
-    copy_readout(model_, a.get(plane::param).data(), readout_buf_.data());
-    for (int k = 0; k + 1 < K_; ++k)
-      readout_sends_.push_back(net_.send(k, tag_of(kind_readout, u, 0),
-                                         net::as_bytes(std::span<const float>(readout_buf_)),
-                                         deadline()));
-    stats_.bytes_sent += std::size_t(K_ - 1) * readout_buf_.size() * sizeof(float);
+    while (!sent_.empty() && applies_at(sent_.front().after) <= stats_.steps) sent_.pop_front();
+    sent_.push_back({u, std::vector<float>(learner_.readout_size())});
+    copy_readout(model_, a.get(plane::param).data(), sent_.back().values.data());
+    post_readout(sent_.back());
     return {};
   }
+  // Starts sending c to every other stage (c lives in sent_ until its sends completed).
+  void post_readout(const readout_copy& c) {
+    for (int k = 0; k + 1 < K_; ++k)
+      readout_sends_.push_back(net_.send(k, tag_of(kind_readout, c.after, 0),
+                                         net::as_bytes(std::span<const float>(c.values)),
+                                         deadline()));
+    stats_.bytes_sent += std::size_t(K_ - 1) * c.values.size() * sizeof(float);
+  }
+  // The step from which a readout copy taken after step u is applied.
+  long applies_at(long u) const noexcept { return u == 0 ? 1 : u + o_.readout_delay + 1; }
   // Forgets the completed requests at the front of a queue of small sends.
   template <class Q>
   status reap(Q& q, const std::string& what) {
@@ -509,7 +564,7 @@ class stage_runner {
   std::vector<std::byte> in_wire_;
   // Encoded messages in flight: local mode's ring of q, global mode's per stash slot.
   std::vector<std::vector<std::byte>> ring_, act_wire_, dx_wire_;
-  std::vector<float> readout_buf_;
+  std::deque<readout_copy> sent_;  // the last stage's readout copies (send_readout)
   // The requests after the buffers they send from.
   std::vector<typename T::request> act_sends_, grad_sends_, ring_sends_;
   std::deque<typename T::request> credit_sends_;
@@ -517,6 +572,7 @@ class stage_runner {
   std::vector<int> slot_of_;
   std::vector<double> losses_;  // the last stage: each micro-batch's loss
   int high_water_ = 0;
+  long resumed_ = 0;  // the step a resumed run continued after (resume_at)
   stage_stats stats_;
   gradient_reducer reducer_;
 };
