@@ -26,8 +26,7 @@ std::vector<double> jacobi_singular_values(const std::vector<float>& a, std::siz
   const std::size_t m = wide ? cols : rows, n = wide ? rows : cols;  // m × n, m ≥ n
   std::vector<double> u(m * n);
   for (std::size_t i = 0; i < rows; ++i)
-    for (std::size_t j = 0; j < cols; ++j)
-      (wide ? u[j * n + i] : u[i * n + j]) = a[i * cols + j];
+    for (std::size_t j = 0; j < cols; ++j) (wide ? u[j * n + i] : u[i * n + j]) = a[i * cols + j];
   for (int sweep = 0; sweep < 60; ++sweep) {
     double off = 0;
     for (std::size_t p = 0; p < n; ++p)

@@ -34,8 +34,8 @@ result<inner_choice> inner_by_name(std::string_view name, const Model& model, co
     m.aux = a;
     out = muon_for(model, std::move(m));
   } else {
-    return error(errc::invalid_argument, "optimizer \"" + std::string(name) +
-                                             "\" is not one of " + std::string(inner_names));
+    return error(errc::invalid_argument, "optimizer \"" + std::string(name) + "\" is not one of " +
+                                             std::string(inner_names));
   }
   if (auto s = out.validate(); !s) return s.error();
   return out;

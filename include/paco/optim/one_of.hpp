@@ -30,8 +30,8 @@ class one_of {
   one_of() = default;
   // Holds o. Implicit, as a variant's constructor is.
   template <class X>
-    requires(std::is_same_v<std::remove_cvref_t<X>, O> || ...)
-  one_of(X&& o) : v_(std::forward<X>(o)) {}
+  requires(std::is_same_v<std::remove_cvref_t<X>, O> || ...) one_of(X&& o)
+      : v_(std::forward<X>(o)) {}
 
   void step(arena<host>& a, long t, float lr) const {
     std::visit([&](const auto& o) { o.step(a, t, lr); }, v_);
