@@ -49,13 +49,18 @@ int main(int argc, char** argv) try {
                  .value_or_throw();
   arena<host> a(model.layout());
   model.init(a, 1);  // the same θ on both stages; each trains its own span
-  pipeline::stage_runner<model_t, net::asio_tcp> run(model, plan, opts, B, T, *net, 1);
   const optim::adamw opt{.lr = 3e-3f, .weight_decay = 0.1f};
   const optim::warmup_cosine sched{.lr = 3e-3f, .min_lr = 3e-4f, .warmup = 20, .total = steps};
-  pipeline::train_stage(run, a, opt, sched, train, B, T, 1, steps, [&](long t, double loss) {
-    if (t % 100 == 0 || t == steps)
-      std::printf("stage %d step %ld: its own loss %.3f bits/byte\n", k, t, loss / std::log(2.0));
-  }).throw_if_error();
+  pipeline::stage_loop<model_t, net::asio_tcp> loop(model, plan, opts, B, T, sched, *net, train, 1);
+  loop.train(a, opt, steps,
+             [&](long t, double loss) -> status {
+               if (t % 100 == 0 || t == steps)
+                 std::printf("stage %d step %ld: its own loss %.3f bits/byte\n", k, t,
+                             loss / std::log(2.0));
+               return {};
+             })
+      .throw_if_error();
+  auto& run = loop.runner();
   run.gather(a).throw_if_error();  // the whole model on stage 0 (the heads are training-only)
   if (k == 1) return 0;
   int st = 0;

@@ -114,7 +114,8 @@ inline int run_stage(const train_config& cfg, int k, const std::string& peers_cs
   // One stage is plain training (bit for bit, tests/pipeline): the one inner loop, on
   // train.threads cores, over the same batches.
   std::unique_ptr<net::asio_tcp> net;
-  std::unique_ptr<pipeline::stage_runner<nn::gpt, net::asio_tcp>> run;
+  std::unique_ptr<pipeline::stage_loop<nn::gpt, net::asio_tcp>> loop;
+  pipeline::stage_runner<nn::gpt, net::asio_tcp>* run = nullptr;  // loop's
   std::optional<train::inner_loop<nn::gpt, optim::adamw>> single;
   if (plan.stages() == 1) {
     single.emplace(
@@ -131,8 +132,9 @@ inline int run_stage(const train_config& cfg, int k, const std::string& peers_cs
     if (auto a = collectives::agree(*net, stage_fields(cfg), agreed); !a)
       return fail(exit_bad_input,
                   "the stages were started with different settings: " + a.error().what());
-    run = std::make_unique<pipeline::stage_runner<nn::gpt, net::asio_tcp>>(
-        model, plan, opts, B, T, *net, std::uint64_t(tc.seed));
+    loop = std::make_unique<pipeline::stage_loop<nn::gpt, net::asio_tcp>>(
+        model, plan, opts, B, T, sched, *net, train, std::uint64_t(tc.seed));
+    run = &loop->runner();
   }
   auto stats = [&] { return run ? run->stats() : pipeline::stage_stats{}; };
   // Checkpoints: every train.checkpoint_every steps, bound to the run (PACO_RUN_ID) and stage.
@@ -146,7 +148,6 @@ inline int run_stage(const train_config& cfg, int k, const std::string& peers_cs
   const long ahead =
       opts.sched == pipeline::schedule::local ? long(plan.stages() - 1) * opts.queue_depth : 1;
   const int keep = pipeline::stage_files_to_keep(tc.checkpoint_every, ahead);
-  io::batch_sampler batches(train, B, T, std::uint64_t(tc.seed));
   if (from_step >= 0) {
     if (run_id.empty())
       return fail(exit_bad_input, "--from-step needs the run's PACO_RUN_ID (the launcher's)");
@@ -157,9 +158,8 @@ inline int run_stage(const train_config& cfg, int k, const std::string& peers_cs
       return fail(exit_bad_input, "cannot resume: '" + file.string() + "' records step " +
                                       std::to_string(r->at.step));
     if (run) {
-      if (auto s = run->resume_at(from_step, std::move(r->in_flight)); !s)
+      if (auto s = loop->seek({from_step, r->at.sampler}, std::move(r->in_flight)); !s)
         return fail(exit_bad_input, s.error().what());
-      batches.seek(r->at.sampler);
     } else {
       single->seek({from_step, r->at.sampler});
     }
@@ -168,7 +168,7 @@ inline int run_stage(const train_config& cfg, int k, const std::string& peers_cs
   auto checkpoint = [&](long t) -> status {
     if (run_id.empty() || t % tc.checkpoint_every != 0 || t == tc.steps) return {};
     const fs::path dir = cfg.output.dir;
-    const pipeline::stage_position at{t, run ? batches.position() : single->where().sampler};
+    const pipeline::stage_position at{t, loop ? loop->where().sampler : single->where().sampler};
     const auto in_flight = run ? run->readouts_in_flight() : std::vector<pipeline::readout_copy>{};
     if (auto s = io::with_retries(
             [&] {
@@ -225,7 +225,7 @@ inline int run_stage(const train_config& cfg, int k, const std::string& peers_cs
     for (long t = from + 1; t <= tc.steps && saved.ok(); ++t)
       after_step(t, single->step(a, opt, sched.lr_at(t)));
   } else {
-    s = pipeline::train_stage(*run, a, opt, sched, batches, B, T, from, tc.steps, after_step);
+    s = loop->train(a, opt, tc.steps, after_step);
   }
   const double train_s = elapsed();
   if (!saved) return fail(exit_write_failed, "cannot write a checkpoint: " + saved.error().what());
@@ -403,6 +403,12 @@ inline int run_pipeline_launcher(const train_config& cfg, const std::string& con
     }
     return 0;
   }
+  // The stages' ports before any stage starts: one held by another process is an error naming it.
+  for (int k = 0; k < K && cfg.pipeline.base_port > 0; ++k)
+    if (auto s = net::port_available("127.0.0.1", cfg.pipeline.base_port + k); !s)
+      return bad("port " + std::to_string(cfg.pipeline.base_port + k) + " (stage " +
+                 std::to_string(k) +
+                 "'s link, pipeline.base_port) cannot be listened on: " + s.error().message);
   if (token_from_env().empty()) setenv("PACO_TOKEN", random_token().c_str(), 1);
   const auto plan = stage_plan_of(cfg);
   std::printf(

@@ -169,6 +169,16 @@ void local_grid(const std::function<void(head_kind, int, int, const stage_plan&)
       }
 }
 
+// The local-loss options of the equality tests: queue q, a readout copy every 3 steps applied
+// q − 1 steps later (so with q ≥ 2 one is in flight while later steps run).
+pipeline_options local_options(head_kind head, int q) {
+  return {.queue_depth = q,
+          .head = head,
+          .readout_refresh = 3,
+          .readout_delay = q - 1,
+          .timeout = std::chrono::seconds(30)};
+}
+
 // Runs f(plan, options) for every global-backprop case: GPipe and 1F1B, K = 2 and 3 stages of a
 // 4-block model, M = 4 micro-batches.
 void global_grid(const std::function<void(const stage_plan&, const pipeline_options&)>& f) {
@@ -319,11 +329,7 @@ TEST_CASE("local losses over stages are bit-identical to one process, whatever t
           "[pipeline]") {
   const auto model = tiny(4);
   local_grid([&](head_kind head, int K, int q, const stage_plan& plan) {
-    const pipeline_options o{.queue_depth = q,
-                             .head = head,
-                             .readout_refresh = 3,
-                             .readout_delay = q - 1,
-                             .timeout = std::chrono::seconds(30)};
+    const auto o = local_options(head, q);
     std::vector<net::inproc> w;
     std::atomic<int> n{0};
     auto stall = [&](int k, long t) {  // stages stall at different steps
@@ -369,11 +375,7 @@ TEST_CASE("stages resumed from their checkpoints of one step end as the uninterr
     }
   };
   local_grid([&](head_kind head, int K, int q, const stage_plan& plan) {
-    const pipeline_options o{.queue_depth = q,
-                             .head = head,
-                             .readout_refresh = 3,
-                             .readout_delay = q - 1,
-                             .timeout = std::chrono::seconds(30)};
+    const auto o = local_options(head, q);
     resumed_equals(plan, o, [&] { return local_ref(model, plan, o, 12); });
     (void)K;
   });

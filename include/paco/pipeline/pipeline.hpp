@@ -18,4 +18,3 @@
 #include "paco/pipeline/stage_plan.hpp"
 #include "paco/pipeline/stage_runner.hpp"
 #include "paco/pipeline/time_model.hpp"
-#include "paco/pipeline/train_stage.hpp"

@@ -13,8 +13,11 @@
 // whichever stage dies.
 //
 //   pipeline::save_stage_file(dir / pipeline::stage_file_name(k, t), model, a,
-//                             pipeline::parts_of(run), run.readouts_in_flight(),
-//                             {t, sampler.position()}, config, who);
+//                             pipeline::parts_of(loop.runner()),
+//                             loop.runner().readouts_in_flight(), {t, loop.where().sampler},
+//                             config, who);
+//   auto r = pipeline::load_stage_file(file, model, a, parts, config, who);  // then
+//   loop.seek({r->at.step, r->at.sampler}, std::move(r->in_flight));
 
 #include <algorithm>
 #include <cstdio>
@@ -66,9 +69,9 @@ template <nn::BlockModel M, net::Transport T>
 stage_parts parts_of(stage_runner<M, T>& run) {
   auto& l = run.learner();
   const bool headed = l.head_arena().layout().total() > 0;
-  return {run.stage_of().span(), headed ? &l.head_arena() : nullptr,
-          l.shares_readout() ? std::span<float>(l.readout(), l.readout_size())
-                             : std::span<float>{}};
+  return {
+      run.stage_of().span(), headed ? &l.head_arena() : nullptr,
+      l.shares_readout() ? std::span<float>(l.readout(), l.readout_size()) : std::span<float>{}};
 }
 
 // What a stage resumes with.
@@ -89,8 +92,7 @@ inline std::vector<long> stage_file_steps(const std::filesystem::path& dir, int 
   for (auto it = std::filesystem::directory_iterator(dir, ec);
        !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
     const std::string n = it->path().filename().string();
-    if (!n.starts_with(pre) || !n.ends_with(post) || n.size() <= pre.size() + post.size())
-      continue;
+    if (!n.starts_with(pre) || !n.ends_with(post) || n.size() <= pre.size() + post.size()) continue;
     const std::string digits = n.substr(pre.size(), n.size() - pre.size() - post.size());
     if (digits.size() > 15 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
     steps.push_back(std::stol(digits));
@@ -102,7 +104,9 @@ inline std::vector<long> stage_file_steps(const std::filesystem::path& dir, int 
 // How many files each stage keeps so that a step common to every stage survives: stages write
 // every `every` steps and the first runs at most `ahead` steps past the last ((K − 1)·q with local
 // losses, 1 with global backprop). Requires: every ≥ 1, ahead ≥ 0.
-inline int stage_files_to_keep(long every, long ahead) { return int(2 + ahead / every); }
+inline int stage_files_to_keep(long every, long ahead) {
+  return int(2 + ahead / every);
+}
 
 // Removes all but stage's newest `keep` files in dir. Ensures: nothing else is touched.
 inline void prune_stage_files(const std::filesystem::path& dir, int stage, int keep) {
@@ -130,17 +134,19 @@ inline result<std::vector<named_tensor>> tensors_in(const std::vector<named_tens
   return in;
 }
 inline const plane stage_planes[] = {plane::param, plane::moment1, plane::moment2};
-inline std::string in_flight_name(long after) { return "readout_after/" + std::to_string(after); }
+inline std::string in_flight_name(long after) {
+  return "readout_after/" + std::to_string(after);
+}
 }  // namespace detail
 
 // Writes the stage's checkpoint: parts of a (and the head, readout), the copies in flight, its
 // position, config and identity. Ensures: file is the previous one or this one, never partial.
 // Errors: the span's (detail::tensors_in), the write's (naming the file).
 template <class Model>
-status save_stage_file(const std::filesystem::path& file, const Model& model,
-                       const arena<host>& a, const stage_parts& parts,
-                       const std::vector<readout_copy>& in_flight, const stage_position& at,
-                       const std::string& config, const stage_identity& who) {
+status save_stage_file(const std::filesystem::path& file, const Model& model, const arena<host>& a,
+                       const stage_parts& parts, const std::vector<readout_copy>& in_flight,
+                       const stage_position& at, const std::string& config,
+                       const stage_identity& who) {
   auto tensors = detail::tensors_in(model.tensors(), parts.span);
   if (!tensors) return tensors.error();
   std::vector<io::tensor_ref> refs;
@@ -151,7 +157,8 @@ status save_stage_file(const std::filesystem::path& file, const Model& model,
   if (parts.head)
     for (plane p : detail::stage_planes)
       if (parts.head->has(p))
-        refs.push_back({io::plane_tensor_name(p, "aux_head"), {parts.head->layout().total()},
+        refs.push_back({io::plane_tensor_name(p, "aux_head"),
+                        {parts.head->layout().total()},
                         parts.head->get(p).data()});
   if (!parts.readout.empty())
     refs.push_back({"readout", {parts.readout.size()}, parts.readout.data()});
@@ -188,8 +195,8 @@ result<stage_resume> load_stage_file(const std::filesystem::path& file, const Mo
   if (auto s = io::check_config(file, md, config); !s) return s.error();
   for (auto& [k, v] : who.metadata())
     if (get(k.c_str()) != v)
-      return error(errc::mismatch, name + " records " + k + " '" + get(k.c_str()) + "', not '" +
-                                       v + "': it belongs to another " +
+      return error(errc::mismatch, name + " records " + k + " '" + get(k.c_str()) + "', not '" + v +
+                                       "': it belongs to another " +
                                        (k == "run" ? "run" : "stage of the pipeline"));
   stage_resume r;
   try {
@@ -219,8 +226,7 @@ result<stage_resume> load_stage_file(const std::filesystem::path& file, const Mo
     const bool saved = f->tensors.count(io::plane_tensor_name(p, tensors->front().name)) > 0;
     if (!saved && p != plane::param) continue;  // moments before the first step
     for (auto& t : *tensors)
-      if (auto s = take(io::plane_tensor_name(p, t.name), a.get(p).data() + t.offset, t.size());
-          !s)
+      if (auto s = take(io::plane_tensor_name(p, t.name), a.get(p).data() + t.offset, t.size()); !s)
         return s.error();
   }
   if (parts.head)
@@ -231,8 +237,7 @@ result<stage_resume> load_stage_file(const std::filesystem::path& file, const Mo
         return s.error();
     }
   if (!parts.readout.empty())
-    if (auto s = take("readout", parts.readout.data(), parts.readout.size()); !s)
-      return s.error();
+    if (auto s = take("readout", parts.readout.data(), parts.readout.size()); !s) return s.error();
   const std::string pre = "readout_after/";
   for (auto& [n, t] : f->tensors)
     if (n.starts_with(pre)) {
