@@ -15,6 +15,7 @@
 //   config_fingerprint  what a checkpoint of the job depends on
 //   link_options        the TCP link of a worker (or stage) process to the store
 //   http_listen_of      where a process serves its metrics, and the token it asks
+//   check_ports         every port a run's local processes will listen on, free before it starts
 //
 // Exit codes of the store and worker roles (the launcher restarts only the restartable ones):
 //   0  the run is complete for this process
@@ -47,6 +48,7 @@
 #include "paco/io/safetensors.hpp"
 #include "paco/job/device_worker.hpp"
 #include "paco/job/settings.hpp"
+#include "paco/net/free_port.hpp"
 #include "paco/net/loopback.hpp"
 #include "paco/net/tcp_options.hpp"
 #include "paco/nn/concepts.hpp"
@@ -256,6 +258,48 @@ inline http_listen http_listen_of(const launch_section& l, const std::string& to
   if (!loopback || host.find_first_not_of("0123456789.:abcdefABCDEF") != std::string::npos)
     host = "127.0.0.1";  // a name (localhost), or a local run on another interface's address
   return {host, ""};
+}
+
+// Every port the processes of a run on this machine will listen on, checked before any work
+// starts (a port in use would otherwise surface late: a store waiting for workers that cannot
+// reach it, a metrics server failing after pretraining): the store's link per process
+// (launch.base_port + s, when set), the metrics of the store and of process s (launch.metrics_port,
+// + s), and with stages their links (pipeline.base_port + s − 1, when set). stages_here: whether
+// the stage links are on this machine (a local launch). Errors: io naming the port, whose it is,
+// the setting and the system's reason.
+inline status check_ports(const settings& cfg, const job_processes& jp, bool stages_here) {
+  auto check = [](const std::string& host, int port, const std::string& whose,
+                  const char* setting) -> status {
+    if (auto s = net::port_available(host, port); !s)
+      return {errc::io, "port " + std::to_string(port) + " (" + whose + ", " + setting +
+                            ") cannot be listened on: " + s.error().message +
+                            " (another process holds it? choose another " + setting + ")"};
+    return {};
+  };
+  const std::string link_host = cfg.launch.store_host;
+  for (int s = 1; s <= jp.count() && cfg.launch.base_port > 0; ++s)
+    if (auto st = check(link_host, cfg.launch.base_port + s, "the store's link to " + jp.name(s),
+                        "launch.base_port");
+        !st)
+      return st;
+  if (cfg.launch.metrics_port > 0) {
+    const std::string host = http_listen_of(cfg.launch, "-").host;
+    if (auto st =
+            check(host, cfg.launch.metrics_port, "the store's metrics", "launch.metrics_port");
+        !st)
+      return st;
+    for (int s = 1; s <= jp.count(); ++s)
+      if (auto st = check(host, cfg.launch.metrics_port + s, jp.name(s) + "'s metrics",
+                          "launch.metrics_port");
+          !st)
+        return st;
+  }
+  for (int s = 1; jp.staged() && stages_here && cfg.pipeline.base_port > 0 && s <= jp.count(); ++s)
+    if (auto st = check("127.0.0.1", cfg.pipeline.base_port + s - 1, jp.name(s) + "'s stage link",
+                        "pipeline.base_port");
+        !st)
+      return st;
+  return {};
 }
 
 // The configuration a checkpoint of this job depends on, as space-separated key=value items

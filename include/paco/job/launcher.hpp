@@ -84,7 +84,8 @@ inline void on_stop_signal(int sig) {
 // A run's start, the launcher's (or the store rank's): the run directory locked, a previous run
 // refused (neither --resume nor --fresh) or verified (--resume), the data loaded, and for a new
 // run the directory cleared and prepared (base model, routing; drawn ports when
-// launch.base_port is 0). check_tls: the TLS files are checked before anything starts.
+// launch.base_port is 0). check_tls: the TLS files are checked before anything starts; a local
+// launch checks every port it will listen on (check_ports) first too.
 struct started_run {
   run_lock lock;
   bool store_resumes = false;  // the store resumes from its checkpoint (else from the base)
@@ -125,6 +126,9 @@ result<started_run> start_run(const dipaco_job<Model>& cfg, const run_dir& rd, b
   if (check_tls)
     if (auto s = net::asio_tcp::check_tls(link_options(cfg, 1, 0, 1, "").tls); !s)
       return error(s.error().code, "launch.tls: " + s.error().message);
+  // Every port the processes started here will listen on, before the data or the base model.
+  if (cfg.launch.mode == "local")
+    if (auto s = check_ports(cfg, jp, true); !s) return s.error();
   result<job_data> data = load_job_data(cfg);
   if (!data) return data.error();
   std::string grid;

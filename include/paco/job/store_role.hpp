@@ -72,6 +72,16 @@ int run_store(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool
   auto lock = run_lock::acquire(rd.dir, cfg.program, "store.lock", "store");
   if (!lock)
     return std::fprintf(stderr, "store: %s\n", lock.error().what().c_str()), exit_bad_input;
+  // Its links' ports before any work: one held by another process is an error naming it, not a
+  // store that waits for workers who cannot reach it.
+  for (int s = 1; s <= processes_of(cfg, g).count(); ++s)
+    if (auto st = net::port_available(cfg.launch.store_host, port_of(cfg, *routing, s)); !st)
+      return std::fprintf(stderr,
+                          "store: port %d (the link to %s; launch.base_port, or drawn by the "
+                          "launcher into routing.json) cannot be listened on: %s\n",
+                          port_of(cfg, *routing, s), processes_of(cfg, g).name(s).c_str(),
+                          st.error().message.c_str()),
+             exit_bad_input;
   const auto completed = completed_rounds(cfg, rd, *routing, g);
   if (!completed)
     return std::fprintf(stderr, "store: %s\n", completed.error().what().c_str()), exit_bad_input;
