@@ -40,6 +40,13 @@ class thread_pool {
     return n * std::size_t(i) / std::size_t(parts) / 16 * 16;
   }
 
+  // Runs f(begin, end) over [0, n) cut into one contiguous range per thread (range_begin's
+  // boundaries); returns when all are done.
+  template <class F>
+  void for_ranges(std::size_t n, F&& f) {
+    run([&](int i) { f(range_begin(n, i, size()), range_begin(n, i + 1, size())); });
+  }
+
   // Runs f(i) for i in [0, size()), thread i running f(i); returns when all are done.
   // Ensures: the first exception thrown by any f(i) is rethrown here.
   void run(const std::function<void(int)>& f) {

@@ -101,7 +101,7 @@ class replica {
   // Runs f(begin, end) over [0, n) split into one contiguous chunk per thread.
   template <class F>
   void for_chunks(std::size_t n, F&& f) {
-    pool_.run([&](int i) { f(slice_at(n, i), slice_at(n, i + 1)); });
+    pool_.for_ranges(n, std::forward<F>(f));
   }
 
  private:

@@ -51,11 +51,8 @@ void step_on(thread_pool& pool, const O& o, arena<host>& a, long t, float lr) {
     // An empty step on this thread first: the planes the optimizer keeps (allocated by the
     // arena on first use) exist before the threads touch them.
     o.step(a, 0, 0, t, lr);
-    const std::size_t n = a.get(plane::param).size();
-    pool.run([&](int i) {
-      o.step(a, thread_pool::range_begin(n, i, pool.size()),
-             thread_pool::range_begin(n, i + 1, pool.size()), t, lr);
-    });
+    pool.for_ranges(a.get(plane::param).size(),
+                    [&](std::size_t b, std::size_t e) { o.step(a, b, e, t, lr); });
   } else {
     o.step(a, t, lr);
   }

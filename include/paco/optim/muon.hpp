@@ -159,11 +159,9 @@ struct muon {
     std::atomic<std::size_t> next{0};
     const float lr_m = lr * lr_t / aux.lr;
     pool.run([&](int i) {
-      for (auto [b, e] : gaps) {
-        const std::size_t len = e - b, parts = std::size_t(pool.size());
-        aux.step(a, b + len * std::size_t(i) / parts, b + len * std::size_t(i + 1) / parts, t,
-                 lr_t);
-      }
+      for (auto [b, e] : gaps)
+        aux.step(a, b + thread_pool::range_begin(e - b, i, pool.size()),
+                 b + thread_pool::range_begin(e - b, i + 1, pool.size()), t, lr_t);
       ns_workspace w;
       std::vector<float> u;
       for (std::size_t k; (k = next.fetch_add(1)) < matrices.size();)
