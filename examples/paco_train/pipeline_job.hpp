@@ -115,7 +115,6 @@ inline int run_stage(const train_config& cfg, int k, const std::string& peers_cs
   // train.threads cores, over the same batches.
   std::unique_ptr<net::asio_tcp> net;
   std::unique_ptr<pipeline::stage_loop<nn::gpt, net::asio_tcp>> loop;
-  pipeline::stage_runner<nn::gpt, net::asio_tcp>* run = nullptr;  // loop's
   std::optional<train::inner_loop<nn::gpt, optim::adamw>> single;
   if (plan.stages() == 1) {
     single.emplace(
@@ -134,17 +133,16 @@ inline int run_stage(const train_config& cfg, int k, const std::string& peers_cs
                   "the stages were started with different settings: " + a.error().what());
     loop = std::make_unique<pipeline::stage_loop<nn::gpt, net::asio_tcp>>(
         model, plan, opts, B, T, sched, *net, train, std::uint64_t(tc.seed));
-    run = &loop->runner();
   }
-  auto stats = [&] { return run ? run->stats() : pipeline::stage_stats{}; };
+  auto stats = [&] { return loop ? loop->runner().stats() : pipeline::stage_stats{}; };
   // Checkpoints: every train.checkpoint_every steps, bound to the run (PACO_RUN_ID) and stage.
   const std::string run_id = run_id_from_env();
   const pipeline::stage_identity who{run_id, k, plan.stages()};
   const auto fields = stage_fields(cfg);
   const std::string config = collectives::join_fields(fields);
   const pipeline::stage_parts parts =
-      run ? pipeline::parts_of(*run)
-          : pipeline::stage_parts{{0, model.layout().total()}, nullptr, {}};
+      loop ? pipeline::parts_of(loop->runner())
+           : pipeline::stage_parts{{0, model.layout().total()}, nullptr, {}};
   const long ahead =
       opts.sched == pipeline::schedule::local ? long(plan.stages() - 1) * opts.queue_depth : 1;
   const int keep = pipeline::stage_files_to_keep(tc.checkpoint_every, ahead);
@@ -157,7 +155,7 @@ inline int run_stage(const train_config& cfg, int k, const std::string& peers_cs
     if (r->at.step != from_step)
       return fail(exit_bad_input, "cannot resume: '" + file.string() + "' records step " +
                                       std::to_string(r->at.step));
-    if (run) {
+    if (loop) {
       if (auto s = loop->seek({from_step, r->at.sampler}, std::move(r->in_flight)); !s)
         return fail(exit_bad_input, s.error().what());
     } else {
@@ -169,7 +167,8 @@ inline int run_stage(const train_config& cfg, int k, const std::string& peers_cs
     if (run_id.empty() || t % tc.checkpoint_every != 0 || t == tc.steps) return {};
     const fs::path dir = cfg.output.dir;
     const pipeline::stage_position at{t, loop ? loop->where().sampler : single->where().sampler};
-    const auto in_flight = run ? run->readouts_in_flight() : std::vector<pipeline::readout_copy>{};
+    const auto in_flight =
+        loop ? loop->runner().readouts_in_flight() : std::vector<pipeline::readout_copy>{};
     if (auto s = io::with_retries(
             [&] {
               return pipeline::save_stage_file(dir / pipeline::stage_file_name(k, t), model, a,
@@ -231,8 +230,8 @@ inline int run_stage(const train_config& cfg, int k, const std::string& peers_cs
   if (!saved) return fail(exit_write_failed, "cannot write a checkpoint: " + saved.error().what());
   if (!s) return fail(exit_link_lost, s.error().what());
   if (!write_error.ok()) return fail(exit_write_failed, write_error.error().what());
-  if (run)
-    if (auto g = run->gather(a); !g) return fail(exit_link_lost, g.error().what());
+  if (loop)
+    if (auto g = loop->runner().gather(a); !g) return fail(exit_link_lost, g.error().what());
   const auto st = stats();
   json fin{{"final", true},
            {"stage", k},
