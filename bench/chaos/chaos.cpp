@@ -29,6 +29,12 @@
 //   stage_kill      kill -9 of one random stage at a random moment of training: the launcher
 //                   restarts the pipeline from the newest step both stages hold; the run must
 //                   end with the gathered model's hash equal to an uninterrupted run's
+// and against the DiPaCo job with its paths cut into 2 stages (dipaco.stages = 2, local losses;
+// the grid and settings of the first kinds, 8 stage processes):
+//   staged_dipaco_kill  kill -9 of one random stage of one random worker: the launcher stops
+//                   that worker's other stage and restarts both from their newest common
+//                   checkpoint; the run must end whole (as the first kinds check), and every
+//                   stage must have taken rounds × H steps (their lockstep)
 // A kind this machine cannot stage (no tmpfs mount, no chattr) is skipped with the reason.
 // After each trial: the run finished (exit 0, results table; for full_disk and read_only after
 // the loud failure and a --resume), every module's checkpointed θ
@@ -65,6 +71,7 @@
 
 #include "paco/core/hash.hpp"
 #include "paco/core/rng.hpp"
+#include "paco/io/json_read.hpp"
 #include "paco/io/safetensors.hpp"
 #include "paco/testing/processes.hpp"
 
@@ -81,14 +88,16 @@ struct options {
   double round_timeout_s = 3;
   std::uint64_t seed = 0;
   bool keep = false;
-  std::vector<std::string> kinds = {"worker",       "store",          "launcher",    "two_workers",
-                                    "wiped_worker", "store_stall",    "stray_store", "full_disk",
-                                    "read_only",    "allreduce_kill", "straggler",   "stage_kill"};
+  std::vector<std::string> kinds = {
+      "worker",      "store",       "launcher",          "two_workers", "wiped_worker",
+      "store_stall", "stray_store", "full_disk",         "read_only",   "allreduce_kill",
+      "straggler",   "stage_kill",  "staged_dipaco_kill"};
 };
 
 const std::vector<std::string> all_kinds = {
-    "worker",      "store",     "launcher",  "two_workers",    "wiped_worker", "store_stall",
-    "stray_store", "full_disk", "read_only", "allreduce_kill", "straggler",    "stage_kill"};
+    "worker",      "store",       "launcher",          "two_workers", "wiped_worker",
+    "store_stall", "stray_store", "full_disk",         "read_only",   "allreduce_kill",
+    "straggler",   "stage_kill",  "staged_dipaco_kill"};
 
 bool allreduce_kind(const std::string& k) {
   return k == "allreduce_kill" || k == "straggler";
@@ -376,6 +385,8 @@ trial_result run_trial(const options& o, const std::string& kind, int trial, pac
   fs::remove_all(dir);
   const fs::path out = dir.string() + ".out";
   auto args = job_args(o, dir);
+  const bool staged = kind == "staged_dipaco_kill";
+  if (staged) args.insert(args.end(), {"--set", "dipaco.stages=2"});
   // The staging of the disk kinds: a small tmpfs as the run directory, or chattr.
   const std::string immutable = "chattr +i '" + dir.string() + "'",
                     mutable_again = "chattr -i '" + dir.string() + "' 2>/dev/null";
@@ -403,7 +414,8 @@ trial_result run_trial(const options& o, const std::string& kind, int trial, pac
   paco::testing::wait_until(
       [&] {
         for (int w = 1; w <= 4; ++w)
-          if (fs::exists(dir / ("worker-" + std::to_string(w) + ".jsonl"))) return true;
+          for (const char* log : {".jsonl", "-stage-0.jsonl", "-stage-1.jsonl"})
+            if (fs::exists(dir / ("worker-" + std::to_string(w) + log))) return true;
         return false;
       },
       120s);
@@ -427,6 +439,14 @@ trial_result run_trial(const options& o, const std::string& kind, int trial, pac
         t.missed |= p <= 0;
         what += (what.empty() ? "worker " : " and ") + std::to_string(w) + (p > 0 ? "" : " (gone)");
       }
+    code = finish(launcher);
+  } else if (staged) {
+    const int w = 1 + int(r.below(4)), k = int(r.below(2));
+    const pid_t p = pid_of({"--role worker", "--worker " + std::to_string(w),
+                            "--stage " + std::to_string(k) + " ", d});
+    if (p > 0) ::kill(p, SIGKILL);
+    t.missed = p <= 0;
+    what = "worker " + std::to_string(w) + " stage " + std::to_string(k) + (p > 0 ? "" : " (gone)");
     code = finish(launcher);
   } else if (kind == "wiped_worker") {
     wiped = 1 + int(r.below(4));
@@ -533,6 +553,25 @@ trial_result run_trial(const options& o, const std::string& kind, int trial, pac
               (kind == "store" ? "kill" : "stall");
   }
   check_run(o, dir, t);
+  if (staged && t.why.empty()) {
+    // The killed stage's worker restarted its stages, and every stage took rounds × H steps.
+    if (!t.missed && text.find("stages from their newest common checkpoint") == std::string::npos)
+      t.why = "no restart of the worker's stages after the kill";
+    for (int w = 1; w <= 4 && t.why.empty(); ++w)
+      for (int k = 0; k < 2 && t.why.empty(); ++k) {
+        const std::string name = "worker-" + std::to_string(w) + "-stage-" + std::to_string(k);
+        const std::string log = slurp(dir / (name + ".jsonl"));
+        const auto from = log.rfind('\n', log.size() > 1 ? log.size() - 2 : 0);
+        const auto last =
+            paco::io::json_parse(log.substr(from == std::string::npos ? 0 : from + 1), name);
+        const long want = long(o.rounds) * 30;  // small_dipaco_job's H
+        if (!last || !last->contains("step") || (*last)["step"] != want)
+          t.why = name + " ended at step " +
+                  (last && last->contains("step") ? (*last)["step"].dump() : "?") + ", not " +
+                  std::to_string(want);
+      }
+    if (!t.why.empty()) t.hashes_ok = false;
+  }
   if (wiped > 0 && !t.missed && t.why.empty()) {
     // Its new log (the old one was deleted): every round from where it joined to the last.
     const auto rounds = paco::testing::worker_log_values(dir, wiped, "round");

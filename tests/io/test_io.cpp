@@ -303,3 +303,24 @@ TEST_CASE("metrics_log: a record that does not fit is an error and leaves whole 
   REQUIRE(testing::read_file(f) == "{\"round\":0}\n{\"round\":2}\n");
   fs::remove_all(d);
 }
+
+TEST_CASE("keep_records: a log cut back to the records a resumed process keeps", "[io]") {
+  const auto d = testing::fresh_dir("io_keep_records");
+  const auto f = d / "log.jsonl";
+  // Three records and the tail of a write cut short.
+  {
+    std::ofstream o(f);
+    o << "{\"step\":4}\n{\"step\":8}\n{\"step\":12}\n{\"step\":1";
+  }
+  const auto upto = [](long s) {
+    return [s](const nlohmann::json& j) { return j["step"].get<long>() <= s; };
+  };
+  REQUIRE(io::keep_records(f, upto(8)).ok());
+  CHECK(testing::read_file(f) == "{\"step\":4}\n{\"step\":8}\n");
+  REQUIRE(io::keep_records(f, upto(0)).ok());
+  CHECK(testing::read_file(f).empty());
+  // A log never written stays unwritten.
+  REQUIRE(io::keep_records(d / "none.jsonl", upto(8)).ok());
+  CHECK(!fs::exists(d / "none.jsonl"));
+  fs::remove_all(d);
+}

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -792,7 +793,7 @@ TEST_CASE("a pipeline job whose stage is killed restarts from its checkpoints, b
 #ifdef PACO_TEST_ASIO
 // paco_train's DiPaCo job with each path cut into 2 stages (local-loss DiPaCo) on Brown: a grid
 // of 1 × 2 experts (2 paths: level 0's module shared), a tiny GPT, 2 rounds of 4 inner steps.
-TEST_CASE("paco_train's DiPaCo job runs its paths as stages, and fails whole when one dies",
+TEST_CASE("paco_train's DiPaCo job runs its paths as stages, and restarts a worker's stages",
           "[pipeline][job][dipaco]") {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("paco_stage_job_" + std::to_string(getpid()));
@@ -840,25 +841,50 @@ TEST_CASE("paco_train's DiPaCo job runs its paths as stages, and fails whole whe
         CHECK(last["step"] == 8);
         CHECK(last["activation_bytes"].get<double>() == (k == 0 ? 8.0 * 4 * 64 * 32 * 4 : 0.0));
       }
-    // --resume is refused: the stages keep no checkpoints.
+    // Each stage checkpointed its last round, bound to its worker (its group of stage files).
+    CHECK(fs::exists(dir / "run" / "worker-2.stage-1.step-8.safetensors"));
+    // The finished run resumed: every stage finds its last round done, and the table again.
     const auto again = testing::spawn_logged(job("run", 2, {"--resume"}), dir / "again.out", {});
-    CHECK(testing::exit_code(testing::wait_exit(again, std::chrono::minutes(2))) == 2);
-    CHECK_THAT(testing::slurp(dir / "again.out"), Catch::Contains("keep no checkpoints"));
+    CHECK(testing::exit_code(testing::wait_exit(again, std::chrono::minutes(2))) == 0);
+    CHECK_THAT(testing::slurp(dir / "again.out"), Catch::Contains("all (routed)"));
   }
-  {  // a stage killed mid-run: the launcher does not restart it and the run fails, never exit 0
-    const auto pid = testing::spawn_logged(job("killed", 200, {}), dir / "killed.out", {});
+  {  // a stage killed mid-run: the launcher stops its worker's other stage and restarts both
+     // from their newest common checkpoint; the run ends whole, every stage at rounds × H steps
+    const int rounds = 24;
+    const auto pid = testing::spawn_logged(job("killed", rounds, {}), dir / "killed.out", {});
     const auto log = dir / "killed" / "worker-1-stage-1.jsonl";
-    for (int i = 0; i < 1200 && !fs::exists(log); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    REQUIRE(fs::exists(log));
+    REQUIRE(testing::wait_until(
+        [&] { return testing::slurp(log).find("\"round\":2,") != std::string::npos; },
+        std::chrono::minutes(2)));
     const std::string kill = "pkill -KILL -f '" + (dir / "killed").string() +
                              ".*[-]-worker 1 --stage 1'";  // ([-]: not this shell's own line)
     REQUIRE(std::system(kill.c_str()) == 0);
-    const int code = testing::exit_code(testing::wait_exit(pid, std::chrono::minutes(3)));
+    const int code = testing::exit_code(testing::wait_exit(pid, std::chrono::minutes(5)));
     const std::string out = testing::slurp(dir / "killed.out");
     INFO(out);
-    CHECK(code == 3);
-    CHECK_THAT(out, Catch::Contains("worker-1-stage-1 failed"));
+    REQUIRE(code == 0);
+    CHECK_THAT(out, Catch::Contains("restarting worker 1's 2 stages from their newest common "
+                                    "checkpoint (1 of"));
+    CHECK_THAT(out, Catch::Contains("all (routed)"));
+    CHECK_THAT(testing::slurp(dir / "killed" / "worker-1-stage-0.log"),
+               Catch::Contains("worker 1 stage 0: resumed from step"));
+    for (int w = 1; w <= 2; ++w)
+      for (int k = 0; k < 2; ++k) {
+        const auto f = dir / "killed" /
+                       ("worker-" + std::to_string(w) + "-stage-" + std::to_string(k) + ".jsonl");
+        const std::string text = testing::slurp(f);
+        const auto from = text.rfind('\n', text.size() - 2);
+        const auto last = nlohmann::json::parse(text.substr(from == std::string::npos ? 0 : from));
+        CHECK(last["step"] == rounds * 4);
+        // The resumed stages' logs hold each round once, in order.
+        long prev = -1;
+        std::istringstream lines(text);
+        for (std::string l; std::getline(lines, l);) {
+          const long r = nlohmann::json::parse(l)["round"].get<long>();
+          CHECK(r > prev);
+          prev = r;
+        }
+      }
   }
   fs::remove_all(dir);
 }

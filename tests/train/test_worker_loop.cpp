@@ -177,6 +177,63 @@ TEST_CASE("run_worker: a path whose modules are far apart waits while they move 
   REQUIRE(store.store().round(1) == ahead + 2);
 }
 
+TEST_CASE("run_worker: a lockstep worker takes H steps for every round, closed without it or not",
+          "[train][worker_loop]") {
+  // The stages of a path must take the same steps: a round the store closed without one (while
+  // it was down) is trained anyway, its Δ not pushed; a plain worker skips it.
+  auto run = [](bool lockstep, long closed_before, long rounds) {
+    nn::gpt model(train_tests::small_gpt());
+    arena<host> a0(model.layout());
+    model.init(a0, 3);
+    const auto levels = *path::split_gpt_levels(model.layout(), 2, 1);
+    const auto plan = *path::path_plan::make(path::module_grid<1>::experts({1}), levels);
+    store::local_store<outer::nesterov> store(plan.module_table(), outer::nesterov{});
+    train::init_modules(store, plan, a0.get(plane::param).data());
+    for (long r = 0; r < closed_before; ++r)  // another worker of the module closes them
+      REQUIRE(store.push(0, 7, r, std::vector<float>(plan.span_of(0).size, 0.0f), 1.0).ok());
+    const auto s = testing::synthetic_stream(4, 3000, 5, 3);
+    train::path_worker<nn::gpt, optim::adamw> w(0, model, plan.path_spans(0), plan.path_modules(0),
+                                                {}, icfg, s, 1);
+    std::vector<std::pair<long, bool>> reported;  // (round, pushed)
+    const auto st = train::run_worker(w, store, {.rounds = rounds, .lockstep = lockstep},
+                                      [&](const train::worker_round& r) {
+                                        reported.push_back({r.round, r.pushed});
+                                        return status{};
+                                      });
+    REQUIRE(st.ok());
+    REQUIRE(store.store().round(0) == rounds);
+    return std::pair{w.inner_step(), reported};
+  };
+  const long H = icfg.steps;
+  using rounds_seen = std::vector<std::pair<long, bool>>;
+  // Rounds 0–2 closed without the worker: it trains them too (reported as not pushed), then
+  // rounds 3 and 4 with pushes.
+  auto [steps, reported] = run(true, 3, 5);
+  CHECK(steps == 5 * H);
+  CHECK(reported == rounds_seen{{0, false}, {1, false}, {2, false}, {3, true}, {4, true}});
+  // A plain worker joins at round 3.
+  auto [plain_steps, plain] = run(false, 3, 5);
+  CHECK(plain_steps == 2 * H);
+  CHECK(plain == rounds_seen{{3, true}, {4, true}});
+  // Every round closed without it: the rounds it owes, nothing pushed.
+  auto [all_steps, none] = run(true, 5, 5);
+  CHECK(all_steps == 5 * H);
+  CHECK(none == rounds_seen{{0, false}, {1, false}, {2, false}, {3, false}, {4, false}});
+  // Nothing closed without it: plain training, every round pushed.
+  CHECK(run(true, 0, 3).second == rounds_seen{{0, true}, {1, true}, {2, true}});
+  // Only the blocking rule keeps a lockstep.
+  {
+    two_modules f;
+    const auto s = testing::synthetic_stream(4, 3000, 5, 3);
+    train::path_worker<nn::gpt, optim::adamw> w(0, f.model, f.plan.path_spans(0),
+                                                f.plan.path_modules(0), {}, icfg, s, 1);
+    const auto st =
+        train::run_worker(w, f.store, {.rounds = 2, .sync = train::co2{}, .lockstep = true});
+    REQUIRE(!st.ok());
+    CHECK(st.error().code == errc::unsupported);
+  }
+}
+
 TEST_CASE("run_worker: a store behind the worker's checkpoint is an error, not a replay",
           "[train][worker_loop]") {
   // A store started anew (or from an older checkpoint) holds the path at round 0 while the

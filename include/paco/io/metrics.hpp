@@ -11,12 +11,16 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <string>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "paco/core/error.hpp"
+#include "paco/io/atomic_file.hpp"
+#include "paco/io/json_read.hpp"
 
 namespace paco::io {
 
@@ -77,5 +81,21 @@ class metrics_log {
   int fd_ = -1;
   std::filesystem::path path_;
 };
+
+// Rewrites the log at `path` with only the records `keep` accepts, in order (a process that
+// resumes from an earlier point than its log reached drops the records it will write again). A
+// line that does not parse (the tail of a write cut short) is dropped; a missing file is left
+// missing. Ensures: the file is the old one or the new one, never partial. Errors: io naming it.
+inline status keep_records(const std::filesystem::path& path,
+                           const std::function<bool(const nlohmann::json&)>& keep) {
+  std::ifstream in(path);
+  if (!in) return {};
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    const auto j = json_parse(line, path.string());
+    if (j && keep(*j)) kept += line + "\n";
+  }
+  return write_file_atomic(path, kept);
+}
 
 }  // namespace paco::io

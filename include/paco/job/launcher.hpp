@@ -52,7 +52,17 @@ struct child {
   int restarts = 0;
   bool done = false;
   int status = 0;
+  // A stage of a path that exited (or was stopped) and waits for its worker's other stages to
+  // exit, to start again with them (pid −1 meanwhile).
+  bool waiting = false;
 };
+
+// Whether a process that exited with `code` is restarted (within launch.restarts): not after bad
+// input or a state it could not write (exit 2, 4), which stay so however often it restarts. The
+// rule of every launcher: the DiPaCo job's (below) and the pipeline job's (pipeline_job.hpp).
+inline bool restartable(int code) {
+  return code != exit_bad_input && code != exit_write_failed;
+}
 
 // Starts this binary with args, stdout and stderr appended to log, as a child that receives
 // SIGKILL when the launcher dies (PR_SET_PDEATHSIG, set between fork and exec). Returns its
@@ -112,10 +122,6 @@ result<started_run> start_run(const dipaco_job<Model>& cfg, const run_dir& rd, b
                        ", ...): pass --resume to continue it or --fresh to delete it and start "
                        "over");
   }
-  if (resume && jp.staged())
-    return error(errc::invalid_argument,
-                 "--resume: the stages of a path keep no checkpoints (dipaco.stages = " +
-                     std::to_string(jp.K) + "): start the run over with --fresh");
   bool store_resumes = resume;
   if (resume) {
     auto v = verify_resume(cfg, rd, g);
@@ -148,6 +154,7 @@ result<started_run> start_run(const dipaco_job<Model>& cfg, const run_dir& rd, b
       fs::remove(rd.worker_log(w), ec);
     }
     for (int s = 1; s <= jp.count(); ++s) fs::remove(rd.process_log(jp, s), ec);
+    for (auto& f : stage_states(rd, jp)) fs::remove(f, ec);
     fs::remove(rd.store(), ec);
     if (auto s = prepare(cfg, rd, *data, g); !s) return s.error();
   }
@@ -204,14 +211,14 @@ int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, b
         const int port = base ? base + jp.id(w, k) - 1 : fresh_port();
         stage_peers[std::size_t(w)] += (k ? "," : "") + host + ":" + std::to_string(port);
       }
-  // The arguments of process s's role.
+  // The arguments of process s's role. A worker continues from its checkpoint (verified, or
+  // none); a stage from the newest step all its worker's stages hold (or the start).
   auto process_args = [&](int s) {
     std::vector<std::string> a{"--role", "worker", "--worker", std::to_string(jp.worker_of(s))};
     if (jp.staged())
       a.insert(a.end(), {"--stage", std::to_string(jp.stage_of(s)), "--peers",
                          stage_peers[std::size_t(jp.worker_of(s))]});
-    else
-      a.push_back("--resume");  // a worker continues from its checkpoint (verified, or none)
+    a.push_back("--resume");
     return a;
   };
   std::vector<std::string> common = {cfg.program, "--run-dir", rd.dir.string()};
@@ -238,7 +245,9 @@ int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, b
       std::printf("  %s: %s\n", jp.name(s).c_str(), join(a).c_str());
     }
     if (jp.staged())
-      std::printf("(the stages keep no checkpoints: after a crash start the run over)\n");
+      std::printf(
+          "(after a stage crashes, stop its worker's other stages and run all of them again: "
+          "they resume from the newest step they all hold)\n");
     return 0;
   }
   if (std::getenv("PACO_TOKEN") == nullptr) setenv("PACO_TOKEN", random_token().c_str(), 1);
@@ -254,8 +263,8 @@ int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, b
   }
   for (int s = 1; s <= jp.count(); ++s) {
     child c{jp.name(s), common};
-    // Workers always --resume: their checkpoints were verified (or removed for a fresh run), and
-    // a restarted worker continues from its own. Stages keep none.
+    // Workers and stages always --resume: their checkpoints were verified (or removed for a fresh
+    // run), and a restarted one continues from its own.
     const auto r = process_args(s);
     c.args.insert(c.args.end(), r.begin(), r.end());
     kids.push_back(c);
@@ -305,6 +314,9 @@ int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, b
   // store, not its own work, and is restarted without using its budget.
   int store_gen = 0;
   std::map<std::string, int> gen_at_start;
+  // Workers whose stages are being restarted together, and each worker's restarts so far.
+  std::set<int> regroup;
+  std::map<int, int> stage_restarts;
   for (auto& k : kids) gen_at_start[k.name] = 0;
   // Since when workers have been failing to reach the store with no round completed anywhere
   // (empty: they are not, or some worker progressed since).
@@ -337,9 +349,8 @@ int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, b
           const int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
           const bool ok = code == 0;
           const bool is_store = k.name == "store";
-          // Bad input and a state that cannot be written stay so however often it restarts; a
-          // stage cannot rejoin a pipeline that went on without it (nor its stages a new store).
-          const bool permanent = code == exit_bad_input || code == exit_write_failed || jp.staged();
+          // Bad input and a state that cannot be written stay so however often it restarts.
+          const bool permanent = !restartable(code);
           const bool store_down = !is_store && (kids[0].done || store_gen != gen_at_start[k.name]);
           // A worker that lost its link to a live store: the store's fault, not the worker's.
           const bool lost_store = !is_store && code == exit_link_lost && !kids[0].done;
@@ -359,6 +370,51 @@ int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, b
           // The silence rule's clock starts when a worker fails for want of a store (not when one
           // exits 0 after the store finished).
           if (uncounted && !ok && !lost_since) lost_since = std::chrono::steady_clock::now();
+          // A stage cannot rejoin a pipeline that went on without it: the first of a worker's
+          // stages to fail stops the others, and all of them start again together once every one
+          // exited (below), resuming from the newest step they all checkpointed. Each such
+          // restart of the worker counts once against launch.restarts (not when the store
+          // restarted meanwhile).
+          if (!is_store && jp.staged() && !failed) {
+            const int w = jp.worker_of(int(&k - kids.data()));
+            if (ok && !regroup.count(w)) {
+              k.done = true;
+              k.status = st;
+              continue;
+            }
+            if (!regroup.count(w)) {
+              if (permanent || (!store_down && stage_restarts[w] >= cfg.launch.restarts)) {
+                k.done = true;
+                k.status = st;
+                failed = true;
+                std::fprintf(stderr, "\n%s: %s failed (%s %d%s), see %s\n", P, k.name.c_str(),
+                             WIFSIGNALED(st) ? "signal" : "exit",
+                             WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
+                             permanent ? ": bad input, or a state it cannot write"
+                                       : ": its worker's restarts are spent",
+                             rd.log(k.name).c_str());
+                continue;
+              }
+              if (!store_down) ++stage_restarts[w];
+              regroup.insert(w);
+              std::fprintf(stderr,
+                           "\n%s: %s stopped (%s %d); restarting worker %d's %d stages from their "
+                           "newest common checkpoint (%s)\n",
+                           P, k.name.c_str(), WIFSIGNALED(st) ? "signal" : "exit",
+                           WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), w, jp.K,
+                           store_down ? "the store restarted: not counted"
+                                      : (std::to_string(stage_restarts[w]) + " of " +
+                                         std::to_string(cfg.launch.restarts))
+                                            .c_str());
+              for (int j = 0; j < jp.K; ++j) {
+                auto& o = kids[std::size_t(jp.id(w, j))];
+                if (&o != &k && !o.done && !o.waiting && o.pid > 0) kill(o.pid, SIGTERM);
+              }
+            }
+            k.waiting = true;
+            k.pid = -1;
+            continue;
+          }
           if (!ok && !failed && !permanent && (uncounted || k.restarts < cfg.launch.restarts)) {
             // A worker resumes from its checkpoint and rejoins; the store resumes from its own.
             if (!uncounted) ++k.restarts;
@@ -394,6 +450,29 @@ int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, b
             }
           }
         }
+    // A worker whose stages have all exited starts them again, together.
+    for (auto it = regroup.begin(); it != regroup.end() && !failed;) {
+      const int w = *it;
+      bool down = true;
+      for (int j = 0; j < jp.K; ++j) {
+        const auto& o = kids[std::size_t(jp.id(w, j))];
+        down &= o.waiting || o.done;
+      }
+      if (!down) {
+        ++it;
+        continue;
+      }
+      for (int j = 0; j < jp.K && !failed; ++j) {
+        auto& o = kids[std::size_t(jp.id(w, j))];
+        o.waiting = o.done = false;
+        gen_at_start[o.name] = store_gen;
+        o.pid = spawn(o.args, rd.log(o.name));
+        if (o.pid < 0)
+          failed = true, o.done = true,
+          std::fprintf(stderr, "\n%s: cannot start %s again\n", P, o.name.c_str());
+      }
+      it = regroup.erase(it);
+    }
     std::map<int, json> rec = latest_records(rd, jp);
     long done_rounds = 0;
     std::string text;
@@ -453,7 +532,7 @@ int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, b
       last_text = text;
     }
     bool all = true;
-    for (auto& k : kids) all &= k.done;
+    for (auto& k : kids) all &= k.done || (failed && k.waiting);
     if (all) break;
     if (failed) stop_all(std::chrono::milliseconds(5000));
     std::this_thread::sleep_for(std::chrono::milliseconds(250));

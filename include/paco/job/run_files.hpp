@@ -27,6 +27,7 @@
 #include "paco/io/safetensors.hpp"
 #include "paco/job/dipaco_job.hpp"
 #include "paco/path/path_plan.hpp"
+#include "paco/pipeline/stage_file.hpp"
 #include "paco/store/store.hpp"
 #include "paco/store/store_file.hpp"
 #include "paco/train/worker_file.hpp"
@@ -47,6 +48,12 @@ struct run_dir {
     return dir / (jp.name(s) + ".jsonl");
   }
   fs::path log(const std::string& role) const { return dir / (role + ".log"); }
+  // The checkpoints of worker w's stages (dipaco.stages > 1) are a group of stage files
+  // (pipeline/stage_file.hpp): "worker-3.stage-1.step-40.safetensors".
+  static std::string stage_group(int w) { return "worker-" + std::to_string(w); }
+  fs::path stage_state(int w, int k, long step) const {
+    return dir / pipeline::stage_file_name(k, step, stage_group(w));
+  }
 };
 // ---- routing.json: the routing of every document, the run's id, the store's ports ----
 // The checksum of a routing file's content: hash64 of its JSON without the "checksum" key
@@ -257,9 +264,19 @@ bool store_finished_path(const dipaco_job<Model>& cfg, const run_dir& rd, const 
   return true;
 }
 
+// Every stage checkpoint of the run's stages in the directory (none when paths are not cut).
+inline std::vector<fs::path> stage_states(const run_dir& rd, const job_processes& jp) {
+  std::vector<fs::path> out;
+  for (int w = 1; w <= jp.workers && jp.staged(); ++w)
+    for (int k = 0; k < jp.K; ++k)
+      for (long t : pipeline::stage_file_steps(rd.dir, k, run_dir::stage_group(w)))
+        out.push_back(rd.stage_state(w, k, t));
+  return out;
+}
+
 // Which files of a previous run the directory holds (empty: none).
 inline std::vector<fs::path> previous_run_files(const run_dir& rd, const job_processes& jp) {
-  std::vector<fs::path> out;
+  std::vector<fs::path> out = stage_states(rd, jp);
   for (auto& f : {rd.routing(), rd.base(), rd.store()})
     if (fs::exists(f)) out.push_back(f);
   for (int w = 1; w <= jp.workers; ++w)

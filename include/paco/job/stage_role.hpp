@@ -5,12 +5,23 @@
 // heads, or GPipe / 1F1B); each stage is a worker of the unchanged store with its own link,
 // pulling and pushing only its own modules' Δ (train/stage_worker.hpp).
 //
-// A stage keeps no checkpoint (its auxiliary head and queue cannot rejoin a pipeline that went
-// on without it): a failed stage fails the run, which the launcher does not restart.
+// Checkpoints: after every round each stage writes its state as a stage file of its worker's
+// group (pipeline/stage_file.hpp; run_dir::stage_state): θ, θ_start, moments and residual of its
+// modules, its auxiliary head, the readout copies in flight, its step, sampler and the round it
+// completed, bound to the run, the worker and the stage. A stage cannot rejoin a pipeline that
+// went on without it, so when one fails the launcher stops its worker's other stages and restarts
+// them all (launcher.hpp); each resumes (--resume) from the newest step every stage of the worker
+// holds (none: the start), so their steps meet again. Each runs the round loop in lockstep
+// (worker_loop_options::lockstep): a round the store closed while the stages were down is trained
+// again, its push dropped, so every stage takes the same steps. Its modules then carry on from
+// the store's state, not bit for bit the uninterrupted run's (a pipeline job's restart is).
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +32,7 @@
 #include "paco/job/run_files.hpp"
 #include "paco/job/stages.hpp"
 #include "paco/net/asio_tcp.hpp"
+#include "paco/pipeline/stage_file.hpp"
 #include "paco/store/metered.hpp"
 #include "paco/store/store.hpp"
 #include "paco/train/stage_worker.hpp"
@@ -28,9 +40,11 @@
 
 namespace paco::job {
 
-// What every stage of a worker must share: the pipeline's fields and the DiPaCo run's.
+// What every stage of a worker must share: the pipeline's fields, the DiPaCo run's, and the step
+// the stages resume from (−1: the start).
 template <nn::BlockModel Model>
-std::vector<collectives::agree_field> dipaco_stage_fields(const dipaco_job<Model>& c) {
+std::vector<collectives::agree_field> dipaco_stage_fields(const dipaco_job<Model>& c,
+                                                          long from_step) {
   // The model: its fingerprint and its shape and size (a GPT's mlp_mult shows in the latter).
   auto f = stage_fields(c, model_description(c) + " " + describe_model(c.model));
   std::string grid, split;
@@ -41,11 +55,23 @@ std::vector<collectives::agree_field> dipaco_stage_fields(const dipaco_job<Model
   f.push_back({"dipaco.rounds", std::to_string(c.dipaco.rounds)});
   f.push_back({"dipaco.inner_steps", std::to_string(c.dipaco.inner_steps)});
   f.push_back({"dipaco.compress", c.dipaco.compress});
+  f.push_back({"resumed from step", std::to_string(from_step)});
   return f;
 }
 
+// How many checkpoints each stage of a worker keeps: the first stage runs at most (K − 1)·q steps
+// ahead of the last with local losses (q: the queue), 1 under global backprop; rounds are H steps.
+template <nn::BlockModel Model>
+int stage_states_to_keep(const dipaco_job<Model>& c) {
+  const long ahead =
+      c.pipeline.schedule == "local" ? long(c.dipaco.stages - 1) * c.pipeline.queue_depth : 1;
+  return pipeline::stage_files_to_keep(c.dipaco.inner_steps, ahead);
+}
+
 // Stage k of worker w; returns the role's exit code (job/dipaco_job.hpp). peers: every stage's
-// host:port of this worker, comma-separated.
+// host:port of this worker, comma-separated. resume: continue from the newest step every stage
+// of the worker checkpointed (without one: from the start); fresh: delete this stage's
+// checkpoints and log first.
 template <nn::BlockModel Model>
 int run_stage_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, int k,
                      const std::string& peers_csv, bool resume, bool fresh) {
@@ -54,10 +80,7 @@ int run_stage_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, int
     return code;
   };
   if (auto s = require_token("worker"); !s) return fail(exit_bad_input, s.error().what());
-  if (resume)
-    return fail(exit_bad_input,
-                "the stages of a path keep no checkpoints, so they cannot --resume: start the "
-                "run over (the launcher's --fresh)");
+  if (resume && fresh) return fail(exit_bad_input, "--resume and --fresh exclude each other");
   const path::path_plan g = make_plan(cfg);
   const job_processes jp = processes_of(cfg, g);
   if (w < 1 || w > g.workers())
@@ -70,17 +93,26 @@ int run_stage_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, int
                                     " stages, dipaco.stages is " + std::to_string(jp.K));
   const int s = jp.id(w, k), p = g.path_of_worker(w - 1);
   const fs::path log_path = rd.process_log(jp, s);
+  const std::string group = run_dir::stage_group(w);
   if (fresh) {
     std::error_code ec;
     fs::remove(log_path, ec);
+    for (long t : pipeline::stage_file_steps(rd.dir, k, group))
+      fs::remove(rd.stage_state(w, k, t), ec);
   }
-  if (fs::exists(log_path))
-    return fail(exit_bad_input, "the run directory holds this stage's log (" + log_path.string() +
-                                    "): pass --fresh to start it over");
+  if (!resume && (fs::exists(log_path) || !pipeline::stage_file_steps(rd.dir, k, group).empty()))
+    return fail(exit_bad_input, "the run directory holds this stage's log or checkpoints (" +
+                                    log_path.string() +
+                                    "): pass --resume to continue it, or --fresh to start it over");
   auto data = load_job_data(cfg);
   if (!data) return fail(exit_bad_input, data.error().what());
   auto routing = read_routing(rd);
   if (!routing) return fail(exit_bad_input, routing.error().what());
+  // Whose this stage's checkpoints are, and the step its worker's stages resume from: the newest
+  // every one of them holds (they are all down when restarted, so the files stand still).
+  const pipeline::stage_identity who{identity_of(*routing, g, w).run, k, jp.K, group};
+  const std::optional<long> from =
+      resume ? pipeline::newest_common_step(rd.dir, jp.K, who.run, group) : std::nullopt;
   auto shard = stream_of(*data, (*routing)["train_route"].get<std::vector<int>>(), p);
   if (shard.ids.size() <= std::size_t(cfg.model.shape().ctx) + 1)
     return fail(exit_bad_input, "path " + std::to_string(p) + " has no training documents");
@@ -91,7 +123,7 @@ int run_stage_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, int
   if (!net) return fail(exit_link_lost, "cannot join the worker's stages: " + net.error().what());
   collectives::collective_options agreed;
   agreed.until = net::after(std::chrono::milliseconds(long(cfg.pipeline.timeout_s * 1000)));
-  if (auto a = collectives::agree(**net, dipaco_stage_fields(cfg), agreed); !a)
+  if (auto a = collectives::agree(**net, dipaco_stage_fields(cfg, from.value_or(-1)), agreed); !a)
     return fail(exit_bad_input,
                 "the stages were started with different settings: " + a.error().what());
   const auto& tc = cfg.train;
@@ -124,6 +156,40 @@ int run_stage_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, int
     if (auto st = worker->set_codecs(std::move(*c)); !st)
       return fail(exit_bad_input, st.error().what());
   }
+  // Resume: the stage's state of step `from`; its log keeps the records up to that step.
+  const std::string config = config_fingerprint(cfg);
+  const auto parts = pipeline::parts_of(worker->loop().runner());
+  long completed = -1;
+  std::size_t bytes_before = 0;
+  if (from) {
+    const fs::path file = rd.stage_state(w, k, *from);
+    auto r = pipeline::load_stage_file(file, model, worker->state(), parts, config, who);
+    if (!r) return fail(exit_bad_input, "cannot resume: " + r.error().what());
+    // Its round and bytes: whole numbers, the round the one its step ends ((round + 1)·H).
+    const auto number = [&](const char* key) -> std::optional<long> {
+      const std::string v = r->metadata[key];
+      if (v.empty() || v.size() > 18 || !std::all_of(v.begin(), v.end(), ::isdigit))
+        return std::nullopt;
+      return std::stol(v);
+    };
+    const auto round = number("round"), bytes = number("bytes_sent");
+    if (!round || !bytes || (*round + 1) * cfg.dipaco.inner_steps != r->at.step)
+      return fail(exit_bad_input, "cannot resume: '" + file.string() +
+                                      "' records no valid round and bytes_sent for its step " +
+                                      std::to_string(r->at.step));
+    completed = *round;
+    bytes_before = std::size_t(*bytes);
+    if (auto st = worker->loop().seek({r->at.step, r->at.sampler}, std::move(r->in_flight)); !st)
+      return fail(exit_bad_input, st.error().what());
+  }
+  if (resume)
+    if (auto st = io::keep_records(log_path,
+                                   [&](const json& j) {
+                                     return j.contains("step") && j["step"].is_number_integer() &&
+                                            j["step"].template get<long>() <= from.value_or(0);
+                                   });
+        !st)
+      return fail(exit_write_failed, st.error().what());
   auto log = io::metrics_log::open(log_path, true);
   if (!log) return fail(exit_write_failed, log.error().what());
   const int port = port_of(cfg, *routing, s);
@@ -137,6 +203,8 @@ int run_stage_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, int
   if (auto st = client.hello(); !st) return fail(exit_link_lost, st.error().what());
   std::string levels;
   for (int l : cut.levels_of(k)) levels += (levels.empty() ? "" : ",") + std::to_string(l);
+  if (from)
+    std::printf("worker %d stage %d: resumed from step %ld (round %ld)\n", w, k, *from, completed);
   std::printf(
       "worker %d stage %d of %d: path %s, levels %s (modules pushed as store worker %d), %s\n", w,
       k, jp.K, g.path_name(p).c_str(), levels.c_str(), s,
@@ -152,30 +220,48 @@ int run_stage_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, int
       .rounds = cfg.dipaco.rounds,
       .round_deadline = std::chrono::milliseconds(long(cfg.launch.round_timeout_s * 2000)),
       .pull_tries = int(cfg.launch.round_timeout_s * 20) + 50,
-      .throttle = throttle};
+      .completed = completed,
+      .throttle = throttle,
+      .lockstep = true};
   store::metered metered(client);
   long late = 0;
   bool write_failed = false;
+  const int keep = stage_states_to_keep(cfg);
   const auto on_round = [&](const train::worker_round& r) -> status {
     const auto& st = worker->loop().runner().stats();
+    const long step = worker->inner_step();
+    const std::size_t sent = bytes_before + client.bytes_sent();
+    // The checkpoint of this round, then its record: a record is never ahead of a checkpoint.
     status ws = io::with_retries(
         [&] {
-          return log->write({{"worker", w},
-                             {"stage", k},
-                             {"path", p},
-                             {"round", r.round},
-                             {"loss", std::isnan(r.loss) ? json() : json(r.loss)},
-                             {"bpb", std::isnan(r.loss) ? json() : json(r.loss / ln2)},
-                             {"step", worker->inner_step()},
-                             {"bytes_sent", client.bytes_sent()},
-                             {"activation_bytes", st.bytes_sent},
-                             {"wait_s", st.wait_s},
-                             {"codec", comp.name()},
-                             {"round_s", r.seconds},
-                             {"sync_s", r.sync_s},
-                             {"late", late}});
+          return pipeline::save_stage_file(
+              rd.stage_state(w, k, step), model, worker->state(), parts,
+              worker->loop().runner().readouts_in_flight(), {step, worker->loop().where().sampler},
+              config, who,
+              {{"round", std::to_string(r.round)}, {"bytes_sent", std::to_string(sent)}});
         },
         write_tries);
+    if (ws) pipeline::prune_stage_files(rd.dir, k, keep, group);
+    if (ws)
+      ws = io::with_retries(
+          [&] {
+            return log->write({{"worker", w},
+                               {"stage", k},
+                               {"path", p},
+                               {"round", r.round},
+                               {"loss", std::isnan(r.loss) ? json() : json(r.loss)},
+                               {"bpb", std::isnan(r.loss) ? json() : json(r.loss / ln2)},
+                               {"step", step},
+                               {"pushed", r.pushed},
+                               {"bytes_sent", sent},
+                               {"activation_bytes", st.bytes_sent},
+                               {"wait_s", st.wait_s},
+                               {"codec", comp.name()},
+                               {"round_s", r.seconds},
+                               {"sync_s", r.sync_s},
+                               {"late", late}});
+          },
+          write_tries);
     write_failed = !ws;
     return ws;
   };
@@ -184,8 +270,14 @@ int run_stage_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, int
     std::fprintf(stderr, "worker %d stage %d: %s; continuing with the next round\n", w, k,
                  e.what().c_str());
   };
-  if (auto st = train::run_worker(*worker, metered, lo, on_round, on_refused); !st)
-    return fail(write_failed ? exit_write_failed : exit_link_lost, st.error().what());
+  if (auto st = train::run_worker(*worker, metered, lo, on_round, on_refused); !st) {
+    // A store behind this stage's checkpoint stays behind however often it is restarted.
+    const bool behind = completed >= 0 && worker->round() <= completed;
+    return fail(write_failed ? exit_write_failed
+                : behind     ? exit_bad_input
+                             : exit_link_lost,
+                st.error().what());
+  }
   // Every stage of the worker is done before any closes its links.
   if (auto st = worker->loop().close(); !st) return fail(exit_link_lost, st.error().what());
   client.bye();

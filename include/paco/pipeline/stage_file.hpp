@@ -40,13 +40,19 @@ namespace paco::pipeline {
 
 inline constexpr const char* stage_checkpoint_format = "paco-stage-checkpoint-1";
 
-// Whose a stage checkpoint is: the run, the stage and the pipeline's length.
+// Whose a stage checkpoint is: the run, the stage and the pipeline's length, and which of the
+// run's pipelines (group: empty for a pipeline job's one pipeline; "worker-3" for the stages of
+// DiPaCo worker 3's path). The group also prefixes the file's name (stage_file_name).
 struct stage_identity {
   std::string run;
   int stage = 0;
   int stages = 1;
+  std::string group;
   std::map<std::string, std::string> metadata() const {
-    return {{"run", run}, {"stage", std::to_string(stage)}, {"stages", std::to_string(stages)}};
+    return {{"run", run},
+            {"stage", std::to_string(stage)},
+            {"stages", std::to_string(stages)},
+            {"group", group}};
   }
 };
 
@@ -78,17 +84,29 @@ stage_parts parts_of(stage_runner<M, T>& run) {
 struct stage_resume {
   stage_position at;
   std::vector<readout_copy> in_flight;
+  std::map<std::string, std::string> metadata;  // the file's (the caller's extra included)
 };
 
-inline std::string stage_file_name(int stage, long step) {
-  return "stage-" + std::to_string(stage) + ".step-" + std::to_string(step) + ".safetensors";
+namespace detail {
+inline std::string group_prefix(const std::string& group) {
+  return group.empty() ? std::string() : group + ".";
+}
+}  // namespace detail
+
+// "stage-1.step-40.safetensors"; in a group, "worker-3.stage-1.step-40.safetensors".
+inline std::string stage_file_name(int stage, long step, const std::string& group = {}) {
+  return detail::group_prefix(group) + "stage-" + std::to_string(stage) + ".step-" +
+         std::to_string(step) + ".safetensors";
 }
 
-// The steps of stage's files in dir, ascending (by name; their content is checked on load).
-inline std::vector<long> stage_file_steps(const std::filesystem::path& dir, int stage) {
+// The steps of stage's files (of group) in dir, ascending (by name; their content is checked on
+// load).
+inline std::vector<long> stage_file_steps(const std::filesystem::path& dir, int stage,
+                                          const std::string& group = {}) {
   std::vector<long> steps;
   std::error_code ec;
-  const std::string pre = "stage-" + std::to_string(stage) + ".step-", post = ".safetensors";
+  const std::string pre = detail::group_prefix(group) + "stage-" + std::to_string(stage) + ".step-",
+                    post = ".safetensors";
   for (auto it = std::filesystem::directory_iterator(dir, ec);
        !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
     const std::string n = it->path().filename().string();
@@ -108,12 +126,14 @@ inline int stage_files_to_keep(long every, long ahead) {
   return int(2 + ahead / every);
 }
 
-// Removes all but stage's newest `keep` files in dir. Ensures: nothing else is touched.
-inline void prune_stage_files(const std::filesystem::path& dir, int stage, int keep) {
-  auto steps = stage_file_steps(dir, stage);
+// Removes all but stage's newest `keep` files (of group) in dir. Ensures: nothing else is
+// touched.
+inline void prune_stage_files(const std::filesystem::path& dir, int stage, int keep,
+                              const std::string& group = {}) {
+  auto steps = stage_file_steps(dir, stage, group);
   std::error_code ec;
   for (std::size_t i = 0; i + std::size_t(keep) < steps.size(); ++i)
-    std::filesystem::remove(dir / stage_file_name(stage, steps[i]), ec);
+    std::filesystem::remove(dir / stage_file_name(stage, steps[i], group), ec);
 }
 
 namespace detail {
@@ -133,20 +153,23 @@ inline result<std::vector<named_tensor>> tensors_in(const std::vector<named_tens
                                         std::to_string(span.second) + ")");
   return in;
 }
-inline const plane stage_planes[] = {plane::param, plane::moment1, plane::moment2};
+// θ and the moments; a store worker's θ_start and residual where its arena has them.
+inline const plane stage_planes[] = {plane::param, plane::moment1, plane::moment2, plane::anchor,
+                                     plane::residual};
 inline std::string in_flight_name(long after) {
   return "readout_after/" + std::to_string(after);
 }
 }  // namespace detail
 
 // Writes the stage's checkpoint: parts of a (and the head, readout), the copies in flight, its
-// position, config and identity. Ensures: file is the previous one or this one, never partial.
-// Errors: the span's (detail::tensors_in), the write's (naming the file).
+// position, config, identity and the caller's `extra` metadata. Ensures: file is the previous
+// one or this one, never partial. Errors: the span's (detail::tensors_in), the write's (naming
+// the file).
 template <class Model>
 status save_stage_file(const std::filesystem::path& file, const Model& model, const arena<host>& a,
                        const stage_parts& parts, const std::vector<readout_copy>& in_flight,
                        const stage_position& at, const std::string& config,
-                       const stage_identity& who) {
+                       const stage_identity& who, std::map<std::string, std::string> extra = {}) {
   auto tensors = detail::tensors_in(model.tensors(), parts.span);
   if (!tensors) return tensors.error();
   std::vector<io::tensor_ref> refs;
@@ -164,7 +187,8 @@ status save_stage_file(const std::filesystem::path& file, const Model& model, co
     refs.push_back({"readout", {parts.readout.size()}, parts.readout.data()});
   for (auto& c : in_flight)
     refs.push_back({detail::in_flight_name(c.after), {c.values.size()}, c.values.data()});
-  auto meta = who.metadata();
+  auto meta = std::move(extra);
+  for (auto& [k, v] : who.metadata()) meta[k] = v;
   meta["format"] = stage_checkpoint_format;
   meta["step"] = std::to_string(at.step);
   meta["sampler"] = rng::to_hex(at.sampler);
@@ -199,6 +223,7 @@ result<stage_resume> load_stage_file(const std::filesystem::path& file, const Mo
                                        "': it belongs to another " +
                                        (k == "run" ? "run" : "stage of the pipeline"));
   stage_resume r;
+  r.metadata = md;
   try {
     std::size_t used = 0;
     const std::string st = get("step");
@@ -255,14 +280,16 @@ result<stage_resume> load_stage_file(const std::filesystem::path& file, const Mo
   return r;
 }
 
-// The newest step for which every stage 0 … stages−1 has a file in dir that reads as its own
-// (checksum, format, run, stage: the tensors are checked when the stage loads it); nullopt when
-// there is none (the run starts over). Files that do not read are skipped, not deleted.
+// The newest step for which every stage 0 … stages−1 (of group) has a file in dir that reads as
+// its own (checksum, format, run, stage, group: the tensors are checked when the stage loads it);
+// nullopt when there is none (the run starts over). Files that do not read are skipped, not
+// deleted.
 inline std::optional<long> newest_common_step(const std::filesystem::path& dir, int stages,
-                                              const std::string& run) {
-  std::vector<long> common = stage_file_steps(dir, 0);
+                                              const std::string& run,
+                                              const std::string& group = {}) {
+  std::vector<long> common = stage_file_steps(dir, 0, group);
   for (int k = 1; k < stages; ++k) {
-    const auto s = stage_file_steps(dir, k);
+    const auto s = stage_file_steps(dir, k, group);
     std::vector<long> both;
     std::set_intersection(common.begin(), common.end(), s.begin(), s.end(),
                           std::back_inserter(both));
@@ -271,11 +298,11 @@ inline std::optional<long> newest_common_step(const std::filesystem::path& dir, 
   for (auto it = common.rbegin(); it != common.rend(); ++it) {
     bool all = true;
     for (int k = 0; k < stages && all; ++k) {
-      auto f = io::load_safetensors(dir / stage_file_name(k, *it));
-      const stage_identity who{run, k, stages};
+      auto f = io::load_safetensors(dir / stage_file_name(k, *it, group));
+      const stage_identity who{run, k, stages, group};
       all = f && f->metadata.count(io::checksum_key);
       for (auto& [key, v] : who.metadata())
-        all = all && f->metadata.count(key) && f->metadata.at(key) == v;
+        all = all && (f->metadata.count(key) ? f->metadata.at(key) : std::string()) == v;
     }
     if (all) return *it;
   }

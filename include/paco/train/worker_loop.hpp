@@ -105,6 +105,14 @@ struct worker_loop_options {
   // (cycle) it had trained and not synced (worker_round::pending_loss of the round it
   // completed), to report with it.
   double resumed_loss = 0;
+  // Blocking rule: the worker takes H inner steps for every round of the run, so that its step
+  // count stays (completed + 1)·H. A round its modules closed without it (while it was down, or
+  // by deadline) is trained all the same on the modules pulled, its Δ dropped as a late push's,
+  // and reported (worker_round::pushed = false); after the last round closed without it, it
+  // trains the rounds it still owes. The
+  // stages of a path cut across processes need this: each feeds or waits for its neighbours'
+  // activations of every step (train/stage_worker.hpp).
+  bool lockstep = false;
 };
 
 namespace detail {
@@ -208,6 +216,8 @@ struct worker_round {
   // Overlapped rules: the mean loss of the round trained since, not yet landed (a checkpoint
   // taken now holds it; worker_loop_options::resumed_loss gives it back).
   double pending_loss = 0;
+  // false: a lockstep round its modules closed without this worker (trained, Δ dropped).
+  bool pushed = true;
 };
 
 namespace detail {
@@ -501,7 +511,8 @@ run_streaming(W& w, Store& store, const worker_loop_options& o, const sync_plan&
 // (optional).
 // Returns: ok when the run is over for this path; the store's or the pull's error otherwise
 // (mismatch when the modules stayed at different rounds for every try, or when the store is
-// behind o.completed); on_round's error; unsupported for an overlapped rule with a worker that is
+// behind o.completed); on_round's error; unsupported for lockstep under another rule than
+// blocking, for an overlapped rule with a worker that is
 // not an OverlappingPathWorker, for streaming with one that is not a StreamingPathWorker or with
 // a train budget; invalid_argument for streaming's τ, α or an H that the levels do not divide.
 // W is any PathWorker: train::path_worker, or kernels::path_worker_cuda on a GPU.
@@ -511,6 +522,9 @@ run_worker(W& w, Store& store, const worker_loop_options& o,
            const std::function<status(const worker_round&)>& on_round = {},
            const std::function<void(const error&)>& on_refused = {}) {
   using clock = std::chrono::steady_clock;
+  if (o.lockstep && !o.sync.get_if<blocking>())
+    return {errc::unsupported,
+            "worker_loop_options::lockstep runs the blocking rule only, not " + o.sync.name()};
   if (o.sync.get_if<streaming>()) {
     if constexpr (StreamingPathWorker<W, Store>) {
       auto plan = o.sync.plan(1, w.modules().size(), w.steps_per_round());
@@ -550,16 +564,43 @@ run_worker(W& w, Store& store, const worker_loop_options& o,
   }
   const auto secs = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
   auto last = clock::now();
-  double train_s = 0;  // training time since the last report (a refused round's included)
+  double train_s = 0;          // training time since the last report (a refused round's included)
+  long stepped = o.completed;  // the last round whose inner steps this worker took
   for (bool first = true;; first = false) {
     if (auto s = detail::pull_path(w, store, o); !s) return s;
     if (first && w.round() <= o.completed) return detail::store_behind(w.round(), o.completed);
+    if (o.lockstep && stepped + 1 < std::min(w.round(), o.rounds)) {
+      // Rounds closed without this worker: their steps on the modules pulled, nothing pushed,
+      // each reported (pushed = false); then the store is asked again (it may have closed
+      // another meanwhile).
+      for (const long to = std::min(w.round(), o.rounds); stepped + 1 < to;) {
+        const auto t0 = clock::now();
+        auto t = detail::train_round(w, o);
+        if (!t) return t.error();
+        ++stepped;
+        const auto now = clock::now();
+        train_s += secs(now - t0);
+        const double seconds = secs(now - last), sync_s = seconds - train_s;
+        last = now;
+        train_s = 0;
+        if (on_round)
+          if (auto s = on_round({.round = stepped,
+                                 .loss = *t,
+                                 .seconds = seconds,
+                                 .sync_s = sync_s,
+                                 .pushed = false});
+              !s)
+            return s;
+      }
+      if (w.round() < o.rounds) continue;
+    }
     if (w.round() >= o.rounds) return {};
     const auto t0 = clock::now();
     auto trained = detail::train_round(w, o);
     if (!trained) return trained.error();
     const double loss = *trained;
     train_s += secs(clock::now() - t0);
+    stepped = w.round();
     if (auto s = w.push(store); !s) {
       if (s.error().code != errc::mismatch) return s;
       if (on_refused) on_refused(s.error());
