@@ -18,12 +18,11 @@
 #include "device_lm.hpp"
 #include "dipaco_job.hpp"
 #include "paco/io/io.hpp"
+#include "paco/job/pipeline_job.hpp"
 #include "paco/nn/nn.hpp"
 #include "paco/optim/optim.hpp"
 #include "paco/route/evaluate.hpp"
 #include "paco/train/inner_loop.hpp"
-#include "pipeline_job.hpp"
-#include "score.hpp"
 
 namespace fs = std::filesystem;
 using namespace paco;
@@ -32,7 +31,7 @@ namespace {
 
 constexpr double ln2 = 0.6931471805599453;
 
-using paco_train::score_bpb;
+using route::score_bpb;
 
 }  // namespace
 
@@ -136,17 +135,15 @@ int main(int argc, char** argv) {
                           "paco_train: --export is not offered by pipeline jobs (stage 0 "
                           "scores the gathered model)\n"),
              2;
-    if (resume && fresh)
-      return std::fprintf(stderr, "paco_train: --resume or --fresh, not both\n"), 2;
     if (from_step >= 0 && role != "stage")
       return std::fprintf(stderr,
                           "paco_train: --from-step is for --role stage (the launcher's "
                           "--resume finds the step)\n"),
              2;
     try {
-      if (role == "stage") return paco_train::run_stage(cfg, stage, peers, from_step);
-      if (role == "launcher")
-        return paco_train::run_pipeline_launcher(cfg, config_path, overrides, resume, fresh);
+      const auto pj = paco_train::make_job(cfg, paco_train::config_args(config_path, overrides));
+      if (role == "stage") return job::run_pipeline_stage(pj, stage, peers, from_step);
+      if (role == "launcher") return job::run_pipeline_launcher(pj, resume, fresh);
       return std::fprintf(stderr, "paco_train: --role %s is not a pipeline role\n", role.c_str()),
              2;
     } catch (const std::exception& e) {

@@ -238,6 +238,25 @@ nll routed_nll(const M& model, std::span<const float* const> thetas,
   return assigned_nll(model, thetas, of, rule, ws);
 }
 
+// Bits per byte (byte tokens) of whole documents under one θ, each scored from its second token.
+// With a token budget every k-th document is scored so that about `budget` tokens are (the same
+// documents every time); budget 0 scores them all. The one scorer of a single model's results
+// (an LM job, a pipeline job's gathered model).
+template <nn::LanguageModel M>
+double score_bpb(const M& model, const float* theta,
+                 const std::vector<std::vector<std::int32_t>>& docs, std::size_t budget,
+                 const sliding_window& rule, typename M::workspace& ws) {
+  std::size_t total = 0;
+  for (auto& d : docs) total += d.size();
+  const std::size_t every = budget ? std::max<std::size_t>(1, total / budget) : 1;
+  std::vector<scored_span> spans;
+  for (std::size_t i = 0; i < docs.size(); i += every)
+    if (docs[i].size() > 1) spans.push_back({docs[i], 1, docs[i].size()});
+  const std::vector<const float*> one{theta};
+  return routed_nll(model, one, spans, std::vector<int>(spans.size(), 0), rule, ws)
+      .bits_per_token();
+}
+
 // The chunks of a span for re-routing every W tokens: [begin, begin + W), … up to end.
 inline std::vector<std::pair<std::size_t, std::size_t>> chunks_of(const scored_span& sp,
                                                                   std::size_t W) {

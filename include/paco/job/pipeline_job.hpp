@@ -1,78 +1,83 @@
 #pragma once
-// paco_train's pipeline job (job.mode = "pipeline"): the GPT cut into pipeline.stages stages of
-// contiguous blocks, one process per stage over TCP, trained with local losses (Laskin et al.:
-// an auxiliary head per stage, activations forward only) or with global backprop as GPipe or
-// 1F1B (docs/pipeline.md). The library does the work (include/paco/pipeline/); this file is
-// configuration, processes and the report.
+// The pipeline job (a program's job.mode = "pipeline"): the job's model cut into pipeline.stages
+// stages of contiguous blocks, one process per stage over TCP, trained with local losses (Laskin
+// et al.: an auxiliary head per stage, activations forward only) or with global backprop as
+// GPipe or 1F1B (docs/pipeline.md). The library's pipeline (include/paco/pipeline/) does the
+// work; these are the job's two roles, beside the DiPaCo job's (launcher.hpp):
 //
-//   launcher  (default) spawns one `--role stage --stage k --peers …` process per stage on this
-//             machine, shows every stage's progress, and prints the results table; a stage that
-//             fails stops the others and the launcher exits with its code.
-//   stage     one stage: connects to its neighbours (PACO_TOKEN authenticates every link),
-//             trains train.steps steps, logs every 10th step to <output.dir>/stage-<k>.jsonl;
-//             stage 0 gathers the whole model and scores validation and test with the one scorer
-//             (its log's final record); the launcher writes <output.dir>/results.json.
-// launch.mode = "manual" prints the stage commands for the machines of pipeline.hosts instead.
+//   run_pipeline_launcher  spawns one `--role stage --stage k --peers …` process per stage on
+//             this machine (the program's child_args, as the DiPaCo launcher does), shows every
+//             stage's progress, and prints the results table; launch.mode = "manual" prints the
+//             stage commands for the machines of pipeline.hosts instead.
+//   run_pipeline_stage    one stage: connects to its neighbours (PACO_TOKEN authenticates every
+//             link), trains train.steps steps, logs every 10th step to
+//             <output.dir>/stage-<k>.jsonl; stage 0 gathers the whole model and scores
+//             validation and test with the one scorer (route::score_bpb; its log's final
+//             record); the launcher writes <output.dir>/results.json.
 //
 // Checkpoints: every train.checkpoint_every steps each stage writes its state
 // (pipeline/stage_file.hpp) bound to the run (<output.dir>/pipeline.json's run_id, PACO_RUN_ID in
-// the stages' environment). A stage that dies for a mendable reason (not exit 2 or 4) makes the
-// launcher restart every stage from the newest step all of them hold (--from-step), up to
-// launch.restarts times; `--resume` continues a run from there, `--fresh` starts over.
+// the stages' environment). A stage that stops for a reason a restart can mend (restartable(),
+// the DiPaCo launcher's rule) makes the launcher restart every stage from the newest step all of
+// them hold (--from-step), up to launch.restarts times; `--resume` continues a run from there,
+// `--fresh` starts over. The restarted run is the uninterrupted one bit for bit.
 //
-// Exit codes: 0 done; 2 bad input; 3 a neighbour was lost or silent past pipeline.timeout_s;
-// 4 a file could not be written.
+// Exit codes (dipaco_job.hpp): 0 done; 2 bad input; 3 a neighbour was lost or silent past
+// pipeline.timeout_s; 4 a file could not be written.
 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "config.hpp"
-#include "dipaco_job.hpp"
 #include "paco/collectives/agree.hpp"
 #include "paco/core/hash.hpp"
 #include "paco/io/atomic_file.hpp"
 #include "paco/io/metrics.hpp"
 #include "paco/io/progress.hpp"
 #include "paco/io/table.hpp"
+#include "paco/io/tokenizer.hpp"
+#include "paco/job/dipaco_job.hpp"
+#include "paco/job/launcher.hpp"
+#include "paco/job/run_lock.hpp"
 #include "paco/job/stages.hpp"
 #include "paco/net/asio_tcp.hpp"
 #include "paco/net/free_port.hpp"
 #include "paco/pipeline/pipeline.hpp"
 #include "paco/pipeline/stage_file.hpp"
+#include "paco/route/evaluate.hpp"
 #include "paco/train/inner_loop.hpp"
-#include "score.hpp"
 
-namespace paco_train {
+namespace paco::job {
 
-using job::pipeline_options_of;
-using job::split_peers;
-using job::stage_link_options;
-
-inline pipeline::stage_plan stage_plan_of(const train_config& c) {
-  return (c.pipeline.split.empty() ? pipeline::stage_plan::equal(c.model.layers, c.pipeline.stages)
-                                   : pipeline::stage_plan::at(c.pipeline.split, c.model.layers))
+// The cut of the job's model into pipeline.stages stages (pipeline.split's boundaries, or equal).
+template <nn::BlockModel Model>
+pipeline::stage_plan stage_plan_of(const dipaco_job<Model>& c) {
+  const int blocks = c.model.blocks();
+  return (c.pipeline.split.empty() ? pipeline::stage_plan::equal(blocks, c.pipeline.stages)
+                                   : pipeline::stage_plan::at(c.pipeline.split, blocks))
       .value_or_throw();
 }
 
-inline fs::path stage_log(const train_config& c, int k) {
+inline fs::path stage_log(const settings& c, int k) {
   return fs::path(c.output.dir) / ("stage-" + std::to_string(k) + ".jsonl");
 }
 
-// What every stage of a run must share (job::stage_fields, with the GPT's configuration).
-inline std::vector<collectives::agree_field> stage_fields(const train_config& c) {
-  return job::stage_fields(
-      c, gpt_fingerprint(c.model) + " model.mlp_mult=" + std::to_string(c.model.mlp_mult));
+// What every stage of a run must share (stage_fields, with the model's description).
+template <nn::BlockModel Model>
+std::vector<collectives::agree_field> pipeline_stage_fields(const dipaco_job<Model>& c) {
+  return stage_fields(c, model_description(c) + " " + describe_model(c.model));
 }
 
 // The run's identity (stage_identity::run): the launcher's, from the environment (PACO_RUN_ID;
@@ -82,12 +87,15 @@ inline std::string run_id_from_env() {
   return id ? std::string(id) : std::string();
 }
 
-// One stage's process. peers: every stage's host:port, comma-separated. from_step ≥ 0: resume
-// from this stage's checkpoint of that step (every stage resumes from the same step).
-inline int run_stage(const train_config& cfg, int k, const std::string& peers_csv,
-                     long from_step = -1) {
+// One stage's process; returns its exit code. peers: every stage's host:port, comma-separated.
+// from_step ≥ 0: resume from this stage's checkpoint of that step (every stage resumes from the
+// same step).
+template <nn::BlockModel Model>
+int run_pipeline_stage(const dipaco_job<Model>& cfg, int k, const std::string& peers_csv,
+                       long from_step = -1) {
+  const char* P = cfg.program.c_str();
   auto fail = [&](int code, const std::string& m) {
-    std::fprintf(stderr, "paco_train (stage %d): %s\n", k, m.c_str());
+    std::fprintf(stderr, "%s (stage %d): %s\n", P, k, m.c_str());
     return code;
   };
   if (auto s = require_token("stage"); !s) return fail(exit_bad_input, s.error().what());
@@ -100,12 +108,12 @@ inline int run_stage(const train_config& cfg, int k, const std::string& peers_cs
   auto corpus = load_data(cfg.data);
   if (!corpus) return fail(exit_bad_input, corpus.error().what());
   const auto train = io::token_stream::from(corpus->subset(io::split::train));
-  const nn::gpt model(cfg.model);
+  const Model& model = cfg.model;
   arena<host> a(model.layout());
   model.init(a, std::uint64_t(cfg.train.seed));
   const auto plan = stage_plan_of(cfg);
   const auto opts = pipeline_options_of(cfg);
-  const int B = cfg.train.batch, T = cfg.model.ctx;
+  const int B = cfg.train.batch, T = cfg.model.shape().ctx;
   const auto& tc = cfg.train;
   const optim::adamw opt{
       .lr = tc.lr, .beta1 = tc.beta1, .beta2 = tc.beta2, .weight_decay = tc.weight_decay};
@@ -114,8 +122,8 @@ inline int run_stage(const train_config& cfg, int k, const std::string& peers_cs
   // One stage is plain training (bit for bit, tests/pipeline): the one inner loop, on
   // train.threads cores, over the same batches.
   std::unique_ptr<net::asio_tcp> net;
-  std::unique_ptr<pipeline::stage_loop<nn::gpt, net::asio_tcp>> loop;
-  std::optional<train::inner_loop<nn::gpt, optim::adamw>> single;
+  std::unique_ptr<pipeline::stage_loop<Model, net::asio_tcp>> loop;
+  std::optional<train::inner_loop<Model, optim::adamw>> single;
   if (plan.stages() == 1) {
     single.emplace(
         model,
@@ -128,17 +136,17 @@ inline int run_stage(const train_config& cfg, int k, const std::string& peers_cs
     // Every stage runs the same model, batches and schedule, or none runs.
     collectives::collective_options agreed;
     agreed.until = net::after(std::chrono::milliseconds(long(cfg.pipeline.timeout_s * 1000)));
-    if (auto a = collectives::agree(*net, stage_fields(cfg), agreed); !a)
+    if (auto a = collectives::agree(*net, pipeline_stage_fields(cfg), agreed); !a)
       return fail(exit_bad_input,
                   "the stages were started with different settings: " + a.error().what());
-    loop = std::make_unique<pipeline::stage_loop<nn::gpt, net::asio_tcp>>(
+    loop = std::make_unique<pipeline::stage_loop<Model, net::asio_tcp>>(
         model, plan, opts, B, T, sched, *net, train, std::uint64_t(tc.seed));
   }
   auto stats = [&] { return loop ? loop->runner().stats() : pipeline::stage_stats{}; };
   // Checkpoints: every train.checkpoint_every steps, bound to the run (PACO_RUN_ID) and stage.
   const std::string run_id = run_id_from_env();
   const pipeline::stage_identity who{run_id, k, plan.stages()};
-  const auto fields = stage_fields(cfg);
+  const auto fields = pipeline_stage_fields(cfg);
   const std::string config = collectives::join_fields(fields);
   const pipeline::stage_parts parts =
       loop ? pipeline::parts_of(loop->runner())
@@ -161,7 +169,7 @@ inline int run_stage(const train_config& cfg, int k, const std::string& peers_cs
     } else {
       single->seek({from_step, r->at.sampler});
     }
-    std::printf("paco_train: stage %d resumed from %s\n", k, file.c_str());
+    std::printf("%s: stage %d resumed from %s\n", P, k, file.c_str());
   }
   auto checkpoint = [&](long t) -> status {
     if (run_id.empty() || t % tc.checkpoint_every != 0 || t == tc.steps) return {};
@@ -182,8 +190,8 @@ inline int run_stage(const train_config& cfg, int k, const std::string& peers_cs
   };
   auto log = io::metrics_log::open(stage_log(cfg, k), from_step >= 0);
   if (!log) return fail(exit_write_failed, log.error().what());
-  std::printf("paco_train: stage %d of %d, blocks %d..%d, %s%s\n", k, plan.stages(),
-              plan.begin_block(k), plan.end_block(k) - 1,
+  std::printf("%s: stage %d of %d, blocks %d..%d, %s%s\n", P, k, plan.stages(), plan.begin_block(k),
+              plan.end_block(k) - 1,
               single                                    ? "one process (plain training)"
               : opts.sched == pipeline::schedule::local ? "local losses"
                                                         : pipeline::name(opts.sched),
@@ -258,11 +266,13 @@ inline int run_stage(const train_config& cfg, int k, const std::string& peers_cs
     };
     const auto rule = route::sliding_window::make(T).value_or_throw();
     auto ws = model.make_workspace({B, T});
-    std::printf("paco_train: stage 0 scores the gathered model on validation and test...\n");
-    fin["val_bpb"] = score_bpb(model, a.get(plane::param).data(), tokens_of(io::split::validation),
-                               std::size_t(cfg.pipeline.eval_tokens), rule, ws);
-    fin["test_bpb"] = score_bpb(model, a.get(plane::param).data(), tokens_of(io::split::test),
-                                std::size_t(cfg.pipeline.eval_tokens), rule, ws);
+    std::printf("%s: stage 0 scores the gathered model on validation and test...\n", P);
+    fin["val_bpb"] =
+        route::score_bpb(model, a.get(plane::param).data(), tokens_of(io::split::validation),
+                         std::size_t(cfg.pipeline.eval_tokens), rule, ws);
+    fin["test_bpb"] =
+        route::score_bpb(model, a.get(plane::param).data(), tokens_of(io::split::test),
+                         std::size_t(cfg.pipeline.eval_tokens), rule, ws);
   }
   if (auto w = log->write(fin); !w) return fail(exit_write_failed, w.error().what());
   return 0;
@@ -282,22 +292,22 @@ inline json last_record(const fs::path& p) {
   }
 }
 
-inline std::vector<std::string> stage_command(const std::string& config_path,
-                                              const std::vector<std::string>& overrides, int k,
-                                              const std::string& peers, long from_step = -1) {
-  std::vector<std::string> a{"paco_train"};
-  if (!config_path.empty()) a.insert(a.end(), {"--config", config_path});
-  for (auto& o : overrides) a.insert(a.end(), {"--set", o});
+// Stage k's command line: the program, its child_args, the stage's role and flags.
+template <nn::BlockModel Model>
+std::vector<std::string> stage_command(const dipaco_job<Model>& cfg, int k,
+                                       const std::string& peers, long from_step = -1) {
+  std::vector<std::string> a{cfg.program};
+  a.insert(a.end(), cfg.child_args.begin(), cfg.child_args.end());
   a.insert(a.end(), {"--role", "stage", "--stage", std::to_string(k), "--peers", peers});
   if (from_step >= 0) a.insert(a.end(), {"--from-step", std::to_string(from_step)});
   return a;
 }
 
 // The run's identity file: <output.dir>/pipeline.json {"run_id": …}, written when a run starts.
-inline fs::path pipeline_run_file(const train_config& c) {
+inline fs::path pipeline_run_file(const settings& c) {
   return fs::path(c.output.dir) / "pipeline.json";
 }
-inline result<std::string> read_run_id(const train_config& c) {
+inline result<std::string> read_run_id(const settings& c) {
   const fs::path f = pipeline_run_file(c);
   std::ifstream in(f);
   if (!in)
@@ -313,7 +323,7 @@ inline result<std::string> read_run_id(const train_config& c) {
 }
 
 // What a pipeline run leaves in its directory: logs, checkpoints, results.
-inline std::vector<fs::path> pipeline_run_files(const train_config& c) {
+inline std::vector<fs::path> pipeline_run_files(const settings& c) {
   std::vector<fs::path> out;
   const fs::path dir = c.output.dir;
   std::error_code ec;
@@ -329,7 +339,7 @@ inline std::vector<fs::path> pipeline_run_files(const train_config& c) {
 }
 
 // The stages' host:port (local runs: free loopback ports, drawn again at each start).
-inline std::string pipeline_peers(const train_config& cfg) {
+inline std::string pipeline_peers(const settings& cfg) {
   std::string csv;
   for (int k = 0; k < cfg.pipeline.stages; ++k) {
     const std::string host = cfg.pipeline.hosts.empty() || cfg.launch.mode == "local"
@@ -345,18 +355,19 @@ inline std::string pipeline_peers(const train_config& cfg) {
 
 // The launcher of a pipeline job: see the file comment. resume: continue the run in output.dir
 // from the newest step every stage checkpointed; fresh: start over where a run left files.
-inline int run_pipeline_launcher(const train_config& cfg, const std::string& config_path,
-                                 const std::vector<std::string>& overrides, bool resume = false,
-                                 bool fresh = false) {
+template <nn::BlockModel Model>
+int run_pipeline_launcher(const dipaco_job<Model>& cfg, bool resume = false, bool fresh = false) {
+  const char* P = cfg.program.c_str();
   const int K = cfg.pipeline.stages;
   const fs::path dir = cfg.output.dir;
-  auto bad = [](const std::string& m) {
-    std::fprintf(stderr, "paco_train: %s\n", m.c_str());
+  auto bad = [P](const std::string& m) {
+    std::fprintf(stderr, "%s: %s\n", P, m.c_str());
     return exit_bad_input;
   };
-  std::optional<job::run_lock> lock;
+  if (resume && fresh) return bad("--resume or --fresh, not both");
+  std::optional<run_lock> lock;
   if (cfg.launch.mode != "manual") {
-    auto l = job::run_lock::acquire(dir, "paco_train");
+    auto l = run_lock::acquire(dir, cfg.program);
     if (!l) return bad(l.error().what());
     lock.emplace(std::move(*l));
   }
@@ -386,7 +397,7 @@ inline int run_pipeline_launcher(const train_config& cfg, const std::string& con
     if (auto s =
             io::write_file_atomic(pipeline_run_file(cfg), json{{"run_id", run_id}}.dump() + "\n");
         !s)
-      return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), exit_write_failed;
+      return std::fprintf(stderr, "%s: %s\n", P, s.error().what().c_str()), exit_write_failed;
   }
   setenv("PACO_RUN_ID", run_id.c_str(), 1);
   if (cfg.launch.mode == "manual") {
@@ -397,7 +408,7 @@ inline int run_pipeline_launcher(const train_config& cfg, const std::string& con
     const std::string peers_csv = pipeline_peers(cfg);
     for (int k = 0; k < K; ++k) {
       std::string line;
-      for (auto& a : stage_command(config_path, overrides, k, peers_csv, from)) line += a + " ";
+      for (auto& a : stage_command(cfg, k, peers_csv, from)) line += a + " ";
       std::printf("  %s\n", line.c_str());
     }
     return 0;
@@ -411,10 +422,10 @@ inline int run_pipeline_launcher(const train_config& cfg, const std::string& con
   if (token_from_env().empty()) setenv("PACO_TOKEN", random_token().c_str(), 1);
   const auto plan = stage_plan_of(cfg);
   std::printf(
-      "paco_train: pipeline of %d stages (%s), GPT d=%d layers=%d, batch %d x %d, %ld "
-      "steps, logs in %s%s\n",
-      K, cfg.pipeline.schedule.c_str(), cfg.model.d, cfg.model.layers, cfg.train.batch,
-      cfg.model.ctx, cfg.train.steps, dir.c_str(),
+      "%s: pipeline of %d stages (%s), model d=%d blocks=%d, batch %d x %d, %ld steps, logs "
+      "in %s%s\n",
+      P, K, cfg.pipeline.schedule.c_str(), cfg.model.shape().d, cfg.model.blocks(), cfg.train.batch,
+      cfg.model.shape().ctx, cfg.train.steps, dir.c_str(),
       from >= 0 ? (", resumed from step " + std::to_string(from)).c_str() : "");
   std::vector<pid_t> pids(std::size_t(K), -1);
   std::vector<int> codes(std::size_t(K), -1);
@@ -424,13 +435,13 @@ inline int run_pipeline_launcher(const train_config& cfg, const std::string& con
     for (int k = 0; k < K; ++k) {
       codes[std::size_t(k)] = -1;
       stopped[std::size_t(k)] = false;
-      pids[std::size_t(k)] = spawn(stage_command(config_path, overrides, k, peers_csv, from),
+      pids[std::size_t(k)] = spawn(stage_command(cfg, k, peers_csv, from),
                                    dir / ("stage-" + std::to_string(k) + ".log"));
       if (pids[std::size_t(k)] < 0) return false;
     }
     return true;
   };
-  if (!start_all()) return std::fprintf(stderr, "paco_train: cannot start the stages\n"), 2;
+  if (!start_all()) return std::fprintf(stderr, "%s: cannot start the stages\n", P), 2;
   int restarts = 0;
   io::progress bar("pipeline", cfg.train.steps);
   int failed = -1;
@@ -440,17 +451,15 @@ inline int run_pipeline_launcher(const train_config& cfg, const std::string& con
       // input, not a file it cannot write) restarts the whole pipeline, within launch.restarts,
       // from the newest step every stage checkpointed (from the start when there is none).
       const int c = failed < 0 ? 0 : codes[std::size_t(failed)];
-      if (failed < 0 || c == exit_bad_input || c == exit_write_failed ||
-          restarts >= cfg.launch.restarts)
-        break;
+      if (failed < 0 || !restartable(c) || restarts >= cfg.launch.restarts) break;
       ++restarts;
       from = pipeline::newest_common_step(dir, K, run_id).value_or(-1);
       std::fprintf(stderr,
-                   "\npaco_train: stage %d stopped (exit %d); restarting the pipeline from %s "
+                   "\n%s: stage %d stopped (exit %d); restarting the pipeline from %s "
                    "(%d of %d)\n",
-                   failed, c, from >= 0 ? ("step " + std::to_string(from)).c_str() : "the start",
+                   P, failed, c, from >= 0 ? ("step " + std::to_string(from)).c_str() : "the start",
                    restarts, cfg.launch.restarts);
-      if (!start_all()) return std::fprintf(stderr, "paco_train: cannot start the stages\n"), 2;
+      if (!start_all()) return std::fprintf(stderr, "%s: cannot start the stages\n", P), 2;
       failed = -1;
       running = K;
     }
@@ -496,7 +505,7 @@ inline int run_pipeline_launcher(const train_config& cfg, const std::string& con
   }
   bar.finish();
   if (failed >= 0) {
-    std::fprintf(stderr, "paco_train: stage %d failed (exit %d); its log %s ends:\n", failed,
+    std::fprintf(stderr, "%s: stage %d failed (exit %d); its log %s ends:\n", P, failed,
                  codes[std::size_t(failed)],
                  (dir / ("stage-" + std::to_string(failed) + ".log")).c_str());
     std::ifstream f(dir / ("stage-" + std::to_string(failed) + ".log"));
@@ -513,7 +522,7 @@ inline int run_pipeline_launcher(const train_config& cfg, const std::string& con
   for (int k = 0; k < K; ++k) {
     json r = last_record(stage_log(cfg, k));
     if (!r.is_object() || !r.value("final", false))
-      return std::fprintf(stderr, "paco_train: stage %d exited 0 without its final record\n", k), 3;
+      return std::fprintf(stderr, "%s: stage %d exited 0 without its final record\n", P, k), 3;
     fin.push_back(r);
   }
   double train_s = 0;
@@ -525,9 +534,9 @@ inline int run_pipeline_launcher(const train_config& cfg, const std::string& con
   // Throughput and bytes count what the stages did since their last start (a resumed run's
   // steps after the step it resumed from).
   const long resumed_from = fin[0].value("resumed_from", 0L);
-  const double tokens = double(cfg.train.steps) * cfg.train.batch * cfg.model.ctx;
-  const double tokens_run =
-      double(cfg.train.steps - resumed_from) * cfg.train.batch * cfg.model.ctx;
+  const int T = cfg.model.shape().ctx;
+  const double tokens = double(cfg.train.steps) * cfg.train.batch * T;
+  const double tokens_run = double(cfg.train.steps - resumed_from) * cfg.train.batch * T;
   json results{{"schedule", cfg.pipeline.schedule},
                {"stages", K},
                {"head", cfg.pipeline.head},
@@ -550,13 +559,13 @@ inline int run_pipeline_launcher(const train_config& cfg, const std::string& con
           [&] { return io::write_file_atomic(dir / "results.json", results.dump(2) + "\n"); },
           write_tries);
       !s)
-    return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), exit_write_failed;
+    return std::fprintf(stderr, "%s: %s\n", P, s.error().what().c_str()), exit_write_failed;
   io::table t({"result", "value"});
   auto row = [&](const std::string& k, const std::string& v) { t.add({k, v}); };
   std::string split;
   for (int k = 0; k < K; ++k)
     split += (k ? " + " : "") + std::to_string(plan.end_block(k) - plan.begin_block(k));
-  row("model", "GPT " + io::cell(nn::gpt(cfg.model).param_count() / 1e6, 2, "M parameters"));
+  row("model", io::cell(cfg.model.param_count() / 1e6, 2, "M parameters"));
   row("stages (blocks each)", std::to_string(K) + " (" + split + ")");
   row("schedule", cfg.pipeline.schedule == "local"
                       ? "local losses, head " + cfg.pipeline.head + ", queue " +
@@ -564,8 +573,7 @@ inline int run_pipeline_launcher(const train_config& cfg, const std::string& con
                       : cfg.pipeline.schedule + ", " + std::to_string(cfg.pipeline.micro_batches) +
                             " micro-batches");
   row("steps x batch x ctx", std::to_string(cfg.train.steps) + " x " +
-                                 std::to_string(cfg.train.batch) + " x " +
-                                 std::to_string(cfg.model.ctx));
+                                 std::to_string(cfg.train.batch) + " x " + std::to_string(T));
   row("training time", io::cell(train_s, 1, " s"));
   row("throughput", io::cell(tokens_run / train_s, 0, " tokens/s"));
   if (resumed_from > 0 || restarts > 0)
@@ -593,4 +601,4 @@ inline int run_pipeline_launcher(const train_config& cfg, const std::string& con
   return 0;
 }
 
-}  // namespace paco_train
+}  // namespace paco::job
