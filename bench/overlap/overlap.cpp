@@ -16,11 +16,12 @@
 //   blocking            push, wait, pull, then the next inner steps; Nesterov (0.7, 0.9)
 //   blocking_co2outer   blocking with CO2's outer step (outer::co2: lr 1, β 0.2, element clipping
 //                       at 1; the official GPT-2 script's settings)
-//   co2                 CO2 as its authors' code runs it (each worker goes on from its own θ, the
-//                       round's push, wait and pull behind the next round's steps) with CO2's
+//   co2                 CO2's overlap as a delay-corrected merge (each worker goes on from its
+//                       own θ, the round's push, wait and pull behind the next round's steps;
+//                       paco's reading of the paper, not the official code's path) with CO2's
 //                       outer step and a constant staleness penalty p = 2 (the paper's
 //                       data-dependent Λ could not be recovered; 2 is a stated constant, not tuned)
-//   co2_no_penalty      the same with p = 1 (what the official code runs by default)
+//   co2_no_penalty      the same with p = 1 (the official code's default penalty)
 //   co2_nesterov        the co2 rule under blocking's Nesterov step
 //   eager               eager updates (Nesterov): the own Δ stands in for its share 1/k
 //   streaming_fP        Streaming DiLoCo (Nesterov), the path's P modules as fragments, each

@@ -1,6 +1,6 @@
 // example_diloco_ranks: DiLoCo over an all-reduce on the Brown corpus, one process per rank,
-// joined by TCP — synchronous, or with the sync overlapped with inner steps (CO2 as its
-// authors' code runs it, eager updates, Streaming DiLoCo, and the naive one-step-delayed
+// joined by TCP — synchronous, or with the sync overlapped with inner steps (CO2's overlap as a
+// delay-corrected merge, eager updates, Streaming DiLoCo, and the naive one-step-delayed
 // update for ablations: train::round_loop with the --sync rule; docs/02_dipaco.md). Rank and size
 // come from --rank and --size or from the launcher (PACO_RANK/PACO_WORLD_SIZE, mpirun, srun,
 // RANK/WORLD_SIZE); the rendezvous from --coordinator or PACO_COORDINATOR (or
@@ -292,9 +292,10 @@ int main(int argc, char** argv) try {
       ->check(CLI::IsMember({"rank", "measured"}));
   app.add_option("--probe-bytes", o.probe_bytes, "--ring-order measured: bytes per direction")
       ->check(CLI::Range(std::uint64_t(1), std::uint64_t(1) << 30));
-  app.add_option("--sync", o.sync,
-                 "blocking (DiLoCo) | co2 (CO2 as its authors' code runs it) | eager | streaming "
-                 "| naive_delayed (the naive one-step-delayed update, an ablation)");
+  app.add_option(
+      "--sync", o.sync,
+      "blocking (DiLoCo) | co2 (CO2's overlap, a delay-corrected merge) | eager | streaming "
+      "| naive_delayed (the naive one-step-delayed update, an ablation)");
   app.add_option("--outer", o.outer,
                  "outer step: nesterov (0.7, 0.9) | co2 (β 0.2, clip 1) | auto (co2 for the "
                  "co2 and naive_delayed rules, else nesterov)")

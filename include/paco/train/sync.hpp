@@ -22,11 +22,15 @@
 //   blocking        P = 1, lag 0,   α = 0, σ = 0     DiLoCo (Douillard et al. 2023)
 //   streaming       P ≥ 1, lag τ,   α,     σ = 0     Streaming DiLoCo (Douillard et al. 2025;
 //                                                    ALGORITHMS.md §6.1), τ < H/P
-//   co2             P = 1, lag H,   α = 0, σ = 1     CO2 as its authors' code runs it, made
-//                                                    deterministic (ALGORITHMS.md §2.1): each
-//                                                    rank goes on from its own θ; the late mean
-//                                                    replaces its own stale Δ. A reconstruction
-//                                                    of the code, not the paper's Algorithm 1.
+//   co2             P = 1, lag H,   α = 0, σ = 1     CO2's overlap as a delay-corrected merge,
+//                                                    made deterministic (ALGORITHMS.md §2.1):
+//                                                    each rank goes on from its own θ and the late
+//                                                    mean replaces its own stale Δ. paco's reading
+//                                                    of the paper's intent, not what the official
+//                                                    fairscale-CO2 code runs (its default path
+//                                                    blocks on a fresh mean; its asynchronous
+//                                                    path copies the averaged snapshot over the
+//                                                    live θ, dropping the steps taken meanwhile).
 //   eager           P = 1, lag H,   α = 0, σ = 1/k   eager updates (Kale et al. 2025, §6.3): the
 //                                                    own fresh Δ stands in for its share
 //   naive_delayed   P = 1, lag H,   α = 0, σ = 0     Kale et al.'s naïve one-step-delayed
@@ -119,7 +123,8 @@ struct streaming {
   }
 };
 
-// CO2, deterministic: the own fresh Δ applied in full, the late mean swapped for the own stale Δ.
+// CO2's overlap as a delay-corrected merge, deterministic: the own fresh Δ applied in full, the
+// late mean swapped for the own stale Δ (a reconstruction of the paper's intent; see above).
 struct co2 {
   using sync_tag = void;
   std::string name() const { return "co2"; }
@@ -187,7 +192,8 @@ inline result<sync_choice> parse_sync(const std::string& s, streaming st = {}) {
   if (s == "delayed")
     return error(errc::invalid_argument,
                  "sync: 'delayed' is now 'naive_delayed' (Kale et al.'s naive one-step-delayed "
-                 "baseline, which is not CO2); CO2 as its authors' code runs it is 'co2'");
+                 "baseline, which is not CO2); CO2's overlap as a delay-corrected merge is "
+                 "'co2'");
   if (s == "none")
     return error(errc::invalid_argument, "sync: 'none' is now 'blocking' (DiLoCo, no overlap)");
   return error(errc::invalid_argument, "sync: '" + s +
