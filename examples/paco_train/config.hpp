@@ -21,6 +21,7 @@
 #include <toml++/toml.h>
 
 #include "paco/core/error.hpp"
+#include "paco/core/spelling.hpp"
 #include "paco/io/text_corpus.hpp"
 #include "paco/job/settings.hpp"
 #include "paco/nn/gpt.hpp"
@@ -579,7 +580,13 @@ inline result<train_config> load_config_text(const std::string& origin, const st
       for (auto& [key, val] : *sub) {
         const std::string k = s + "." + std::string(key.str());
         auto it = f.find(k);
-        if (it == f.end()) return {errc::invalid_argument, where + ": unknown setting '" + k + "'"};
+        if (it == f.end()) {
+          std::vector<std::string> names;
+          for (auto& [name, field] : f) names.push_back(name);
+          const auto near = paco::closest_name(k, names);
+          return {errc::invalid_argument, where + ": unknown setting '" + k + "'" +
+                                              (near ? " (did you mean '" + *near + "'?)" : "")};
+        }
         if (auto st = it->second.set(val); !st)
           return {errc::invalid_argument, where + ": " + st.error().message};
       }

@@ -45,6 +45,16 @@ TEST_CASE("load_config: a good config still loads", "[paco_train][config]") {
   }
 }
 
+TEST_CASE("load_config: a mistyped key names the closest setting", "[paco_train][config]") {
+  auto typo = load_config({}, {"trian.steps=10"});
+  REQUIRE(!typo);
+  CHECK(typo.error().message ==
+        "--set: unknown setting 'trian.steps' (did you mean 'train.steps'?)");
+  auto unknown = load_config({}, {"model.colour=1"});
+  REQUIRE(!unknown);
+  CHECK(unknown.error().message == "--set: unknown setting 'model.colour'");
+}
+
 TEST_CASE("load_config: integers are range-checked, never narrowed", "[paco_train][config]") {
   // 4294967299 = 2^32 + 3 used to run 3 rounds.
   const auto rounds = refusal({"job.mode=dipaco", "dipaco.rounds=4294967299"});

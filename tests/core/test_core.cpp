@@ -111,3 +111,20 @@ TEST_CASE("result and error carry a code and a message", "[core]") {
   REQUIRE(!e.ok());
   REQUIRE(std::error_code(errc::timeout).category().name() == std::string("paco"));
 }
+
+TEST_CASE("edit_distance and closest_name: the nearest name to a mistyped one", "[core]") {
+  // Textbook distances: kitten → sitting is 3 substitutions/insertions; a swap of two adjacent
+  // letters is one edit; from nothing, one insertion per letter.
+  CHECK(edit_distance("kitten", "sitting") == 3);
+  CHECK(edit_distance("trian", "train") == 1);
+  CHECK(edit_distance("", "abc") == 3);
+  CHECK(edit_distance("same", "same") == 0);
+  const std::vector<std::string> keys = {"train.steps", "train.seed", "dipaco.rounds",
+                                         "launch.round_timeout_s"};
+  CHECK(closest_name("trian.steps", keys) == std::optional<std::string>("train.steps"));
+  CHECK(closest_name("dipaco.round", keys) == std::optional<std::string>("dipaco.rounds"));
+  CHECK(closest_name("train.sed", keys) == std::optional<std::string>("train.seed"));
+  // Too far from every name to be a typo of one: no suggestion.
+  CHECK(closest_name("model.vocab", keys) == std::nullopt);
+  CHECK(closest_name("x", keys) == std::nullopt);
+}

@@ -44,6 +44,8 @@ mpi=("$mpirun" --allow-run-as-root --oversubscribe --mca btl tcp,self -x PACO_TO
   { rc=$?; cat "$work/mpi.out"; fail "the mpirun launch exited $rc"; }
 cat "$work/mpi.out"
 grep -q '^| all (routed)' "$work/mpi.out" || fail "rank 0 printed no results table"
+grep -q '^module rounds \[[#.]*\] [0-9]*/[0-9]* .*eta [0-9]*:[0-9][0-9]' "$work/mpi.out" ||
+  fail "rank 0 showed no progress of the rounds"
 # module -> hash at its last close.
 last_hashes() {
   grep -o 'module [0-9]* round [0-9]* closed with .*hash [0-9a-f]\{16\}' "$1" |

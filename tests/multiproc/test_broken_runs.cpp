@@ -177,6 +177,7 @@ TEST_CASE("a run directory made read-only mid-run ends in a failure, then resume
   REQUIRE(code != 0);
   REQUIRE(code != -1);
   REQUIRE(has(out, "could not write its checkpoint or log"));
+  REQUIRE(has(out, ".log ends:\n    "));  // the failed process's own words, quoted
   REQUIRE(!has(out, "all (routed)"));
   REQUIRE(std::system(unlock.c_str()) == 0);
   int again = 0;

@@ -117,6 +117,15 @@ TEST_CASE("DiPaCo over TCP survives a worker killed at a random point", "[multip
     REQUIRE(text.find("restarting it") != std::string::npos);
     REQUIRE(text.find("all (routed)") != std::string::npos);
     REQUIRE((text.find("re-routed/32") != std::string::npos) == (trial == 0));
+    // Every phase showed its progress with an ETA (io::progress lines), and the summary each
+    // phase's wall time.
+    for (const std::string phase :
+         {"base model", "dipaco rounds", trial == 0 ? "evaluation \\+ re-routing" : "evaluation"}) {
+      INFO("phase " << phase);
+      CHECK(std::regex_search(text, std::regex(phase + R"( \[[#.]+\] \d+/\d+ .*eta \d+:\d\d)")));
+    }
+    CHECK(text.find("wall time: data and run directory (base model, routing) ") !=
+          std::string::npos);
 
     // Every module's checkpointed θ hashes to the hash announced at its last close, and every
     // module reached the last round.

@@ -97,7 +97,8 @@ TEST_CASE("a worker started mid-run on an empty directory joins from the store",
   // It received the run's routing from the store: the same file, checksum and all.
   REQUIRE(slurp(empty / "routing.json") == slurp(dir / "routing.json"));
   const std::string said = slurp(joiner_out);
-  REQUIRE(said.find("joined from nothing") != std::string::npos);
+  REQUIRE(said.find("this directory held nothing of the run (a first start here)") !=
+          std::string::npos);
   // It trained from the round it joined at to the last, every push accepted (none dropped late).
   const auto got = paco::testing::worker_log_values(empty, 4, "round");
   REQUIRE(!got.empty());

@@ -117,6 +117,7 @@ TEST_CASE("a running job's metrics scrape and its status page renders in Chromiu
   REQUIRE(sample(worker, "paco_worker_rounds_total") >= 2);
   REQUIRE(sample(worker, "paco_worker_loss") > 0);
   REQUIRE(sample(worker, "paco_worker_tokens_per_second") > 0);
+  REQUIRE(sample(worker, "paco_worker_tokens_total") > 0);
   REQUIRE(sample(worker, "paco_worker_bytes_sent_total") > 0);
   REQUIRE(sample(worker, "paco_worker_inner_step") >= 60);
 
@@ -156,8 +157,12 @@ TEST_CASE("a running job's metrics scrape and its status page renders in Chromiu
   }
   ::close(silent);
   const int code = paco::testing::exit_code(paco::testing::wait_exit(launcher, 300s));
-  INFO(slurp(r.out()));
+  const std::string out = slurp(r.out());
+  INFO(out);
   REQUIRE(code == 0);
+  // The launcher said where to look, at the start.
+  REQUIRE(out.find("status page http://127.0.0.1:" + std::to_string(port) + "/ ") !=
+          std::string::npos);
   fs::remove_all(r.dir);
   fs::remove_all(r.dir.string() + ".chromium");
 }

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -62,6 +63,18 @@ struct child {
 // rule of every launcher: the DiPaCo job's (below) and the pipeline job's (pipeline_job.hpp).
 inline bool restartable(int code) {
   return code != exit_bad_input && code != exit_write_failed;
+}
+
+// Quotes the last `n` lines of a failed process's log on stderr (indented), so that the cause
+// shows where the launcher reports the failure.
+inline void print_log_tail(const fs::path& log, std::size_t n = 8) {
+  std::ifstream f(log);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(f, l);) lines.push_back(l);
+  if (lines.empty()) return;
+  std::fprintf(stderr, "  %s ends:\n", log.filename().c_str());
+  for (std::size_t i = lines.size() > n ? lines.size() - n : 0; i < lines.size(); ++i)
+    std::fprintf(stderr, "    %s\n", lines[i].c_str());
 }
 
 // Starts this binary with args, stdout and stderr appended to log, as a child that receives
@@ -185,6 +198,11 @@ int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, b
   // load them would only fail in its log).
   auto run = start_run(cfg, rd, resume, fresh, cfg.launch.mode == "local");
   if (!run) return std::fprintf(stderr, "%s: %s\n", P, run.error().what().c_str()), exit_bad_input;
+  const auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  run_phases phases{.prepare_s = since(t_start)};
+  const auto t_rounds = std::chrono::steady_clock::now();
   const bool store_resumes = run->store_resumes;
   const job_data* data = &run->data;
   json* routing = &run->routing;
@@ -306,6 +324,15 @@ int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, b
           : "",
       cfg.launch.store_host.c_str(), rd.dir.c_str());
 
+  if (cfg.launch.metrics_port > 0) {  // where to watch the run (store_role.hpp serves it)
+    const http_listen where = http_listen_of(cfg.launch, token_from_env());
+    const std::string host = where.token.empty() ? where.host : cfg.launch.store_host;
+    std::printf(
+        "%s: status page http://%s:%d/ (Prometheus metrics at /metrics; worker w's at "
+        "port %d + w)%s\n",
+        P, host.c_str(), cfg.launch.metrics_port, cfg.launch.metrics_port,
+        where.token.empty() ? "" : "; Authorization: Bearer <the run's PACO_TOKEN>");
+  }
   io::progress bar("dipaco rounds", long(cfg.dipaco.rounds) * jp.count());
   bool failed = false;
   std::string last_text;
@@ -393,6 +420,7 @@ int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, b
                              permanent ? ": bad input, or a state it cannot write"
                                        : ": its worker's restarts are spent",
                              rd.log(k.name).c_str());
+                print_log_tail(rd.log(k.name));
                 continue;
               }
               if (!store_down) ++stage_restarts[w];
@@ -447,6 +475,7 @@ int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, b
                                  "read-only?)"
                                : "",
                            rd.log(k.name).c_str());
+              print_log_tail(rd.log(k.name));
             }
           }
         }
@@ -537,7 +566,12 @@ int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, b
     if (failed) stop_all(std::chrono::milliseconds(5000));
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
-  bar.finish();
+  // Every process done: the bar's last line (a round a restarted worker's log lacks, closed
+  // without it, never counted; a short run's lines all fell between two log lines).
+  if (!failed && !stop_signal)
+    bar.update(long(cfg.dipaco.rounds) * jp.count(), last_text);
+  else
+    bar.finish();
   for (int sig : {SIGTERM, SIGINT, SIGHUP}) std::signal(sig, SIG_DFL);  // no child left to stop
   if (stop_signal) return 128 + stop_signal;
   if (failed) {
@@ -547,10 +581,8 @@ int run_launcher(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, b
   // Every process said it is done; the table is computed only from a whole run.
   if (auto s = check_run_whole(cfg, rd, g); !s)
     return std::fprintf(stderr, "%s: the run is not whole: %s\n", P, s.error().what().c_str()), 3;
-  const double train_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-
-  return print_results(cfg, rd, g, *data, *routing, train_s);
+  phases.rounds_s = since(t_rounds);
+  return print_results(cfg, rd, g, *data, *routing, phases);
 }
 
 }  // namespace paco::job

@@ -12,8 +12,10 @@
 //           bytes_total{worker,direction}       payload bytes in (pushes) and out (pulls)
 //           live_workers                        workers with a live link
 //           worker_loss{worker}, worker_tokens_per_second{worker}   from the workers' reports
-//   worker  rounds_total, round, loss, bits_per_byte, tokens_per_second, inner_step,
-//           sync_seconds_total (pushing and waiting), bytes_sent_total, late_pushes_total
+//   worker  rounds_total, round, loss, bits_per_byte, tokens_per_second (the last round's),
+//           tokens_total (trained on: rate() of it is the throughput over any window),
+//           inner_step, sync_seconds_total (pushing and waiting), bytes_sent_total,
+//           late_pushes_total
 //
 // Updates come on the store's serving thread or the worker's round loop; scrapes on the HTTP
 // server's thread (prometheus-cpp's metrics are atomic).
@@ -152,6 +154,7 @@ class worker_metrics {
         loss_(gauge("paco_worker_loss", "Training loss of the last round (nats/token)")),
         bpb_(gauge("paco_worker_bits_per_byte", "Training loss of the last round (bits/byte)")),
         tps_(gauge("paco_worker_tokens_per_second", "Tokens per second of the last round")),
+        tokens_(counter("paco_worker_tokens_total", "Tokens trained on")),
         step_(gauge("paco_worker_inner_step", "Inner steps taken")),
         sync_(counter("paco_worker_sync_seconds_total", "Seconds spent pushing and waiting")),
         bytes_(counter("paco_worker_bytes_sent_total", "Bytes sent to the store")),
@@ -164,6 +167,7 @@ class worker_metrics {
     bpb_.Set(f.loss / 0.6931471805599453);
     const double train_s = f.seconds - f.sync_s;
     tps_.Set(train_s > 0 ? f.tokens / train_s : 0);
+    tokens_.Increment(std::max(0.0, f.tokens));
     step_.Set(double(f.inner_step));
     sync_.Increment(std::max(0.0, f.sync_s));
     if (double(f.bytes_sent) > bytes_.Value())
@@ -181,7 +185,9 @@ class worker_metrics {
   }
   std::shared_ptr<prometheus::Registry> reg_;
   prometheus::Counter& rounds_;
-  prometheus::Gauge &round_, &loss_, &bpb_, &tps_, &step_;
+  prometheus::Gauge &round_, &loss_, &bpb_, &tps_;
+  prometheus::Counter& tokens_;
+  prometheus::Gauge& step_;
   prometheus::Counter &sync_, &bytes_, &late_;
 };
 

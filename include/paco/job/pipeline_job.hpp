@@ -505,14 +505,10 @@ int run_pipeline_launcher(const dipaco_job<Model>& cfg, bool resume = false, boo
   }
   bar.finish();
   if (failed >= 0) {
-    std::fprintf(stderr, "%s: stage %d failed (exit %d); its log %s ends:\n", P, failed,
-                 codes[std::size_t(failed)],
-                 (dir / ("stage-" + std::to_string(failed) + ".log")).c_str());
-    std::ifstream f(dir / ("stage-" + std::to_string(failed) + ".log"));
-    std::vector<std::string> lines;
-    for (std::string l; std::getline(f, l);) lines.push_back(l);
-    for (std::size_t i = lines.size() > 8 ? lines.size() - 8 : 0; i < lines.size(); ++i)
-      std::fprintf(stderr, "  %s\n", lines[i].c_str());
+    const fs::path log = dir / ("stage-" + std::to_string(failed) + ".log");
+    std::fprintf(stderr, "%s: stage %d failed (exit %d), see %s\n", P, failed,
+                 codes[std::size_t(failed)], log.c_str());
+    print_log_tail(log);
     return codes[std::size_t(failed)] > 0 && codes[std::size_t(failed)] < 128
                ? codes[std::size_t(failed)]
                : 3;

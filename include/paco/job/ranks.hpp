@@ -118,9 +118,14 @@ int run_ranks(const dipaco_job<Model>& job, const run_dir& rd, bool resume, bool
                       {.from_store = true,
                        // The store rank pretrains the base model before it serves.
                        .connect_wait = std::chrono::minutes(30)});
+  const auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
   const auto t_start = std::chrono::steady_clock::now();
   auto run = start_run(cfg, rd, resume, fresh, /*check_tls=*/true);
   if (!run) return std::fprintf(stderr, "%s: %s\n", P, run.error().what().c_str()), exit_bad_input;
+  run_phases phases{.prepare_s = since(t_start)};
+  const auto t_rounds = std::chrono::steady_clock::now();
   if (const int code = run_store(cfg, rd, run->store_resumes, /*fresh=*/false); code != 0) {
     std::fprintf(stderr, "%s: the store failed (exit %d)\n", P, code);
     return code;
@@ -128,9 +133,8 @@ int run_ranks(const dipaco_job<Model>& job, const run_dir& rd, bool resume, bool
   if (auto s = check_run_whole(cfg, rd, g); !s)
     return std::fprintf(stderr, "%s: the run is not whole: %s\n", P, s.error().what().c_str()),
            exit_link_lost;
-  const double train_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-  return print_results(cfg, rd, g, run->data, run->routing, train_s);
+  phases.rounds_s = since(t_rounds);
+  return print_results(cfg, rd, g, run->data, run->routing, phases);
 }
 
 }  // namespace paco::job

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "paco/core/arena.hpp"
 #include "paco/io/atomic_file.hpp"
 #include "paco/io/json_read.hpp"
+#include "paco/io/progress.hpp"
 #include "paco/io/table.hpp"
 #include "paco/job/data.hpp"
 #include "paco/job/dipaco_job.hpp"
@@ -107,13 +109,40 @@ inline std::string plot_curves(const run_dir& rd, const path::path_plan& g,
          png.string() + "; a full disk?)";
 }
 
+// A progress line (io::progress) for a scoring pass whose size its first report tells:
+// hook() is a route::scoring_progress that draws it, with the elapsed time and an ETA.
+class progress_bar {
+ public:
+  explicit progress_bar(std::string label) : label_(std::move(label)) {}
+  route::scoring_progress hook() {
+    return [this](std::size_t done, std::size_t total) {
+      if (total == 0 || (bar_ && done == last_)) return;  // (the end is reported twice)
+      if (!bar_) bar_.emplace(label_, (long long)total);
+      last_ = done;
+      bar_->update((long long)done);
+    };
+  }
+
+ private:
+  std::string label_;
+  std::optional<io::progress> bar_;
+  std::size_t last_ = 0;
+};
+
+// How long a run's phases took before its evaluation (seconds): loading the data and preparing
+// the run directory (the base model's pretraining, the routing), and the rounds.
+struct run_phases {
+  double prepare_s = 0, rounds_s = 0;
+};
+
 // Prints the results table of a finished, whole run (check_run_whole) and what it sent; the
-// loss curves go to loss_curves.png when gnuplot is installed. train_s: the run's time. Returns
+// loss curves go to loss_curves.png when gnuplot is installed. phases: the run's time before
+// the evaluation, which the summary shows with the evaluation's. Returns
 // 0, or exit_bad_input when the store checkpoint cannot be read or routing's val_route is not one
 // path index in [0, paths) per validation document.
 template <nn::BlockModel Model>
 int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::path_plan& g,
-                  const job_data& data, const json& routing, double train_s) {
+                  const job_data& data, const json& routing, const run_phases& phases) {
   const char* P = cfg.program.c_str();
   const job_processes jp = processes_of(cfg, g);
   const std::string split = cfg.dipaco.eval_split;
@@ -171,24 +200,38 @@ int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::p
         "%s: scoring the %s documents with every path (%d paths, %d threads): routed, "
         "and re-routed every %zu bytes by likelihood...\n",
         P, split.c_str(), g.paths(), threads, W);
-    const auto v =
-        route::every_path_nats(model, th, route::from_first_target(spans), rule, std::span(wss));
+    progress_bar bar("evaluation + re-routing");
+    const auto v = route::every_path_nats(model, th, route::from_first_target(spans), rule,
+                                          std::span(wss), bar.hook());
     per = route::routed_nll_by_path(v, spans, routed);
     rerouted = route::likelihood_rerouted_nll(v, spans, W);
   } else {
     std::printf("%s: evaluating every path on its routed %s documents (%d threads)...\n", P,
                 split.c_str(), threads);
+    // One bar over every path's pass, in targets (tokens) scored.
+    std::size_t targets = 0, before = 0;
+    for (auto& sp : spans) targets += sp.end - sp.begin;
+    progress_bar bar("evaluation");
     for (int p = 0; p < g.paths(); ++p) {
       std::vector<route::scored_span> mine;
+      std::size_t own = 0;
       for (std::size_t j = 0; j < spans.size(); ++j)
-        if (routed[j] == p) mine.push_back(spans[j]);
-      for (auto& n : route::token_nats(model, th[std::size_t(p)], mine, rule, std::span(wss)))
+        if (routed[j] == p) mine.push_back(spans[j]), own += spans[j].end - spans[j].begin;
+      const auto hook = bar.hook();
+      const auto of_path = [&](std::size_t done, std::size_t n) {
+        const double share = n ? double(done) / double(n) : 1.0;
+        hook(before + std::size_t(double(own) * share), targets);
+      };
+      for (auto& n :
+           route::token_nats(model, th[std::size_t(p)], mine, rule, std::span(wss), of_path))
         per[std::size_t(p)] += route::sum_nats(n, 0, n.size());
+      before += own;
     }
   }
   for (auto& n : per) total += n;
-  std::printf("%s: evaluated in %.0f s\n", P,
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  const double eval_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("%s: evaluated in %.0f s\n", P, eval_s);
   std::map<int, json> rec = latest_records(rd, jp);
   double bytes = 0;
   for (auto& [w, j] : rec) bytes += j["bytes_sent"].template get<double>();
@@ -244,9 +287,12 @@ int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::p
         W, W);
   std::printf(")\n");
   std::printf(
-      "\nper-path model %.2fM parameters, %d modules of %.2fM; %ld inner steps per worker; "
-      "%.0f s in all\n",
-      n_params / 1e6, g.modules(), g.level(0).size / 1e6, steps, train_s);
+      "\nper-path model %.2fM parameters, %d modules of %.2fM; %ld inner steps per worker\n",
+      n_params / 1e6, g.modules(), g.level(0).size / 1e6, steps);
+  std::printf(
+      "wall time: data and run directory (base model, routing) %.0f s, rounds %.0f s, "
+      "evaluation %.0f s; %.0f s in all\n",
+      phases.prepare_s, phases.rounds_s, eval_s, phases.prepare_s + phases.rounds_s + eval_s);
   std::printf(
       "codec %s%s: bytes sent per worker %.3f MB (payloads and request headers, as "
       "sent); fp32 pushes would send %.2f MB (%.2fx more)\n",

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "paco/io/atomic_file.hpp"
+#include "paco/io/progress.hpp"
 #include "paco/job/dipaco_job.hpp"
 #include "paco/job/metrics.hpp"
 #include "paco/job/run_files.hpp"
@@ -176,6 +177,11 @@ int run_store(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool
   // A round's close is checkpointed before any worker hears of it; a checkpoint that cannot be
   // written (after retries) stops the store: serving on would lose every round since.
   std::optional<error> write_failed;
+  // Under mpirun or started by hand no launcher shows the run's progress: the store does, every
+  // module's rounds closed with an ETA (io::progress).
+  std::optional<io::progress> bar;
+  if (!supervised_by_launcher())
+    bar.emplace("module rounds", long(g.modules()) * cfg.dipaco.rounds);
   store::server<net::asio_tcp, store_outer>* serving = nullptr;
   store::server<net::asio_tcp, store_outer> server(
       std::map<int, store::worker_link<net::asio_tcp>>{}, store, mods,
@@ -200,6 +206,11 @@ int run_store(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool
                  "%.4g, hash %016llx\n",
                  r.module, r.round, r.arrived, r.expected, r.open_s,
                  r.by_deadline ? " (deadline)" : "", r.delta_norm, (unsigned long long)r.hash);
+             if (bar) {
+               long closed = 0;
+               for (int m = 0; m < g.modules(); ++m) closed += store.round(m);
+               bar->update(closed);
+             }
            },
        .codecs = codecs,
        .on_refuse =

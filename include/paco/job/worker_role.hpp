@@ -208,7 +208,8 @@ int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool
         return std::fprintf(stderr, "worker %d: %s\n", w, s.error().what().c_str()),
                exit_write_failed;
       std::printf("worker %d: %s: the store's routing.json written to %s\n", w,
-                  nothing_here ? "joined from nothing" : "the run's routing from its store",
+                  nothing_here ? "this directory held nothing of the run (a first start here)"
+                               : "the run's routing from its store",
                   rd.dir.c_str());
     }
     routing = read_routing(rd);

@@ -21,6 +21,7 @@
 // With one path every entry point returns the same nats.
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -98,9 +99,14 @@ struct scored_span {
   std::size_t begin = 1, end = 1;
 };
 
+// How far a scoring pass is: called on the calling thread with the batches scored so far (by
+// every thread) and the pass's batches in all, after each batch it scored and once at the end.
+using scoring_progress = std::function<void(std::size_t done, std::size_t total)>;
+
 // Per-target nats of every span under θ: out[j][i − begin] for target i of span j, by the rule,
 // windows batched ws.d.B at a time; with several workspaces, wss.size() threads score disjoint
 // batches (each window scores its own targets, so the figures do not depend on the threads).
+// progress (optional): see scoring_progress.
 // Requires: 1 ≤ begin ≤ end ≤ seq.size() for every span; every workspace made for dims
 // {B, rule.T} with one B; with more than one workspace the caller runs the GEMM backend
 // single-threaded (nn::gemm_threads(1)).
@@ -109,7 +115,8 @@ template <nn::LanguageModel M>
 std::vector<std::vector<double>> token_nats(const M& model, const float* theta,
                                             const std::vector<scored_span>& spans,
                                             const sliding_window& rule,
-                                            std::span<typename M::workspace> wss) {
+                                            std::span<typename M::workspace> wss,
+                                            const scoring_progress& progress = {}) {
   PACO_ASSERT(!wss.empty() && wss[0].d.T == rule.T, "the workspaces' T is the rule's");
   const int B = wss[0].d.B, T = wss[0].d.T, V = model.vocab();
   struct window {
@@ -127,6 +134,7 @@ std::vector<std::vector<double>> token_nats(const M& model, const float* theta,
                      std::min(sp.end, rule.start(k) + std::size_t(T) + 1)});
   }
   const std::size_t batches = (all.size() + std::size_t(B) - 1) / std::size_t(B);
+  std::atomic<std::size_t> scored{0};
   // Thread t scores batches t, t + n, t + 2n, …
   auto score = [&](std::size_t t, typename M::workspace& ws) {
     PACO_ASSERT(ws.d.B == B && ws.d.T == T, "every workspace of one shape");
@@ -152,16 +160,15 @@ std::vector<std::vector<double>> token_nats(const M& model, const float* theta,
               row_nll(model.logits(ws) + (b * std::size_t(T) + r) * std::size_t(V), V, sp.seq[i]);
         }
       }
+      const std::size_t done = scored.fetch_add(1) + 1;
+      if (t == 0 && progress) progress(done, batches);
     }
   };
-  if (wss.size() == 1) {
-    score(0, wss[0]);
-    return out;
-  }
   std::vector<std::thread> pool;
   for (std::size_t t = 1; t < wss.size(); ++t) pool.emplace_back(score, t, std::ref(wss[t]));
   score(0, wss[0]);
   for (auto& th : pool) th.join();
+  if (progress) progress(batches, batches);
   return out;
 }
 
@@ -288,12 +295,19 @@ nll rerouted_nll(const M& model, std::span<const float* const> thetas,
 // Every path's per-target nats of every span: out[p][j][i − begin] (token_nats under each θ,
 // on wss.size() threads). Cost: thetas.size() × token_nats of the spans.
 using path_nats = std::vector<std::vector<std::vector<double>>>;
+// progress (optional): batches of every path's pass, (p · n + done, paths · n).
 template <nn::LanguageModel M>
 path_nats every_path_nats(const M& model, std::span<const float* const> thetas,
                           const std::vector<scored_span>& spans, const sliding_window& rule,
-                          std::span<typename M::workspace> wss) {
+                          std::span<typename M::workspace> wss,
+                          const scoring_progress& progress = {}) {
   path_nats v;
-  for (auto* th : thetas) v.push_back(token_nats(model, th, spans, rule, wss));
+  for (std::size_t p = 0; p < thetas.size(); ++p) {
+    scoring_progress of_path;
+    if (progress)
+      of_path = [&](std::size_t done, std::size_t n) { progress(p * n + done, thetas.size() * n); };
+    v.push_back(token_nats(model, thetas[p], spans, rule, wss, of_path));
+  }
   return v;
 }
 
