@@ -50,6 +50,10 @@ for f in router.json README.md base.safetensors hf/base/tokenizer.json hf/base/t
   [ -s "$e/$f" ] || fail "the export has no $f"
 done
 grep -q '^| all (routed) |' "$e/README.md" || fail "the model card quotes no results"
+[ "$(head -n 1 "$e/README.md")" = "---" ] && grep -q '^library_name: paco$' "$e/README.md" ||
+  fail "the model card has no metadata header"
+grep -q 'GPT2LMHeadModel.from_pretrained("path-1-1")' "$e/hf/path-1-1/README.md" ||
+  fail "hf/path-1-1 has no README with a loading snippet"
 grep -q 'dipaco.grid=2x2' "$e/README.md" || fail "the model card has not the run's configuration"
 /usr/bin/python3 -c "
 import json, sys

@@ -7,7 +7,8 @@
 //                           its features (the base model's last block output, before the final
 //                           norm, averaged over a text's first `prefix` bytes), k-means centroids
 //                           (route = the nearest, the first of equals) and each path's file stem
-//   README.md               the model card: the model, grid, data and split, scorer, the run's
+//   README.md               the model card: a metadata header (YAML front matter: library,
+//                           tags, dataset), the model, grid, data and split, scorer, the run's
 //                           figures (its results.json) and configuration, and how to use the files
 #include <filesystem>
 #include <map>
@@ -39,6 +40,9 @@ template <nn::BlockModel Model>
 std::string model_card(const dipaco_job<Model>& cfg, const run_dir& rd, const path::path_plan& g,
                        const std::vector<std::string>& stems, long round, bool router) {
   std::ostringstream o;
+  // The metadata header model hubs read (YAML front matter).
+  o << "---\nlibrary_name: paco\ntags:\n  - dipaco\n  - byte-level\n  - text-generation\n"
+    << "datasets:\n  - " << cfg.data.corpus << "\n---\n\n";
   o << "# " << cfg.program << ": DiPaCo paths of one run\n\n"
     << "Exported from the run directory `" << rd.dir.string() << "` (run id " <<
       [&] {

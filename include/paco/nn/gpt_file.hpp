@@ -23,6 +23,7 @@
 //   tokenizer_config.json  PreTrainedTokenizerFast over it, model_max_length = ctx, and no special
 //                          tokens (a bos/eos string there would be matched in raw text first and
 //                          dropped on decoding: the tokenizer would no longer be the bytes)
+//   README.md              a model card with its metadata header and how to load and score it
 // and config.json's bos_token_id / eos_token_id are 0 (inside the vocabulary, where GPT-2's
 // default 50256 is not): the model was trained on documents run together with no boundary
 // token, and byte 0 (NUL) appears in no training text, so generation never stops on it early and
@@ -30,6 +31,7 @@
 
 #include <filesystem>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -210,7 +212,23 @@ inline status save_gpt_hf(const std::filesystem::path& dir, const gpt& model, co
   }
   if (auto s = io::write_file_atomic(dir / "config.json", cfg.dump(2) + "\n"); !s) return s;
   extra["format"] = "pt";
-  return io::save_safetensors(dir / "model.safetensors", refs, std::move(extra));
+  if (auto s = io::save_safetensors(dir / "model.safetensors", refs, std::move(extra)); !s)
+    return s;
+  // How to load it: transformers' GPT-2 classes, the bytes of a text as its token ids.
+  std::ostringstream readme;
+  readme << "---\nlibrary_name: transformers\npipeline_tag: text-generation\ntags:\n  - gpt2\n"
+         << "  - paco\n---\n\n# " << dir.filename().string()
+         << "\n\nA GPT-2-layout model written by paco (d " << c.d << ", " << c.layers << " layers, "
+         << c.heads << " heads, context " << c.ctx << ", vocabulary " << c.vocab
+         << ").\n\n```python\nimport torch\nfrom transformers import GPT2LMHeadModel\n\n"
+         << "model = GPT2LMHeadModel.from_pretrained(\"" << dir.filename().string() << "\")\n";
+  if (c.vocab == byte_vocab)
+    readme << "ids = torch.tensor([list(\"Some text\".encode(\"utf-8\"))])  # byte-level: the "
+              "UTF-8 bytes are the ids\n";
+  else
+    readme << "ids = torch.tensor([[0, 1, 2]])  # token ids of paco's tokenizer\n";
+  readme << "nll = model(ids, labels=ids).loss  # nats per token\n```\n";
+  return io::write_file_atomic(dir / "README.md", readme.str());
 }
 
 struct gpt_file {
