@@ -74,8 +74,9 @@ inline std::vector<std::string> config_args(const std::string& config_path,
 }
 
 // The job of a validated configuration. export_hf: --export also writes Hugging Face's layout.
+// record: configuration_record's (kept by a new run in its directory; empty: none).
 inline gpt_job make_job(const train_config& cfg, std::vector<std::string> child_args = {},
-                        bool export_hf = false) {
+                        bool export_hf = false, std::string record = {}) {
   const std::string gemm = cfg.train.gemm;
   return gpt_job{static_cast<const job::settings&>(cfg),
                  nn::gpt(cfg.model),
@@ -93,7 +94,8 @@ inline gpt_job make_job(const train_config& cfg, std::vector<std::string> child_
                  [export_hf](const fs::path& out, const std::string& stem, const nn::gpt& model,
                              const float* theta, const std::map<std::string, std::string>& meta) {
                    return export_model(out, stem, model, theta, meta, export_hf);
-                 }};
+                 },
+                 std::move(record)};
 }
 
 // Whether a --set item says launch.mode = "mpi" (launch.mode=mpi, launch.mode = "mpi", …).
@@ -115,25 +117,39 @@ inline bool says_mpi(const std::string& item) {
 // 0, and sent to every rank (job::launch_configuration): the file's text and the overrides,
 // when they say launch.mode = "mpi" (or, when they cannot be read, the command line does); the
 // other ranks open no file. Otherwise: read here (load_config).
+// paco_train's configuration as it was given: the config file's path and text and every --set,
+// as JSON. What rank 0 sends the other ranks of an engine's launch, and what a run keeps in its
+// directory (job_config.json). Errors: read_config_text's.
+inline result<std::string> configuration_record(const std::string& config_path,
+                                                const std::vector<std::string>& overrides) {
+  auto text = read_config_text(config_path);
+  if (!text) return text.error();
+  return json{{"config", config_path}, {"text", *text}, {"set", overrides}}.dump();
+}
+
+// The configuration of a record (configuration_record's), read as load_config would read the
+// file and --set items. Errors: protocol naming `origin` when it is no such record; the
+// configuration's own.
+inline result<train_config> configuration_of_record(const std::string& record,
+                                                    const std::string& origin) {
+  const json j = json::parse(record, nullptr, false);
+  if (j.is_discarded() || !j.contains("config") || !j["config"].is_string() ||
+      !j.contains("text") || !j["text"].is_string() || !j.contains("set") || !j["set"].is_array())
+    return error(errc::protocol, origin + " holds no configuration of paco_train's");
+  for (const auto& s : j["set"])
+    if (!s.is_string()) return error(errc::protocol, origin + ": a --set item is not a string");
+  return load_config_text("config '" + j["config"].get<std::string>() + "'",
+                          j["text"].get<std::string>(), j["set"].get<std::vector<std::string>>());
+}
+
 inline result<train_config> engine_configuration(const std::string& config_path,
                                                  const std::vector<std::string>& overrides,
                                                  bool launcher) {
   if (!launcher) return load_config(config_path, overrides);
   return job::launch_configuration<train_config>(
-      [&]() -> result<std::string> {
-        auto text = read_config_text(config_path);
-        if (!text) return text.error();
-        return json{{"config", config_path}, {"text", *text}, {"set", overrides}}.dump();
-      },
+      [&]() -> result<std::string> { return configuration_record(config_path, overrides); },
       [](const std::string& shared) -> result<train_config> {
-        const json j = json::parse(shared, nullptr, false);
-        if (j.is_discarded() || !j.contains("config") || !j["config"].is_string() ||
-            !j.contains("text") || !j["text"].is_string() || !j.contains("set") ||
-            !j["set"].is_array())
-          return error(errc::protocol, "rank 0 sent no configuration of paco_train's");
-        return load_config_text("config '" + j["config"].get<std::string>() + "'",
-                                j["text"].get<std::string>(),
-                                j["set"].get<std::vector<std::string>>());
+        return configuration_of_record(shared, "rank 0's message");
       },
       [](const train_config& c) -> result<bool> {
         if (c.launch.mode != "mpi") return false;

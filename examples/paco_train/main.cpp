@@ -85,10 +85,24 @@ int main(int argc, char** argv) {
                "DIR/hf/<name>/ (config.json + model.safetensors, GPT2LMHeadModel's names)");
   CLI11_PARSE(app, argc, argv);
 
-  // One rank of an engine's launch (mpirun, srun: launch.mode = "mpi") reads the configuration
-  // on rank 0 only; the other ranks receive it (paco_train::engine_configuration).
-  auto cfg_r = paco_train::engine_configuration(
-      config_path, overrides, role == "launcher" && export_dir.empty() && score_files.empty());
+  // --export or --score of a run named by its directory alone: the configuration the run kept
+  // (job_config.json). Otherwise one rank of an engine's launch (mpirun, srun: launch.mode =
+  // "mpi") reads the configuration on rank 0 only; the other ranks receive it
+  // (paco_train::engine_configuration).
+  const bool from_run_dir = config_path.empty() && overrides.empty() && !run_dir.empty() &&
+                            (!export_dir.empty() || !score_files.empty());
+  auto cfg_r = [&]() -> result<paco_train::train_config> {
+    if (!from_run_dir)
+      return paco_train::engine_configuration(
+          config_path, overrides, role == "launcher" && export_dir.empty() && score_files.empty());
+    const fs::path rec = job::run_dir{run_dir}.config_record();
+    auto text = paco_train::read_config_text(rec);
+    if (!text)
+      return error(text.error().code, text.error().message +
+                                          " (a run keeps its configuration there; without it, "
+                                          "give the run's -c and --set again)");
+    return paco_train::configuration_of_record(*text, "'" + rec.string() + "'");
+  }();
   if (!cfg_r) {
     std::fprintf(stderr, "paco_train: %s\n", cfg_r.error().what().c_str());
     return 2;
@@ -101,8 +115,11 @@ int main(int argc, char** argv) {
   if (cfg.job.mode == "dipaco") {
     const job::run_dir rd{run_dir.empty() ? fs::path(cfg.output.dir) : fs::path(run_dir)};
     try {
-      const auto dj =
-          paco_train::make_job(cfg, paco_train::config_args(config_path, overrides), export_hf);
+      // A new run keeps its configuration (the file was read above: it can be read again).
+      const auto record = from_run_dir ? result<std::string>(std::string())
+                                       : paco_train::configuration_record(config_path, overrides);
+      const auto dj = paco_train::make_job(cfg, paco_train::config_args(config_path, overrides),
+                                           export_hf, record ? *record : std::string());
       if (!export_dir.empty()) {
         auto s = job::export_paths(dj, rd, export_dir);
         if (!s)

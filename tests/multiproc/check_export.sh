@@ -5,7 +5,8 @@
 # export_route_score.py — its own numpy GPT-2 written from config.json, run with python3 -I on a
 # copy of the export alone — must pick the same path for each text and agree on its bits/byte
 # within 1e-4 (relative). The export must also carry the model card (the run's figures), the
-# router and each model's byte tokenizer with bos/eos inside the vocabulary.
+# router and each model's byte tokenizer with bos/eos inside the vocabulary; and the run
+# directory alone (no -c, no --set) must give the same export and scores.
 #   check_export.sh PACO_TRAIN SOURCE_DIR
 set -uo pipefail
 paco_train=$1 src=$2
@@ -28,6 +29,16 @@ files=("$work/a.txt" "$work/b.txt" "$work/c.txt")
 "$paco_train" "${job[@]}" --score "${files[@]}" >"$work/paco.out" 2>&1 ||
   { rc=$?; cat "$work/paco.out"; fail "--score exited $rc"; }
 cat "$work/paco.out"
+# The run directory alone (it keeps the configuration it was started with): the same export and
+# the same scores, without the run's -c and --set.
+"$paco_train" --run-dir "$work/run" --export "$work/export_again" >"$work/again.out" 2>&1 ||
+  { rc=$?; cat "$work/again.out"; fail "--export with only --run-dir exited $rc"; }
+cmp -s "$work/export/path-1-1.safetensors" "$work/export_again/path-1-1.safetensors" ||
+  fail "--export with only --run-dir wrote another path-1-1"
+"$paco_train" --run-dir "$work/run" --score "${files[@]}" >"$work/again_score.out" 2>&1 ||
+  { rc=$?; cat "$work/again_score.out"; fail "--score with only --run-dir exited $rc"; }
+[ "$(tail -n 1 "$work/paco.out")" = "$(tail -n 1 "$work/again_score.out")" ] ||
+  fail "--score with only --run-dir scored differently"
 # The export alone, elsewhere.
 mkdir "$work/elsewhere"
 cp -r "$work/export" "$work/elsewhere/"

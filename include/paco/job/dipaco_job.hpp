@@ -128,6 +128,10 @@ struct dipaco_job : settings {
   device_factory<Model> make_device_worker;
   // --export: how a model is written (empty: write_safetensors_model).
   model_writer<Model> write_model;
+  // The program's configuration as it was given (paco_train: its config file and every --set, as
+  // JSON), which a new run keeps in its directory (run_dir::config_record) so that a program can
+  // --export, --score or rebuild the table of the run from its directory alone. Empty: none kept.
+  std::string config_record;
 };
 
 // The model's shape and size as key=value items (model.vocab, ctx, d, blocks, params,

@@ -170,6 +170,9 @@ result<started_run> start_run(const dipaco_job<Model>& cfg, const run_dir& rd, b
     for (auto& f : stage_states(rd, jp)) fs::remove(f, ec);
     fs::remove(rd.store(), ec);
     if (auto s = prepare(cfg, rd, *data, g); !s) return s.error();
+    if (!cfg.config_record.empty())
+      if (auto s = io::write_file_atomic(rd.config_record(), cfg.config_record + "\n"); !s)
+        return s.error();
   }
   auto routing = read_routing(rd);
   if (!routing) return routing.error();

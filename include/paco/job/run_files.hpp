@@ -48,6 +48,8 @@ struct run_dir {
     return dir / (jp.name(s) + ".jsonl");
   }
   fs::path log(const std::string& role) const { return dir / (role + ".log"); }
+  // The program's configuration as the run was started with it (dipaco_job::config_record).
+  fs::path config_record() const { return dir / "job_config.json"; }
   // The checkpoints of worker w's stages (dipaco.stages > 1) are a group of stage files
   // (pipeline/stage_file.hpp): "worker-3.stage-1.step-40.safetensors".
   static std::string stage_group(int w) { return "worker-" + std::to_string(w); }
