@@ -142,6 +142,33 @@ status one_round_late_by_hand(T& t, worker_t& w, const outer::co2& o, int rounds
   return {};
 }
 
+// The loop under a one-round-late rule (run, then finish) and its recursion by hand with the own
+// share σ, on K ranks of the same GPT setup: each rank's θ after both.
+template <train::Sync S>
+std::pair<std::vector<std::vector<float>>, std::vector<std::vector<float>>> loop_and_by_hand(
+    int K, int rounds, S rule, float share) {
+  gpt_setup s(K);
+  auto run = [&](bool by_hand) {
+    std::vector<std::vector<float>> out(K);
+    std::vector<status> errs(K);
+    testing::inproc_world::run(K, [&](net::inproc& tr) {
+      const int r = tr.rank();
+      auto w = s.worker(r);
+      if (by_hand) {
+        errs[r] = one_round_late_by_hand(tr, *w, s.outer, rounds, share);
+      } else {
+        train::round_loop<net::inproc, worker_t, outer::co2, S> loop(tr, *w, s.outer, rule);
+        errs[r] = loop.run(rounds, std::chrono::seconds(30));
+        if (errs[r]) errs[r] = loop.finish(std::chrono::seconds(30));
+      }
+      out[r] = plane_of(*w);
+    });
+    for (auto& e : errs) REQUIRE(e.ok());
+    return out;
+  };
+  return {run(false), run(true)};
+}
+
 }  // namespace
 
 // ---- closed forms
@@ -445,27 +472,8 @@ TEST_CASE("round_loop naive_delayed: identical replicas, the synchronous recursi
 
 TEST_CASE("round_loop eager: equals eager updates run synchronously by hand",
           "[train][round_loop]") {
-  const int K = 3, rounds = 3;
-  gpt_setup s(K);
-  auto run = [&](bool by_hand) {
-    std::vector<std::vector<float>> out(K);
-    std::vector<status> errs(K);
-    testing::inproc_world::run(K, [&](net::inproc& tr) {
-      const int r = tr.rank();
-      auto w = s.worker(r);
-      if (by_hand) {
-        errs[r] = one_round_late_by_hand(tr, *w, s.outer, rounds, 1.0f / float(K));
-      } else {
-        train::round_loop<net::inproc, worker_t, outer::co2> loop(tr, *w, s.outer, train::eager{});
-        errs[r] = loop.run(rounds, std::chrono::seconds(30));
-        if (errs[r]) errs[r] = loop.finish(std::chrono::seconds(30));
-      }
-      out[r] = plane_of(*w);
-    });
-    for (auto& e : errs) REQUIRE(e.ok());
-    return out;
-  };
-  const auto mine = run(false), hand = run(true);
+  const int K = 3;
+  const auto [mine, hand] = loop_and_by_hand(K, 3, train::eager{}, 1.0f / float(K));
   for (int r = 0; r < K; ++r) REQUIRE(mine[r] == hand[r]);
   REQUIRE(mine[0] != mine[1]);  // each rank holds its own share of the last rounds
 }
@@ -477,27 +485,8 @@ TEST_CASE(
   // σ = 1: x_{t+1} = OuterOpt(x_t, mean Δ_{t−1} + Δ_t − Δ_{t−1}) with outer::co2's momentum 0.5,
   // penalty 1.5 and element clipping, the recursion written out by hand over a synchronous
   // all-reduce (one_round_late_by_hand), against the loop's overlapped form.
-  const int K = 3, rounds = 3;
-  gpt_setup s(K);
-  auto run = [&](bool by_hand) {
-    std::vector<std::vector<float>> out(K);
-    std::vector<status> errs(K);
-    testing::inproc_world::run(K, [&](net::inproc& tr) {
-      const int r = tr.rank();
-      auto w = s.worker(r);
-      if (by_hand) {
-        errs[r] = one_round_late_by_hand(tr, *w, s.outer, rounds, 1.0f);
-      } else {
-        train::round_loop<net::inproc, worker_t, outer::co2> loop(tr, *w, s.outer, train::co2{});
-        errs[r] = loop.run(rounds, std::chrono::seconds(30));
-        if (errs[r]) errs[r] = loop.finish(std::chrono::seconds(30));
-      }
-      out[r] = plane_of(*w);
-    });
-    for (auto& e : errs) REQUIRE(e.ok());
-    return out;
-  };
-  const auto mine = run(false), hand = run(true);
+  const int K = 3;
+  const auto [mine, hand] = loop_and_by_hand(K, 3, train::co2{}, 1.0f);
   for (int r = 0; r < K; ++r) REQUIRE(mine[r] == hand[r]);
   // After finish() every rank's own last Δ is swapped for the mean, but the momentum state saw
   // each rank's own Δ: the ranks differ by design.

@@ -56,6 +56,22 @@ struct two_modules {
     train::init_modules(store, plan, a0.get(plane::param).data());
   }
 };
+// One path through one module (a GPT cut in two levels, one expert, one level as the module),
+// its store holding the model's initial θ, and a worker of the path.
+struct one_path {
+  nn::gpt model{train_tests::small_gpt()};
+  arena<host> a0{model.layout()};
+  path::path_plan plan = *path::path_plan::make(path::module_grid<1>::experts({1}),
+                                                *path::split_gpt_levels(model.layout(), 2, 1));
+  store::local_store<outer::nesterov> store{plan.module_table(), outer::nesterov{}};
+  io::token_stream s = testing::synthetic_stream(4, 3000, 5, 3);
+  train::path_worker<nn::gpt, optim::adamw> w{
+      0, model, plan.path_spans(0), plan.path_modules(0), {}, icfg, s, 1};
+  one_path() {
+    model.init(a0, 3);
+    train::init_modules(store, plan, a0.get(plane::param).data());
+  }
+};
 }  // namespace
 
 TEST_CASE("run_worker: late pushes are refused and the worker goes on to the last round",
@@ -182,18 +198,11 @@ TEST_CASE("run_worker: a lockstep worker takes H steps for every round, closed w
   // The stages of a path must take the same steps: a round the store closed without one (while
   // it was down) is trained anyway, its Δ not pushed; a plain worker skips it.
   auto run = [](bool lockstep, long closed_before, long rounds) {
-    nn::gpt model(train_tests::small_gpt());
-    arena<host> a0(model.layout());
-    model.init(a0, 3);
-    const auto levels = *path::split_gpt_levels(model.layout(), 2, 1);
-    const auto plan = *path::path_plan::make(path::module_grid<1>::experts({1}), levels);
-    store::local_store<outer::nesterov> store(plan.module_table(), outer::nesterov{});
-    train::init_modules(store, plan, a0.get(plane::param).data());
+    one_path f;
+    auto& store = f.store;
+    auto& w = f.w;
     for (long r = 0; r < closed_before; ++r)  // another worker of the module closes them
-      REQUIRE(store.push(0, 7, r, std::vector<float>(plan.span_of(0).size, 0.0f), 1.0).ok());
-    const auto s = testing::synthetic_stream(4, 3000, 5, 3);
-    train::path_worker<nn::gpt, optim::adamw> w(0, model, plan.path_spans(0), plan.path_modules(0),
-                                                {}, icfg, s, 1);
+      REQUIRE(store.push(0, 7, r, std::vector<float>(f.plan.span_of(0).size, 0.0f), 1.0).ok());
     std::vector<std::pair<long, bool>> reported;  // (round, pushed)
     const auto st = train::run_worker(w, store, {.rounds = rounds, .lockstep = lockstep},
                                       [&](const train::worker_round& r) {
@@ -238,16 +247,9 @@ TEST_CASE("run_worker: a store behind the worker's checkpoint is an error, not a
           "[train][worker_loop]") {
   // A store started anew (or from an older checkpoint) holds the path at round 0 while the
   // worker's checkpoint completed round 4: training on would silently throw rounds away.
-  nn::gpt model(train_tests::small_gpt());
-  arena<host> a0(model.layout());
-  model.init(a0, 3);
-  const auto levels = *path::split_gpt_levels(model.layout(), 2, 1);
-  const auto plan = *path::path_plan::make(path::module_grid<1>::experts({1}), levels);
-  store::local_store<outer::nesterov> store(plan.module_table(), outer::nesterov{});
-  train::init_modules(store, plan, a0.get(plane::param).data());
-  const auto s = testing::synthetic_stream(4, 3000, 5, 3);
-  train::path_worker<nn::gpt, optim::adamw> w(0, model, plan.path_spans(0), plan.path_modules(0),
-                                              {}, icfg, s, 1);
+  one_path f;
+  auto& store = f.store;
+  auto& w = f.w;
   const auto st = train::run_worker(w, store, {.rounds = 8, .completed = 4});
   REQUIRE(!st.ok());
   REQUIRE(st.error().code == errc::mismatch);
