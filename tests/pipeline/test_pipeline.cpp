@@ -847,6 +847,10 @@ TEST_CASE("paco_train's DiPaCo job runs its paths as stages, and restarts a work
     const auto again = testing::spawn_logged(job("run", 2, {"--resume"}), dir / "again.out", {});
     CHECK(testing::exit_code(testing::wait_exit(again, std::chrono::minutes(2))) == 0);
     CHECK_THAT(testing::slurp(dir / "again.out"), Catch::Contains("all (routed)"));
+    // ... without connecting to the store, which found the run complete and exited.
+    for (int k = 0; k < 2; ++k)
+      CHECK_THAT(testing::slurp(dir / "run" / ("worker-1-stage-" + std::to_string(k) + ".log")),
+                 Catch::Contains("every round is done (step 8)"));
   }
   {  // a stage killed mid-run: the launcher stops its worker's other stage and restarts both
      // from their newest common checkpoint; the run ends whole, every stage at rounds × H steps

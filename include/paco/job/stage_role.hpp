@@ -126,6 +126,12 @@ int run_stage_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, int
   if (auto a = collectives::agree(**net, dipaco_stage_fields(cfg, from.value_or(-1)), agreed); !a)
     return fail(exit_bad_input,
                 "the stages were started with different settings: " + a.error().what());
+  // Every stage agreed on a checkpoint of the last round: nothing left to train, and the store
+  // may have finished and gone (a finished run resumed), so none connects to it.
+  if (from && *from >= long(cfg.dipaco.rounds) * cfg.dipaco.inner_steps) {
+    std::printf("worker %d stage %d: every round is done (step %ld)\n", w, k, *from);
+    return 0;
+  }
   const auto& tc = cfg.train;
   const train::inner_config icfg{
       .batch = tc.batch,
