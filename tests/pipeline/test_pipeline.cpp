@@ -25,7 +25,9 @@
 #include "paco/testing/token_streams.hpp"
 #include "paco/train/inner_loop.hpp"
 #ifdef PACO_TEST_ASIO
+#include "paco/collectives/agree.hpp"
 #include "paco/collectives/barrier.hpp"
+#include "paco/job/stages.hpp"
 #include "paco/net/asio_tcp.hpp"
 #include "paco/net/free_port.hpp"
 #include "paco/net/subgroup.hpp"
@@ -653,6 +655,40 @@ TEST_CASE("a killed stage makes its neighbour fail within the deadline, naming i
   CHECK(failed.error().code == make_error_code(errc::peer_lost));
   CHECK(waited < 10.0);  // the peer timeout (1.5 s), far inside the 20 s deadline
   CHECK(t <= 8);         // at most q steps past the last one stage 1 took
+}
+
+TEST_CASE(
+    "stages that cannot agree: a stage lost is a lost link (restarted), other settings bad "
+    "input",
+    "[pipeline][tcp][job]") {
+  const std::vector<collectives::agree_field> mine{{"model", "gpt d=32"}, {"queue", "2"}};
+  for (const bool dies : {true, false}) {
+    INFO((dies ? "stage 1 killed before it agrees" : "stage 1 started with queue 3"));
+    const auto peers = loopback_peers(2);
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {  // stage 1
+      auto net = net::asio_tcp::connect(tcp_rank(1, peers));
+      if (!net) _exit(3);
+      if (dies) std::raise(SIGKILL);  // no goodbye: its neighbour is agreeing
+      const std::vector<collectives::agree_field> other{{"model", "gpt d=32"}, {"queue", "3"}};
+      (void)collectives::agree(**net, other);
+      _exit(0);
+    }
+    auto net = net::asio_tcp::connect(tcp_rank(0, peers)).value_or_throw();
+    collectives::collective_options o;
+    o.until = net::after(std::chrono::seconds(20));
+    const auto a = collectives::agree(*net, mine, o);
+    int st = 0;
+    waitpid(child, &st, 0);
+    REQUIRE_FALSE(a.ok());
+    const auto [code, why] = job::stage_agreement_failure(a.error());
+    INFO(why);
+    // A lost stage must be restartable (the launcher mends it); differing settings must not be.
+    CHECK(code == (dies ? job::exit_link_lost : job::exit_bad_input));
+    CHECK(job::restartable(code) == dies);
+    CHECK_THAT(why, Catch::Contains(dies ? "a stage was lost" : "different settings"));
+  }
 }
 #endif
 

@@ -68,6 +68,13 @@ constexpr double ln2 = 0.6931471805599453;
 
 // Exit codes of the roles (see the file comment).
 constexpr int exit_bad_input = 2, exit_link_lost = 3, exit_write_failed = 4;
+// Whether a process that exited with `code` is restarted (within launch.restarts): not after bad
+// input or a state it could not write (exit 2, 4), which stay so however often it restarts. The
+// rule of every launcher: the DiPaCo job's (job/launcher.hpp) and the pipeline job's
+// (job/pipeline_job.hpp).
+inline bool restartable(int code) {
+  return code != exit_bad_input && code != exit_write_failed;
+}
 // Tries of a checkpoint or log write before it is fatal (pauses of 0.2, 0.4, 0.8 s between).
 constexpr int write_tries = 4;
 

@@ -58,13 +58,6 @@ struct child {
   bool waiting = false;
 };
 
-// Whether a process that exited with `code` is restarted (within launch.restarts): not after bad
-// input or a state it could not write (exit 2, 4), which stay so however often it restarts. The
-// rule of every launcher: the DiPaCo job's (below) and the pipeline job's (pipeline_job.hpp).
-inline bool restartable(int code) {
-  return code != exit_bad_input && code != exit_write_failed;
-}
-
 // Quotes the last `n` lines of a failed process's log on stderr (indented), so that the cause
 // shows where the launcher reports the failure.
 inline void print_log_tail(const fs::path& log, std::size_t n = 8) {

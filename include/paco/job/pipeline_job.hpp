@@ -136,9 +136,10 @@ int run_pipeline_stage(const dipaco_job<Model>& cfg, int k, const std::string& p
     // Every stage runs the same model, batches and schedule, or none runs.
     collectives::collective_options agreed;
     agreed.until = net::after(std::chrono::milliseconds(long(cfg.pipeline.timeout_s * 1000)));
-    if (auto a = collectives::agree(*net, pipeline_stage_fields(cfg), agreed); !a)
-      return fail(exit_bad_input,
-                  "the stages were started with different settings: " + a.error().what());
+    if (auto a = collectives::agree(*net, pipeline_stage_fields(cfg), agreed); !a) {
+      const auto [code, why] = stage_agreement_failure(a.error());
+      return fail(code, why);
+    }
     loop = std::make_unique<pipeline::stage_loop<Model, net::asio_tcp>>(
         model, plan, opts, B, T, sched, *net, train, std::uint64_t(tc.seed));
   }

@@ -123,9 +123,10 @@ int run_stage_worker(const dipaco_job<Model>& cfg, const run_dir& rd, int w, int
   if (!net) return fail(exit_link_lost, "cannot join the worker's stages: " + net.error().what());
   collectives::collective_options agreed;
   agreed.until = net::after(std::chrono::milliseconds(long(cfg.pipeline.timeout_s * 1000)));
-  if (auto a = collectives::agree(**net, dipaco_stage_fields(cfg, from.value_or(-1)), agreed); !a)
-    return fail(exit_bad_input,
-                "the stages were started with different settings: " + a.error().what());
+  if (auto a = collectives::agree(**net, dipaco_stage_fields(cfg, from.value_or(-1)), agreed); !a) {
+    const auto [code, why] = stage_agreement_failure(a.error());
+    return fail(code, why);
+  }
   // Every stage agreed on a checkpoint of the last round: nothing left to train, and the store
   // may have finished and gone (a finished run resumed), so none connects to it.
   if (from && *from >= long(cfg.dipaco.rounds) * cfg.dipaco.inner_steps) {

@@ -2,10 +2,12 @@
 // The [pipeline] settings as the library's pipeline options, for a job whose model is cut into
 // stages, one process each: how they train (pipeline_options_of), the links between them
 // (stage_link_options), what every stage must share before it trains (stage_fields, for
-// collectives::agree), and the --peers list of every stage's host:port (split_peers).
+// collectives::agree, and stage_agreement_failure when they do not), and the --peers list of
+// every stage's host:port (split_peers).
 #include <chrono>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "paco/collectives/agree.hpp"
@@ -82,6 +84,17 @@ inline std::vector<collectives::agree_field> stage_fields(const settings& c,
           {"pipeline.queue_depth", str(p.queue_depth)},
           {"pipeline.head", p.head + " " + str(p.readout_refresh) + " " + str(p.readout_delay)},
           {"pipeline.activations", p.activations}};
+}
+
+// A failed agreement of the stages (collectives::agree over their links), as an exit code and a
+// message: settings that differ, or fields that do not parse, are bad input (exit_bad_input: a
+// restart cannot mend them); a stage lost while they agreed is a lost link (exit_link_lost: the
+// launcher restarts the stages).
+inline std::pair<int, std::string> stage_agreement_failure(const error& e) {
+  if (e.code == errc::mismatch || e.code == errc::protocol || e.code == errc::too_large)
+    return {exit_bad_input, "the stages were started with different settings: " + e.what()};
+  return {exit_link_lost,
+          "a stage was lost while the stages agreed on their settings: " + e.what()};
 }
 
 // --peers: every stage's host:port, comma-separated.
