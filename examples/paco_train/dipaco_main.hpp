@@ -12,7 +12,7 @@ namespace paco_train {
 
 // What the command line asked of a DiPaCo job.
 struct dipaco_request {
-  std::string role = "launcher";  // launcher, prepare, store, worker
+  std::string role = "launcher";  // launcher, prepare, store, worker (job::command_line's)
   std::string run_dir;            // empty: output.dir
   int worker = 0, stage = 0;
   std::string peers;
@@ -20,6 +20,7 @@ struct dipaco_request {
   std::string export_dir;  // --export DIR
   bool export_hf = false;
   std::vector<std::string> score_files;
+  bool results = false;  // --results: the table of a finished run
   // Where the configuration came from: -c and every --set, recorded by a new run; from_run_dir:
   // read back from the run's own record (nothing to record again).
   std::string config_path;

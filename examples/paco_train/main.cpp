@@ -80,6 +80,11 @@ int main(int argc, char** argv) {
   app.add_option("--score", score_files,
                  "dipaco jobs: route each text file with the run's router and score it with the "
                  "path it picks (bits/byte), then exit");
+  bool results_table = false;
+  app.add_flag("--results", results_table,
+               "dipaco jobs: print the results table of a finished run, however it was launched "
+               "(manual, mpi, local), and exit; with --run-dir alone, from the run's own "
+               "configuration");
   bool export_hf = false;
   app.add_flag("--export-hf", export_hf,
                "with --export: also write each model in Hugging Face's GPT-2 layout, "
@@ -91,11 +96,12 @@ int main(int argc, char** argv) {
   // "mpi") reads the configuration on rank 0 only; the other ranks receive it
   // (paco_train::engine_configuration).
   const bool from_run_dir = config_path.empty() && overrides.empty() && !run_dir.empty() &&
-                            (!export_dir.empty() || !score_files.empty());
+                            (!export_dir.empty() || !score_files.empty() || results_table);
   auto cfg_r = [&]() -> result<paco_train::train_config> {
     if (!from_run_dir)
       return paco_train::engine_configuration(
-          config_path, overrides, role == "launcher" && export_dir.empty() && score_files.empty());
+          config_path, overrides,
+          role == "launcher" && export_dir.empty() && score_files.empty() && !results_table);
     const fs::path rec = job::run_dir{run_dir}.config_record();
     auto text = paco_train::read_config_text(rec);
     if (!text)
@@ -124,6 +130,7 @@ int main(int argc, char** argv) {
                                         .export_dir = export_dir,
                                         .export_hf = export_hf,
                                         .score_files = score_files,
+                                        .results = results_table,
                                         .config_path = config_path,
                                         .overrides = overrides,
                                         .from_run_dir = from_run_dir});

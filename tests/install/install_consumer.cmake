@@ -13,8 +13,9 @@ run(${CMAKE_COMMAND} --install ${WORK}/paco-build)
 if(NOT EXISTS ${WORK}/prefix/include/paco/nn/gpt.hpp)
   message(FATAL_ERROR "install did not place the headers")
 endif()
+# CONSUMER_CXX: the compiler of the consumer and the examples (tests/install/CMakeLists.txt).
 run(${CMAKE_COMMAND} -S ${SOURCE}/tests/install/consumer -B ${WORK}/consumer-build -G ${GENERATOR}
-    -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCMAKE_BUILD_TYPE=)
+    -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCMAKE_BUILD_TYPE= -DCMAKE_CXX_COMPILER=${CONSUMER_CXX})
 run(${CMAKE_COMMAND} --build ${WORK}/consumer-build)
 execute_process(COMMAND ${WORK}/consumer-build/consumer RESULT_VARIABLE rc OUTPUT_VARIABLE out)
 message(STATUS "consumer printed: ${out}")
@@ -29,7 +30,8 @@ endif()
 # test command short.
 foreach(example diloco three_levels)
   run(${CMAKE_COMMAND} -S ${SOURCE}/examples/${example} -B ${WORK}/example-${example}
-      -G ${GENERATOR} -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCMAKE_BUILD_TYPE=)
+      -G ${GENERATOR} -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCMAKE_BUILD_TYPE=
+      -DCMAKE_CXX_COMPILER=${CONSUMER_CXX})
   run(${CMAKE_COMMAND} --build ${WORK}/example-${example})
   if(NOT EXISTS ${WORK}/example-${example}/example_${example})
     message(FATAL_ERROR "examples/${example} did not build against the installed paco")

@@ -2,10 +2,14 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <regex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "paco/io/progress.hpp"
 #include "paco/io/table.hpp"
+#include "paco/io/timestamped_lines.hpp"
 
 using namespace paco;
 
@@ -56,4 +60,41 @@ TEST_CASE("progress: update_smoothed shows the moving average of the values", "[
   REQUIRE(text.find("3/3") != std::string::npos);
   REQUIRE(text.find("loss 1.079 ") != std::string::npos);
   REQUIRE(text.find("2/3") == std::string::npos);
+}
+
+TEST_CASE("timestamp_lines: each line once, stamped at its start, every byte through in order",
+          "[io][log]") {
+  FILE* file = std::tmpfile();
+  REQUIRE(file != nullptr);
+  FILE* out = file;
+  REQUIRE(io::timestamp_lines(out));
+  REQUIRE(out != file);
+  std::fprintf(out, "store: serving %d modules\n", 3);
+  std::fprintf(out, "a line in ");  // one line written in three pieces: one stamp
+  std::fprintf(out, "three ");
+  std::fprintf(out, "pieces\nand two\nlines at once\n");
+  std::fputs("no newline at the end", out);
+  REQUIRE(std::fclose(out) == 0);  // flushed; the file stays open
+  std::rewind(file);
+  std::string text;
+  for (int c; (c = std::fgetc(file)) != EOF;) text += char(c);
+  std::vector<std::string> lines;
+  for (std::size_t at = 0; at < text.size();) {
+    const auto nl = text.find('\n', at);
+    lines.push_back(text.substr(at, nl == std::string::npos ? std::string::npos : nl - at));
+    at = nl == std::string::npos ? text.size() : nl + 1;
+  }
+  const std::regex stamped(R"(^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{3})Z (.*)$)");
+  const std::vector<std::string> want{"store: serving 3 modules", "a line in three pieces",
+                                      "and two", "lines at once", "no newline at the end"};
+  REQUIRE(lines.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    std::smatch m;
+    INFO(lines[i]);
+    REQUIRE(std::regex_match(lines[i], m, stamped));
+    CHECK(m[8].str() == want[i]);
+    CHECK(std::stoi(m[1].str()) >= 2024);
+    CHECK(std::stoi(m[4].str()) < 24);
+  }
+  std::fclose(file);
 }

@@ -6,7 +6,7 @@
 # copy of the export alone — must pick the same path for each text and agree on its bits/byte
 # within 1e-4 (relative). The export must also carry the model card (the run's figures), the
 # router and each model's byte tokenizer with bos/eos inside the vocabulary; and the run
-# directory alone (no -c, no --set) must give the same export and scores.
+# directory alone (no -c, no --set) must give the same export, scores and results table.
 #   check_export.sh PACO_TRAIN SOURCE_DIR
 set -uo pipefail
 paco_train=$1 src=$2
@@ -19,6 +19,10 @@ job=(-c "$src/examples/configs/dipaco_brown.toml" --set model.d=32 --set model.l
      --set dipaco.rounds=3 --set dipaco.inner_steps=20 --set dipaco.pretrain_steps=30
      --set train.warmup=2 --set dipaco.reroute_every=0 --set output.dir="$work/run")
 "$paco_train" "${job[@]}" >"$work/run.out" 2>&1 || { rc=$?; cat "$work/run.out"; fail "the run exited $rc"; }
+# The processes' logs carry the time of each line (UTC, ISO 8601, to the millisecond).
+stamp='^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z '
+grep -Eq "${stamp}store: serving" "$work/run/store.log" || { head -3 "$work/run/store.log"; fail "store.log lines carry no time"; }
+[ "$(grep -Evc "$stamp" "$work/run/store.log")" = 0 ] || fail "a line of store.log carries no time"
 "$paco_train" "${job[@]}" --export "$work/export" --export-hf >"$work/export.out" 2>&1 ||
   { rc=$?; cat "$work/export.out"; fail "--export exited $rc"; }
 # Three texts the run never saw: prose, a list of figures, and code (one longer than a window).
@@ -39,6 +43,13 @@ cmp -s "$work/export/path-1-1.safetensors" "$work/export_again/path-1-1.safetens
   { rc=$?; cat "$work/again_score.out"; fail "--score with only --run-dir exited $rc"; }
 [ "$(tail -n 1 "$work/paco.out")" = "$(tail -n 1 "$work/again_score.out")" ] ||
   fail "--score with only --run-dir scored differently"
+# The results table of the finished run from its directory alone (how a manual-mode or mpirun
+# run gets its table later): the table the launcher printed, row for row.
+"$paco_train" --run-dir "$work/run" --results >"$work/results.out" 2>&1 ||
+  { rc=$?; cat "$work/results.out"; fail "--results with only --run-dir exited $rc"; }
+grep -q '^| all (routed) |' "$work/results.out" || { cat "$work/results.out"; fail "--results printed no table"; }
+diff <(grep '^|' "$work/run.out") <(grep '^|' "$work/results.out") ||
+  fail "--results printed another table than the launcher's"
 # The export alone, elsewhere.
 mkdir "$work/elsewhere"
 cp -r "$work/export" "$work/elsewhere/"

@@ -10,4 +10,5 @@
 #include "paco/io/safetensors.hpp"
 #include "paco/io/table.hpp"
 #include "paco/io/text_corpus.hpp"
+#include "paco/io/timestamped_lines.hpp"
 #include "paco/io/tokenizer.hpp"

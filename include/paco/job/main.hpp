@@ -12,6 +12,8 @@
 //   prog --export DIR             every path of a finished run, the base model, the router and
 //                                 a model card (job/export.hpp)
 //   prog --score FILE …           route and score text files with the run (job/score.hpp)
+//   prog --results                the results table of a finished run, however it was launched
+//                                 (job/results.hpp run_results)
 // with, for any of them: --run-dir DIR (default output.dir), --resume, --fresh. The launcher
 // starts this same program (/proc/self/exe) with job.child_args and a role, so a process of any
 // role has the same job. PACO_TOKEN authenticates every link (the launcher draws one).
@@ -23,12 +25,16 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include "paco/io/timestamped_lines.hpp"
 #include "paco/job/data.hpp"
 #include "paco/job/dipaco_job.hpp"
 #include "paco/job/export.hpp"
 #include "paco/job/launcher.hpp"
 #include "paco/job/prepare.hpp"
 #include "paco/job/ranks.hpp"
+#include "paco/job/results.hpp"
 #include "paco/job/score.hpp"
 #include "paco/job/stage_role.hpp"
 #include "paco/job/store_role.hpp"
@@ -43,6 +49,7 @@ struct command_line {
   std::string run_dir, export_dir, peers;
   std::vector<std::string> score;  // --score (repeatable)
   bool resume = false, fresh = false;
+  bool results = false;  // --results
 };
 
 // Parses argv[1 …]. Errors: invalid_argument naming the flag (unknown, missing its value, a
@@ -59,6 +66,8 @@ inline result<command_line> parse_command_line(int argc, const char* const* argv
       c.resume = true;
     } else if (a == "--fresh") {
       c.fresh = true;
+    } else if (a == "--results") {
+      c.results = true;
     } else if (a == "--role" || a == "--run-dir" || a == "--export" || a == "--worker" ||
                a == "--stage" || a == "--peers" || a == "--score") {
       auto v = value();
@@ -90,36 +99,40 @@ inline result<command_line> parse_command_line(int argc, const char* const* argv
           errc::invalid_argument,
           "unknown argument '" + a +
               "' (--role, --worker, --stage, --peers, --run-dir, --resume, --fresh, --export, "
-              "--score)");
+              "--score, --results)");
     }
   }
   return c;
 }
 
-// The job's role named by the command line. Returns the process's exit code: 0 done, 2 bad input
-// (a message on stderr names it), the roles' codes otherwise (job/dipaco_job.hpp).
-// Requires: job's settings are valid (the ranges beside each field).
+// The job's role named by a command line (parse_command_line's, or a program's own parser's).
+// Returns the process's exit code: 0 done, 2 bad input (a message on stderr names it), the
+// roles' codes otherwise (job/dipaco_job.hpp). Requires: job's settings are valid (the ranges
+// beside each field).
 template <nn::BlockModel Model>
-int run_main(const dipaco_job<Model>& job, int argc, const char* const* argv) {
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  std::signal(SIGPIPE, SIG_IGN);  // a peer that died must be an error code, not a dead process
+int run_role(const dipaco_job<Model>& job, const command_line& c) {
   const char* P = job.program.c_str();
-  auto c = parse_command_line(argc, argv);
-  if (!c) return std::fprintf(stderr, "%s: %s\n", P, c.error().what().c_str()), exit_bad_input;
-  const run_dir rd{c->run_dir.empty() ? fs::path(job.output.dir) : fs::path(c->run_dir)};
+  // A store's or worker's lines going to a log file (the launcher's children, a process started
+  // by hand with its output redirected) carry the time they were written.
+  if ((c.role == "store" || c.role == "worker" || c.role == "prepare") && !isatty(fileno(stdout))) {
+    io::timestamp_lines(stdout);
+    io::timestamp_lines(stderr);
+  }
+  const run_dir rd{c.run_dir.empty() ? fs::path(job.output.dir) : fs::path(c.run_dir)};
   try {
-    if (!c->export_dir.empty()) {
-      if (auto s = export_paths(job, rd, c->export_dir); !s)
+    if (!c.export_dir.empty()) {
+      if (auto s = export_paths(job, rd, c.export_dir); !s)
         return std::fprintf(stderr, "%s: export: %s\n", P, s.error().what().c_str()),
                exit_bad_input;
       return 0;
     }
-    if (!c->score.empty()) return run_score(job, rd, c->score);
-    if (c->role == "store") return run_store(job, rd, c->resume, c->fresh);
-    if (c->role == "worker" && job.dipaco.stages > 1)
-      return run_stage_worker(job, rd, c->worker, c->stage, c->peers, c->resume, c->fresh);
-    if (c->role == "worker") return run_worker(job, rd, c->worker, c->resume, c->fresh);
-    if (c->role == "prepare") {
+    if (!c.score.empty()) return run_score(job, rd, c.score);
+    if (c.results) return run_results(job, rd);
+    if (c.role == "store") return run_store(job, rd, c.resume, c.fresh);
+    if (c.role == "worker" && job.dipaco.stages > 1)
+      return run_stage_worker(job, rd, c.worker, c.stage, c.peers, c.resume, c.fresh);
+    if (c.role == "worker") return run_worker(job, rd, c.worker, c.resume, c.fresh);
+    if (c.role == "prepare") {
       auto data = load_job_data(job);
       if (!data) return std::fprintf(stderr, "%s: %s\n", P, data.error().what().c_str()), 2;
       if (auto s = prepare(job, rd, *data, make_plan(job)); !s)
@@ -127,12 +140,24 @@ int run_main(const dipaco_job<Model>& job, int argc, const char* const* argv) {
       std::printf("%s: prepared %s\n", P, rd.dir.c_str());
       return 0;
     }
-    if (job.launch.mode == "mpi") return run_ranks(job, rd, c->resume, c->fresh);
-    return run_launcher(job, rd, c->resume, c->fresh);
+    if (job.launch.mode == "mpi") return run_ranks(job, rd, c.resume, c.fresh);
+    return run_launcher(job, rd, c.resume, c.fresh);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s (%s): %s\n", P, c->role.c_str(), e.what());
+    std::fprintf(stderr, "%s (%s): %s\n", P, c.role.c_str(), e.what());
     return exit_bad_input;
   }
+}
+
+// The whole main() of a program's DiPaCo job: its command line parsed, then run_role.
+template <nn::BlockModel Model>
+int run_main(const dipaco_job<Model>& job, int argc, const char* const* argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  std::signal(SIGPIPE, SIG_IGN);  // a peer that died must be an error code, not a dead process
+  auto c = parse_command_line(argc, argv);
+  if (!c)
+    return std::fprintf(stderr, "%s: %s\n", job.program.c_str(), c.error().what().c_str()),
+           exit_bad_input;
+  return run_role(job, *c);
 }
 
 }  // namespace paco::job

@@ -24,6 +24,7 @@
 #include "paco/job/data.hpp"
 #include "paco/job/dipaco_job.hpp"
 #include "paco/job/run_files.hpp"
+#include "paco/job/run_lock.hpp"
 #include "paco/nn/gemm.hpp"
 #include "paco/route/evaluate.hpp"
 #include "paco/route/route.hpp"
@@ -133,6 +134,7 @@ class progress_bar {
 // the run directory (the base model's pretraining, the routing), and the rounds.
 struct run_phases {
   double prepare_s = 0, rounds_s = 0;
+  bool timed = true;  // false: the table of a finished run rebuilt later (run_results)
 };
 
 // Prints the results table of a finished, whole run (check_run_whole) and what it sent; the
@@ -289,10 +291,14 @@ int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::p
   std::printf(
       "\nper-path model %.2fM parameters, %d modules of %.2fM; %ld inner steps per worker\n",
       n_params / 1e6, g.modules(), g.level(0).size / 1e6, steps);
-  std::printf(
-      "wall time: data and run directory (base model, routing) %.0f s, rounds %.0f s, "
-      "evaluation %.0f s; %.0f s in all\n",
-      phases.prepare_s, phases.rounds_s, eval_s, phases.prepare_s + phases.rounds_s + eval_s);
+  if (phases.timed)
+    std::printf(
+        "wall time: data and run directory (base model, routing) %.0f s, rounds %.0f s, "
+        "evaluation %.0f s; %.0f s in all\n",
+        phases.prepare_s, phases.rounds_s, eval_s, phases.prepare_s + phases.rounds_s + eval_s);
+  else
+    std::printf("wall time: evaluation %.0f s (the table of a finished run, from its directory)\n",
+                eval_s);
   std::printf(
       "codec %s%s: bytes sent per worker %.3f MB (payloads and request headers, as "
       "sent); fp32 pushes would send %.2f MB (%.2fx more)\n",
@@ -330,6 +336,32 @@ int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::p
   }
   std::printf("loss curves: %s; store checkpoint: %s\n", png.c_str(), rd.store().c_str());
   return 0;
+}
+
+// The results table of a finished run from its directory alone, whatever launched it (a
+// manual-mode run's processes, mpirun, a launcher since gone): the run locked (a live launch is
+// refused, naming its pid), checked whole (check_run_whole: every module at the last round), its
+// data and routing read, then print_results (results.json and the loss curves rewritten from the
+// same checkpoint). Returns print_results' code; exit_bad_input naming what is missing when the
+// run is not whole or not there.
+template <nn::BlockModel Model>
+int run_results(const dipaco_job<Model>& cfg, const run_dir& rd) {
+  const char* P = cfg.program.c_str();
+  auto fail = [&](const std::string& m) {
+    std::fprintf(stderr, "%s: results of '%s': %s\n", P, rd.dir.c_str(), m.c_str());
+    return exit_bad_input;
+  };
+  if (!fs::exists(rd.store())) return fail("no store checkpoint (" + rd.store().string() + ")");
+  auto lock = run_lock::acquire(rd.dir, cfg.program);
+  if (!lock) return fail(lock.error().what());
+  const path::path_plan g = make_plan(cfg);
+  if (auto s = check_run_whole(cfg, rd, g); !s)
+    return fail("the run is not whole: " + s.error().what());
+  auto data = load_job_data(cfg);
+  if (!data) return fail(data.error().what());
+  auto routing = read_routing(rd);
+  if (!routing) return fail(routing.error().what());
+  return print_results(cfg, rd, g, *data, *routing, {.timed = false});
 }
 
 }  // namespace paco::job
