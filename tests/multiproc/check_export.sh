@@ -23,6 +23,9 @@ job=(-c "$src/examples/configs/dipaco_brown.toml" --set model.d=32 --set model.l
 stamp='^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z '
 grep -Eq "${stamp}store: serving" "$work/run/store.log" || { head -3 "$work/run/store.log"; fail "store.log lines carry no time"; }
 [ "$(grep -Evc "$stamp" "$work/run/store.log")" = 0 ] || fail "a line of store.log carries no time"
+# ... and each worker's log a line a round: its loss, throughput, bytes and ETA.
+grep -Eq "${stamp}worker 1: round 3 of 3 pushed: loss [0-9.]+ \([0-9.]+ bits/byte\), [0-9]+ tokens/s, sync [0-9.]+ s, [0-9.]+ MB sent; eta 0:00" "$work/run/worker-1.log" ||
+  { cat "$work/run/worker-1.log"; fail "worker-1.log has no line for its last round"; }
 "$paco_train" "${job[@]}" --export "$work/export" --export-hf >"$work/export.out" 2>&1 ||
   { rc=$?; cat "$work/export.out"; fail "--export exited $rc"; }
 # Three texts the run never saw: prose, a list of figures, and code (one longer than a window).

@@ -12,6 +12,17 @@
 
 namespace paco::io {
 
+// Seconds as "m:ss", or "h:mm:ss" from an hour on (rounded to the second).
+inline std::string hms(double s) {
+  const long t = static_cast<long>(s + 0.5);
+  char buf[32];
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%ld:%02ld", t / 60, t % 60);
+  return buf;
+}
+
 class progress {
  public:
   struct options {
@@ -77,15 +88,6 @@ class progress {
   using clock = std::chrono::steady_clock;
   static double seconds(clock::time_point a, clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
-  }
-  static std::string hms(double s) {
-    long t = static_cast<long>(s + 0.5);
-    char buf[32];
-    if (t >= 3600)
-      std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
-    else
-      std::snprintf(buf, sizeof buf, "%ld:%02ld", t / 60, t % 60);
-    return buf;
   }
 
   std::string label_;

@@ -17,6 +17,7 @@
 #include "paco/io/atomic_file.hpp"
 #include "paco/io/json_read.hpp"
 #include "paco/io/metrics.hpp"
+#include "paco/io/progress.hpp"
 #include "paco/job/data.hpp"
 #include "paco/job/device_worker.hpp"
 #include "paco/job/dipaco_job.hpp"
@@ -436,6 +437,9 @@ int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool
   bool write_failed = false;
   // Every push's time and bytes, for the log: how bursty the wire is (store/metered.hpp).
   store::metered metered(*client);
+  // Its progress, a line a round: in its log, or on the terminal of a worker started by hand.
+  const auto t_loop = std::chrono::steady_clock::now();
+  long rounds_here = 0;
   const auto on_round = [&](const train::worker_round& r) -> status {
     const std::size_t sent = bytes_before + client->bytes_sent();
     json pushes = json::array();
@@ -480,6 +484,16 @@ int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool
                       .inner_step = inner_step(),
                       .bytes_sent = sent,
                       .late = late});
+    ++rounds_here;
+    const double per_round =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_loop).count() /
+        double(rounds_here);
+    std::printf(
+        "worker %d: round %ld of %d %s: loss %.4f (%.3f bits/byte), %.0f tokens/s, sync %.2f s, "
+        "%.2f MB sent; eta %s\n",
+        w, r.round + 1, cfg.dipaco.rounds, r.pushed ? "pushed" : "trained (closed without it)",
+        r.loss, r.loss / ln2, train_s > 0 ? tokens / train_s : 0.0, r.sync_s, double(sent) / 1e6,
+        io::hms(per_round * double(std::max(0L, long(cfg.dipaco.rounds) - 1 - r.round))).c_str());
     return s;
   };
   const auto on_refused = [&](const error& e) {
