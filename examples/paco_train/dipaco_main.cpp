@@ -16,18 +16,9 @@ int run_dipaco(const train_config& cfg, const dipaco_request& r) {
     const auto dj = make_job(cfg, config_args(r.config_path, r.overrides), r.export_hf,
                              record ? *record : std::string());
     // The library's roles (job/main.hpp), as any program's DiPaCo job runs them.
-    return job::run_role(dj, {.role = r.role,
-                              .worker = r.worker,
-                              .stage = r.stage,
-                              .run_dir = r.run_dir,
-                              .export_dir = r.export_dir,
-                              .peers = r.peers,
-                              .score = r.score_files,
-                              .resume = r.resume,
-                              .fresh = r.fresh,
-                              .results = r.results});
+    return job::run_role(dj, r.roles);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "paco_train (%s): %s\n", r.role.c_str(), e.what());
+    std::fprintf(stderr, "paco_train (%s): %s\n", r.roles.role.c_str(), e.what());
     return 2;
   }
 }

@@ -7,20 +7,15 @@
 #include <vector>
 
 #include "config.hpp"
+#include "paco/job/command_line.hpp"
 
 namespace paco_train {
 
-// What the command line asked of a DiPaCo job.
+// What the command line asked of a DiPaCo job: the library's role flags, and what only
+// paco_train has.
 struct dipaco_request {
-  std::string role = "launcher";  // launcher, prepare, store, worker (job::command_line's)
-  std::string run_dir;            // empty: output.dir
-  int worker = 0, stage = 0;
-  std::string peers;
-  bool resume = false, fresh = false;
-  std::string export_dir;  // --export DIR
+  paco::job::command_line roles;  // --role, --worker, --export, --score, --results, …
   bool export_hf = false;
-  std::vector<std::string> score_files;
-  bool results = false;  // --results: the table of a finished run
   // Where the configuration came from: -c and every --set, recorded by a new run; from_run_dir:
   // read back from the run's own record (nothing to record again).
   std::string config_path;
@@ -28,7 +23,7 @@ struct dipaco_request {
   bool from_run_dir = false;
 };
 
-// Runs the requested role of cfg's DiPaCo job; returns the process's exit code
+// Runs the requested role of cfg's DiPaCo job (job::run_role); returns the process's exit code
 // (job/dipaco_job.hpp). Requires: cfg.job.mode == "dipaco".
 int run_dipaco(const train_config& cfg, const dipaco_request& r);
 

@@ -120,17 +120,17 @@ int main(int argc, char** argv) {
     if (auto s = paco_train::device_available(); !s)
       return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
   if (cfg.job.mode == "dipaco")
-    return paco_train::run_dipaco(cfg, {.role = role,
-                                        .run_dir = run_dir,
-                                        .worker = worker,
-                                        .stage = stage,
-                                        .peers = peers,
-                                        .resume = resume,
-                                        .fresh = fresh,
-                                        .export_dir = export_dir,
+    return paco_train::run_dipaco(cfg, {.roles = {.role = role,
+                                                  .worker = worker,
+                                                  .stage = stage,
+                                                  .run_dir = run_dir,
+                                                  .export_dir = export_dir,
+                                                  .peers = peers,
+                                                  .score = score_files,
+                                                  .resume = resume,
+                                                  .fresh = fresh,
+                                                  .results = results_table},
                                         .export_hf = export_hf,
-                                        .score_files = score_files,
-                                        .results = results_table,
                                         .config_path = config_path,
                                         .overrides = overrides,
                                         .from_run_dir = from_run_dir});

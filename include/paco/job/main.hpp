@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "paco/io/timestamped_lines.hpp"
+#include "paco/job/command_line.hpp"
 #include "paco/job/data.hpp"
 #include "paco/job/dipaco_job.hpp"
 #include "paco/job/export.hpp"
@@ -41,69 +42,6 @@
 #include "paco/job/worker_role.hpp"
 
 namespace paco::job {
-
-// The roles' flags.
-struct command_line {
-  std::string role = "launcher";  // launcher, prepare, store, worker
-  int worker = 0, stage = 0;
-  std::string run_dir, export_dir, peers;
-  std::vector<std::string> score;  // --score (repeatable)
-  bool resume = false, fresh = false;
-  bool results = false;  // --results
-};
-
-// Parses argv[1 …]. Errors: invalid_argument naming the flag (unknown, missing its value, a
-// role that is not one, a worker id that is not a number).
-inline result<command_line> parse_command_line(int argc, const char* const* argv) {
-  command_line c;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> result<std::string> {
-      if (i + 1 >= argc) return error(errc::invalid_argument, a + " needs a value");
-      return std::string(argv[++i]);
-    };
-    if (a == "--resume") {
-      c.resume = true;
-    } else if (a == "--fresh") {
-      c.fresh = true;
-    } else if (a == "--results") {
-      c.results = true;
-    } else if (a == "--role" || a == "--run-dir" || a == "--export" || a == "--worker" ||
-               a == "--stage" || a == "--peers" || a == "--score") {
-      auto v = value();
-      if (!v) return v.error();
-      if (a == "--role") {
-        if (*v != "launcher" && *v != "prepare" && *v != "store" && *v != "worker")
-          return error(errc::invalid_argument,
-                       "--role " + *v + ": a role is launcher, prepare, store or worker");
-        c.role = *v;
-      } else if (a == "--run-dir") {
-        c.run_dir = *v;
-      } else if (a == "--export") {
-        c.export_dir = *v;
-      } else if (a == "--peers") {
-        c.peers = *v;
-      } else if (a == "--score") {
-        c.score.push_back(*v);
-      } else {
-        char* end = nullptr;
-        const long n = std::strtol(v->c_str(), &end, 10);
-        const long least = a == "--worker" ? 1 : 0;
-        if (v->empty() || *end || n < least || n > 1 << 20)
-          return error(errc::invalid_argument,
-                       a + " " + *v + ": not a number ≥ " + std::to_string(least));
-        (a == "--worker" ? c.worker : c.stage) = int(n);
-      }
-    } else {
-      return error(
-          errc::invalid_argument,
-          "unknown argument '" + a +
-              "' (--role, --worker, --stage, --peers, --run-dir, --resume, --fresh, --export, "
-              "--score, --results)");
-    }
-  }
-  return c;
-}
 
 // The job's role named by a command line (parse_command_line's, or a program's own parser's).
 // Returns the process's exit code: 0 done, 2 bad input (a message on stderr names it), the
