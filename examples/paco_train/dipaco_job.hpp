@@ -64,17 +64,8 @@ inline std::string gpt_fingerprint(const nn::gpt_config& m) {
   return o.str();
 }
 
-// The arguments that give a child process this configuration.
-inline std::vector<std::string> config_args(const std::string& config_path,
-                                            const std::vector<std::string>& overrides) {
-  std::vector<std::string> a;
-  if (!config_path.empty()) a.insert(a.end(), {"--config", config_path});
-  for (auto& o : overrides) a.insert(a.end(), {"--set", o});
-  return a;
-}
-
 // The job of a validated configuration. export_hf: --export also writes Hugging Face's layout.
-// record: configuration_record's (kept by a new run in its directory; empty: none).
+// record: config_source::record's (kept by a new run in its directory; empty: none).
 inline gpt_job make_job(const train_config& cfg, std::vector<std::string> child_args = {},
                         bool export_hf = false, std::string record = {}) {
   const std::string gemm = cfg.train.gemm;
@@ -98,58 +89,25 @@ inline gpt_job make_job(const train_config& cfg, std::vector<std::string> child_
                  std::move(record)};
 }
 
-// Whether a --set item says launch.mode = "mpi" (launch.mode=mpi, launch.mode = "mpi", …).
-inline bool says_mpi(const std::string& item) {
-  const auto trim = [](std::string v) {
-    const auto a = v.find_first_not_of(" \t"), b = v.find_last_not_of(" \t");
-    return a == std::string::npos ? std::string() : v.substr(a, b - a + 1);
-  };
-  const auto eq = item.find('=');
-  if (eq == std::string::npos || trim(item.substr(0, eq)) != "launch.mode") return false;
-  std::string v = trim(item.substr(eq + 1));
-  if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front())
-    v = v.substr(1, v.size() - 2);
-  return v == "mpi";
-}
-
 // This process's configuration. In an engine's launch (a rank of a world of two or more in the
 // environment: mpirun, srun; launcher: no --role, --export or --score) it is read once, on rank
-// 0, and sent to every rank (job::launch_configuration): the file's text and the overrides,
-// when they say launch.mode = "mpi" (or, when they cannot be read, the command line does); the
-// other ranks open no file. Otherwise: read here (load_config).
-// paco_train's configuration as it was given: the config file's path and text and every --set,
-// as JSON. What rank 0 sends the other ranks of an engine's launch, and what a run keeps in its
-// directory (job_config.json). Errors: read_config_text's.
-inline result<std::string> configuration_record(const std::string& config_path,
-                                                const std::vector<std::string>& overrides) {
-  auto text = read_config_text(config_path);
-  if (!text) return text.error();
-  return json{{"config", config_path}, {"text", *text}, {"set", overrides}}.dump();
-}
-
-// The configuration of a record (configuration_record's), read as load_config would read the
-// file and --set items. Errors: protocol naming `origin` when it is no such record; the
-// configuration's own.
-inline result<train_config> configuration_of_record(const std::string& record,
-                                                    const std::string& origin) {
-  const json j = json::parse(record, nullptr, false);
-  if (j.is_discarded() || !j.contains("config") || !j["config"].is_string() ||
-      !j.contains("text") || !j["text"].is_string() || !j.contains("set") || !j["set"].is_array())
-    return error(errc::protocol, origin + " holds no configuration of paco_train's");
-  for (const auto& s : j["set"])
-    if (!s.is_string()) return error(errc::protocol, origin + ": a --set item is not a string");
-  return load_config_text("config '" + j["config"].get<std::string>() + "'",
-                          j["text"].get<std::string>(), j["set"].get<std::vector<std::string>>());
-}
-
+// 0, and sent to every rank (job::launch_configuration): the file's text and the overrides
+// (job::config_source's record), when they say launch.mode = "mpi" (or, when they cannot be
+// read, the command line does); the other ranks open no file. Otherwise: read here.
 inline result<train_config> engine_configuration(const std::string& config_path,
                                                  const std::vector<std::string>& overrides,
                                                  bool launcher) {
   if (!launcher) return load_config(config_path, overrides);
   return job::launch_configuration<train_config>(
-      [&]() -> result<std::string> { return configuration_record(config_path, overrides); },
+      [&]() -> result<std::string> {
+        auto src = job::config_source::read(config_path, overrides);
+        if (!src) return src.error();
+        return src->record();
+      },
       [](const std::string& shared) -> result<train_config> {
-        return configuration_of_record(shared, "rank 0's message");
+        auto src = job::config_source::of_record(shared, "rank 0's message");
+        if (!src) return src.error();
+        return load_config(*src);
       },
       [](const train_config& c) -> result<bool> {
         if (c.launch.mode != "mpi") return false;
@@ -160,7 +118,8 @@ inline result<train_config> engine_configuration(const std::string& config_path,
                            c.job.mode + "\"");
         return true;
       },
-      std::any_of(overrides.begin(), overrides.end(), says_mpi), job::meeting_epoch_configuration);
+      std::any_of(overrides.begin(), overrides.end(), job::config_source::says_mpi),
+      job::meeting_epoch_configuration);
 }
 
 }  // namespace paco_train

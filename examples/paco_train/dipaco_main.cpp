@@ -11,10 +11,10 @@ namespace paco_train {
 int run_dipaco(const train_config& cfg, const dipaco_request& r) {
   try {
     // A new run keeps its configuration (the file was read before: it can be read again).
-    const auto record = r.from_run_dir ? result<std::string>(std::string())
-                                       : configuration_record(r.config_path, r.overrides);
-    const auto dj = make_job(cfg, config_args(r.config_path, r.overrides), r.export_hf,
-                             record ? *record : std::string());
+    const auto src = job::config_source::read(r.roles.config_path, r.roles.overrides);
+    const auto dj =
+        make_job(cfg, job::config_source{r.roles.config_path, {}, r.roles.overrides}.args(),
+                 r.export_hf, src && !r.from_run_dir ? src->record() : std::string());
     // The library's roles (job/main.hpp), as any program's DiPaCo job runs them.
     return job::run_role(dj, r.roles);
   } catch (const std::exception& e) {

@@ -3,9 +3,6 @@
 // layer's roles instantiated for the GPT are half of paco_train's compile time, and two units
 // build on two cores side by side.
 
-#include <string>
-#include <vector>
-
 #include "config.hpp"
 #include "paco/job/command_line.hpp"
 
@@ -14,12 +11,10 @@ namespace paco_train {
 // What the command line asked of a DiPaCo job: the library's role flags, and what only
 // paco_train has.
 struct dipaco_request {
-  paco::job::command_line roles;  // --role, --worker, --export, --score, --results, …
+  paco::job::command_line roles;  // -c, --set, --role, --worker, --export, --score, …
   bool export_hf = false;
-  // Where the configuration came from: -c and every --set, recorded by a new run; from_run_dir:
-  // read back from the run's own record (nothing to record again).
-  std::string config_path;
-  std::vector<std::string> overrides;
+  // The configuration was read back from the run's own record (nothing to record again);
+  // otherwise -c and every --set are recorded by a new run.
   bool from_run_dir = false;
 };
 

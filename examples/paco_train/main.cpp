@@ -40,75 +40,52 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::signal(SIGPIPE, SIG_IGN);  // a peer that died must be an error code, not a dead process
   CLI::App app{"paco_train: train paco's byte-level GPT on the Brown corpus"};
-  std::string config_path;
-  std::vector<std::string> overrides;
-  bool resume = false, fresh = false;
-  std::string role = "launcher", run_dir;
-  int worker = 0;
-  app.add_option("--config,-c", config_path, "TOML config (examples/configs/*.toml)");
-  app.add_option("--set", overrides, "override a setting: section.key=value (repeatable)");
-  app.add_flag("--resume", resume,
-               "continue from the checkpoints in output.dir (dipaco jobs: every checkpoint is "
-               "verified; a missing, damaged, swapped or foreign one is an error)");
-  app.add_flag("--fresh", fresh,
-               "dipaco and pipeline jobs: delete a previous run in the run directory and start "
-               "over (with --role store or worker: that process's state only)");
+  // The job layer's flags (job/command_line.hpp: -c, --set, roles, --export, --score, …), with
+  // the pipeline job's stage role, and paco_train's own.
+  paco_train::dipaco_request req;
+  auto& c = req.roles;
+  job::add_flags(app, c, {"launcher", "prepare", "store", "worker", "stage"});
   long from_step = -1;
   app.add_option("--from-step", from_step,
                  "pipeline jobs, --role stage: resume from this stage's checkpoint of that step "
                  "(the launcher passes it; every stage resumes from the same step)");
-  app.add_option("--role", role,
-                 "dipaco jobs: launcher (default), prepare, store or worker; pipeline jobs: "
-                 "launcher or stage")
-      ->check(CLI::IsMember({"launcher", "prepare", "store", "worker", "stage"}));
-  int stage = 0;
-  std::string peers;
-  app.add_option("--stage", stage,
-                 "pipeline jobs (--role stage) and dipaco jobs with dipaco.stages > 1 (--role "
-                 "worker): this stage (0 … stages − 1)");
-  app.add_option("--peers", peers,
-                 "with --stage: every stage's host:port (of this worker's stages in a dipaco job), "
-                 "comma-separated");
-  app.add_option("--worker", worker, "dipaco jobs, --role worker: this worker's id (1 … workers)");
-  app.add_option("--run-dir", run_dir, "dipaco jobs: the run directory (default: output.dir)");
-  std::string export_dir;
-  app.add_option("--export", export_dir,
-                 "write the trained model(s) to DIR as self-describing safetensors (GPT-2 tensor "
-                 "names, config in the metadata) and exit: dipaco jobs every path and the base "
-                 "model, the LM job its checkpoint");
-  std::vector<std::string> score_files;
-  app.add_option("--score", score_files,
-                 "dipaco jobs: route each text file with the run's router and score it with the "
-                 "path it picks (bits/byte), then exit");
-  bool results_table = false;
-  app.add_flag("--results", results_table,
-               "dipaco jobs: print the results table of a finished run, however it was launched "
-               "(manual, mpi, local), and exit; with --run-dir alone, from the run's own "
-               "configuration");
-  bool export_hf = false;
-  app.add_flag("--export-hf", export_hf,
+  app.add_flag("--export-hf", req.export_hf,
                "with --export: also write each model in Hugging Face's GPT-2 layout, "
                "DIR/hf/<name>/ (config.json + model.safetensors, GPT2LMHeadModel's names)");
-  CLI11_PARSE(app, argc, argv);
+  {
+    paco_train::train_config shown;
+    job::setting_fields f;
+    paco_train::add_fields(f, shown);
+    app.footer(
+        "Settings (in the -c file as [section] key = value, or --set section.key=value), with "
+        "their defaults:\n" +
+        f.listing());
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // help printed, or the flag's error (bad input)
+  }
+  const std::string& role = c.role;
 
-  // --export or --score of a run named by its directory alone: the configuration the run kept
-  // (job_config.json). Otherwise one rank of an engine's launch (mpirun, srun: launch.mode =
-  // "mpi") reads the configuration on rank 0 only; the other ranks receive it
+  // --export, --score or --results of a run named by its directory alone: the configuration the
+  // run kept (job_config.json). Otherwise one rank of an engine's launch (mpirun, srun:
+  // launch.mode = "mpi") reads the configuration on rank 0 only; the other ranks receive it
   // (paco_train::engine_configuration).
-  const bool from_run_dir = config_path.empty() && overrides.empty() && !run_dir.empty() &&
-                            (!export_dir.empty() || !score_files.empty() || results_table);
+  req.from_run_dir = !c.configured() && !c.run_dir.empty() && c.reads_run();
   auto cfg_r = [&]() -> result<paco_train::train_config> {
-    if (!from_run_dir)
-      return paco_train::engine_configuration(
-          config_path, overrides,
-          role == "launcher" && export_dir.empty() && score_files.empty() && !results_table);
-    const fs::path rec = job::run_dir{run_dir}.config_record();
-    auto text = paco_train::read_config_text(rec);
+    if (!req.from_run_dir)
+      return paco_train::engine_configuration(c.config_path, c.overrides,
+                                              role == "launcher" && !c.reads_run());
+    const fs::path rec = job::run_dir{c.run_dir}.config_record();
+    auto text = job::read_config_text(rec);
     if (!text)
       return error(text.error().code, text.error().message +
                                           " (a run keeps its configuration there; without it, "
                                           "give the run's -c and --set again)");
-    return paco_train::configuration_of_record(*text, "'" + rec.string() + "'");
+    auto src = job::config_source::of_record(*text, "'" + rec.string() + "'");
+    if (!src) return src.error();
+    return paco_train::load_config(*src);
   }();
   if (!cfg_r) {
     std::fprintf(stderr, "paco_train: %s\n", cfg_r.error().what().c_str());
@@ -116,26 +93,12 @@ int main(int argc, char** argv) {
   }
   const auto cfg = *cfg_r;
   // A device run on a build or machine without one fails here, before any data or process.
-  if (cfg.train.device == "cuda" && export_dir.empty())
+  if (cfg.train.device == "cuda" && c.export_dir.empty())
     if (auto s = paco_train::device_available(); !s)
       return std::fprintf(stderr, "paco_train: %s\n", s.error().what().c_str()), 2;
-  if (cfg.job.mode == "dipaco")
-    return paco_train::run_dipaco(cfg, {.roles = {.role = role,
-                                                  .worker = worker,
-                                                  .stage = stage,
-                                                  .run_dir = run_dir,
-                                                  .export_dir = export_dir,
-                                                  .peers = peers,
-                                                  .score = score_files,
-                                                  .resume = resume,
-                                                  .fresh = fresh,
-                                                  .results = results_table},
-                                        .export_hf = export_hf,
-                                        .config_path = config_path,
-                                        .overrides = overrides,
-                                        .from_run_dir = from_run_dir});
+  if (cfg.job.mode == "dipaco") return paco_train::run_dipaco(cfg, req);
   if (cfg.job.mode == "pipeline") {
-    if (!export_dir.empty())
+    if (!c.export_dir.empty())
       return std::fprintf(stderr,
                           "paco_train: --export is not offered by pipeline jobs (stage 0 "
                           "scores the gathered model)\n"),
@@ -146,9 +109,10 @@ int main(int argc, char** argv) {
                           "--resume finds the step)\n"),
              2;
     try {
-      const auto pj = paco_train::make_job(cfg, paco_train::config_args(config_path, overrides));
-      if (role == "stage") return job::run_pipeline_stage(pj, stage, peers, from_step);
-      if (role == "launcher") return job::run_pipeline_launcher(pj, resume, fresh);
+      const auto pj =
+          paco_train::make_job(cfg, job::config_source{c.config_path, {}, c.overrides}.args());
+      if (role == "stage") return job::run_pipeline_stage(pj, c.stage, c.peers, from_step);
+      if (role == "launcher") return job::run_pipeline_launcher(pj, c.resume, c.fresh);
       return std::fprintf(stderr, "paco_train: --role %s is not a pipeline role\n", role.c_str()),
              2;
     } catch (const std::exception& e) {
@@ -161,17 +125,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   const auto& tc = cfg.train;
-  if (!export_dir.empty()) {  // the LM job's checkpoint as a model file
+  if (!c.export_dir.empty()) {  // the LM job's checkpoint as a model file
     const fs::path ckpt = fs::path(cfg.output.dir) / "checkpoint.safetensors";
     nn::gpt model(cfg.model);
     arena<host> a(model.layout());
     auto info = io::load_checkpoint(ckpt, model.tensors(), a);
     if (!info)
       return std::fprintf(stderr, "paco_train: export: %s\n", info.error().what().c_str()), 2;
-    fs::create_directories(export_dir);
+    fs::create_directories(c.export_dir);
     if (auto s = paco_train::export_model(
-            export_dir, "model", model, a.get(plane::param).data(),
-            {{"source", ckpt.string()}, {"step", std::to_string(info->step)}}, export_hf);
+            c.export_dir, "model", model, a.get(plane::param).data(),
+            {{"source", ckpt.string()}, {"step", std::to_string(info->step)}}, req.export_hf);
         !s)
       return std::fprintf(stderr, "paco_train: export: %s\n", s.error().what().c_str()), 2;
     return 0;
@@ -217,13 +181,13 @@ int main(int argc, char** argv) {
   fs::create_directories(cfg.output.dir);
   const fs::path ckpt = fs::path(cfg.output.dir) / "checkpoint.safetensors";
   long step = 0;
-  if (resume && !fs::exists(ckpt)) {
+  if (c.resume && !fs::exists(ckpt)) {
     std::fprintf(stderr,
                  "paco_train: cannot resume: no checkpoint '%s' (run without --resume to start)\n",
                  ckpt.c_str());
     return 2;
   }
-  if (resume) {
+  if (c.resume) {
     auto info = io::load_checkpoint(ckpt, model.tensors(), a);
     if (!info) {
       std::fprintf(stderr, "paco_train: cannot resume: %s\n", info.error().what().c_str());
@@ -232,7 +196,7 @@ int main(int argc, char** argv) {
     step = info->step;
     std::printf("paco_train: resumed from %s at step %ld\n", ckpt.c_str(), step);
   }
-  auto metrics = io::metrics_log::open(fs::path(cfg.output.dir) / "metrics.jsonl", resume);
+  auto metrics = io::metrics_log::open(fs::path(cfg.output.dir) / "metrics.jsonl", c.resume);
   if (!metrics) {
     std::fprintf(stderr, "paco_train: %s\n", metrics.error().what().c_str());
     return 2;

@@ -21,18 +21,7 @@ export PACO_TOKEN=mpi-launch-test
 "$paco_train" "${small[@]}" --set output.dir="$work/local" >"$work/local.out" 2>&1 ||
   { rc=$?; cat "$work/local.out"; fail "the local launch exited $rc"; }
 # A block of 8 ports none of which is taken now (tests beside this one draw their own).
-base=$(/usr/bin/python3 -c '
-import os, random, socket
-r = random.Random(os.getpid())
-for _ in range(200):
-    b = 12000 + 8 * r.randrange(2500)
-    try:
-        for q in range(b, b + 8):
-            s = socket.socket(); s.bind(("127.0.0.1", q)); s.close()
-        print(b); break
-    except OSError:
-        pass
-')
+base=$(python3 "$(dirname "$0")/../support/free_port_block.py" 8)
 [ -n "$base" ] || fail "no free block of ports"
 # The ranks meet at base + 7 (PACO_COORDINATOR); the store serves on base + 0 … base + 4.
 export PACO_COORDINATOR=127.0.0.1:$((base + 7))

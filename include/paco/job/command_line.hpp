@@ -1,77 +1,77 @@
 #pragma once
-// command_line: the flags of a program's DiPaCo job roles (job/main.hpp run_role runs them), and
-// the library's own parser of them (run_main's). A program with its own parser (paco_train's
-// CLI11) fills the same struct. Light on purpose: no role is included here.
+// command_line: the flags of a program's job, its roles (job/main.hpp run_role runs them) and
+// its configuration (-c FILE, --set section.key=value: job/settings_file.hpp), declared once on a
+// CLI11 app. job::run_main parses them; a program with flags of its own (paco_train) adds these
+// to its app and fills the same struct. No role is included here.
+//
+//   CLI::App app{"my_job: …"};
+//   job::command_line c;
+//   job::add_flags(app, c);
+//   CLI11_PARSE(app, argc, argv);
 
-#include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "paco/core/error.hpp"
+#include <CLI/CLI.hpp>
 
 namespace paco::job {
 
-// The roles' flags.
+// The job's flags.
 struct command_line {
-  std::string role = "launcher";  // launcher, prepare, store, worker
+  std::string role = "launcher";  // launcher, prepare, store, worker (a program may add roles)
   int worker = 0, stage = 0;
   std::string run_dir, export_dir, peers;
   std::vector<std::string> score;  // --score (repeatable)
   bool resume = false, fresh = false;
   bool results = false;  // --results
+  // The configuration: a TOML file and "section.key=value" items, applied in that order over the
+  // program's own values (job/settings_file.hpp apply).
+  std::string config_path;
+  std::vector<std::string> overrides;
+
+  // Whether the configuration is given on this command line (else: the program's values, or
+  // the run directory's record for --export, --score and --results).
+  bool configured() const { return !config_path.empty() || !overrides.empty(); }
+  // Whether this command line reads a finished run rather than running a role.
+  bool reads_run() const { return !export_dir.empty() || !score.empty() || results; }
 };
 
-// Parses argv[1 …]. Errors: invalid_argument naming the flag (unknown, missing its value, a
-// role that is not one, a worker id that is not a number).
-inline result<command_line> parse_command_line(int argc, const char* const* argv) {
-  command_line c;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> result<std::string> {
-      if (i + 1 >= argc) return error(errc::invalid_argument, a + " needs a value");
-      return std::string(argv[++i]);
-    };
-    if (a == "--resume") {
-      c.resume = true;
-    } else if (a == "--fresh") {
-      c.fresh = true;
-    } else if (a == "--results") {
-      c.results = true;
-    } else if (a == "--role" || a == "--run-dir" || a == "--export" || a == "--worker" ||
-               a == "--stage" || a == "--peers" || a == "--score") {
-      auto v = value();
-      if (!v) return v.error();
-      if (a == "--role") {
-        if (*v != "launcher" && *v != "prepare" && *v != "store" && *v != "worker")
-          return error(errc::invalid_argument,
-                       "--role " + *v + ": a role is launcher, prepare, store or worker");
-        c.role = *v;
-      } else if (a == "--run-dir") {
-        c.run_dir = *v;
-      } else if (a == "--export") {
-        c.export_dir = *v;
-      } else if (a == "--peers") {
-        c.peers = *v;
-      } else if (a == "--score") {
-        c.score.push_back(*v);
-      } else {
-        char* end = nullptr;
-        const long n = std::strtol(v->c_str(), &end, 10);
-        const long least = a == "--worker" ? 1 : 0;
-        if (v->empty() || *end || n < least || n > 1 << 20)
-          return error(errc::invalid_argument,
-                       a + " " + *v + ": not a number ≥ " + std::to_string(least));
-        (a == "--worker" ? c.worker : c.stage) = int(n);
-      }
-    } else {
-      return error(
-          errc::invalid_argument,
-          "unknown argument '" + a +
-              "' (--role, --worker, --stage, --peers, --run-dir, --resume, --fresh, --export, "
-              "--score, --results)");
-    }
-  }
-  return c;
+// Adds the job's flags to app, each filling its field of c. roles: the values --role accepts.
+// Requires: c outlives app's parsing.
+inline void add_flags(CLI::App& app, command_line& c,
+                      std::vector<std::string> roles = {"launcher", "prepare", "store", "worker"}) {
+  app.add_option("--config,-c", c.config_path, "TOML file of settings ([section] key = value)");
+  app.add_option("--set", c.overrides,
+                 "override a setting: section.key=value, a TOML value (repeatable; applied after "
+                 "the file, in order)");
+  app.add_flag("--resume", c.resume,
+               "continue from the checkpoints in the run directory (every checkpoint is "
+               "verified; a missing, damaged, swapped or foreign one is an error)");
+  app.add_flag("--fresh", c.fresh,
+               "delete a previous run in the run directory and start over (with --role store or "
+               "worker: that process's state only)");
+  app.add_option("--role", c.role,
+                 "this process: launcher (default: starts, or prints, every other), prepare "
+                 "(the run directory's base model and routing), store, worker")
+      ->check(CLI::IsMember(std::move(roles)));
+  app.add_option("--worker", c.worker, "--role worker: this worker's id (1 … workers)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--stage", c.stage,
+                 "--role worker with dipaco.stages > 1: this stage of the worker's path "
+                 "(0 … stages − 1)")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--peers", c.peers,
+                 "with --stage: every stage's host:port of this worker's path, comma-separated");
+  app.add_option("--run-dir", c.run_dir, "the run directory (default: output.dir)");
+  app.add_option("--export", c.export_dir,
+                 "write every path of a finished run, the base model, the router and a model "
+                 "card to DIR, then exit");
+  app.add_option("--score", c.score,
+                 "route each text file with a finished run's router and score it with the path "
+                 "it picks (bits/byte), then exit");
+  app.add_flag("--results", c.results,
+               "print the results table of a finished run, however it was launched (local, "
+               "manual, mpi), then exit");
 }
 
 }  // namespace paco::job

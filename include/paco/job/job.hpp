@@ -1,6 +1,8 @@
 #pragma once
 // paco's job layer: a DiPaCo / DiLoCo job of any nn::BlockModel as real processes over TCP,
 // store and workers, from a program's own main() (job/main.hpp). See job/dipaco_job.hpp.
+#include "paco/job/command_line.hpp"
+#include "paco/job/configure.hpp"
 #include "paco/job/data.hpp"
 #include "paco/job/device_worker.hpp"
 #include "paco/job/dipaco_job.hpp"
@@ -13,7 +15,9 @@
 #include "paco/job/run_files.hpp"
 #include "paco/job/score.hpp"
 #include "paco/job/settings.hpp"
+#include "paco/job/settings_file.hpp"
 #include "paco/job/stage_role.hpp"
 #include "paco/job/stages.hpp"
 #include "paco/job/store_role.hpp"
+#include "paco/job/validate.hpp"
 #include "paco/job/worker_role.hpp"

@@ -14,9 +14,13 @@
 //   prog --score FILE …           route and score text files with the run (job/score.hpp)
 //   prog --results                the results table of a finished run, however it was launched
 //                                 (job/results.hpp run_results)
-// with, for any of them: --run-dir DIR (default output.dir), --resume, --fresh. The launcher
-// starts this same program (/proc/self/exe) with job.child_args and a role, so a process of any
+// with, for any of them: --run-dir DIR (default output.dir), --resume, --fresh, and the
+// configuration over the program's own values: -c FILE (TOML, [section] key = value) and
+// --set section.key=value (job/settings_file.hpp), checked before anything runs
+// (job/validate.hpp); --help lists every flag and setting. The launcher starts this same program
+// (/proc/self/exe) with the same -c and --set, job.child_args and a role, so a process of any
 // role has the same job. PACO_TOKEN authenticates every link (the launcher draws one).
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -29,8 +33,10 @@
 
 #include "paco/io/timestamped_lines.hpp"
 #include "paco/job/command_line.hpp"
+#include "paco/job/configure.hpp"
 #include "paco/job/data.hpp"
 #include "paco/job/dipaco_job.hpp"
+#include "paco/job/engine_meeting.hpp"
 #include "paco/job/export.hpp"
 #include "paco/job/launcher.hpp"
 #include "paco/job/prepare.hpp"
@@ -86,16 +92,61 @@ int run_role(const dipaco_job<Model>& job, const command_line& c) {
   }
 }
 
-// The whole main() of a program's DiPaCo job: its command line parsed, then run_role.
+// The whole main() of a program's DiPaCo job: its command line parsed (job/command_line.hpp;
+// --help lists every setting with the program's value), the job configured by -c and --set (or,
+// to read a finished run with --export, --score or --results and no -c or --set, by the
+// configuration the run recorded), then run_role. In an engine's launch (mpirun, srun:
+// launch.mode = "mpi") rank 0 reads the configuration and every rank runs what it sent.
 template <nn::BlockModel Model>
 int run_main(const dipaco_job<Model>& job, int argc, const char* const* argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::signal(SIGPIPE, SIG_IGN);  // a peer that died must be an error code, not a dead process
-  auto c = parse_command_line(argc, argv);
-  if (!c)
-    return std::fprintf(stderr, "%s: %s\n", job.program.c_str(), c.error().what().c_str()),
-           exit_bad_input;
-  return run_role(job, *c);
+  const char* P = job.program.c_str();
+  CLI::App app{job.program + ": a DiPaCo job of store and worker processes (paco's job layer)"};
+  command_line c;
+  add_flags(app, c);
+  app.footer(
+      "Settings (in the -c file as [section] key = value, or --set section.key=value), with "
+      "this program's values:\n" +
+      settings_listing(job));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : exit_bad_input;
+  }
+  const auto fail = [&](const error& e) {
+    std::fprintf(stderr, "%s: %s\n", P, e.what().c_str());
+    return exit_bad_input;
+  };
+  const run_dir rd{c.run_dir.empty() ? fs::path(job.output.dir) : fs::path(c.run_dir)};
+  const auto parse = [&](const std::string& record, const std::string& origin) {
+    auto src = config_source::of_record(record, origin);
+    if (!src) return result<dipaco_job<Model>>(src.error());
+    return configure(job, *src);
+  };
+  result<dipaco_job<Model>> configured = error(errc::invalid_argument, "not configured");
+  if (c.reads_run() && !c.configured() && fs::exists(rd.config_record())) {
+    auto text = read_config_text(rd.config_record());
+    if (!text) return fail(text.error());
+    configured = parse(*text, "'" + rd.config_record().string() + "'");
+  } else if (c.role == "launcher" && !c.reads_run()) {
+    configured = launch_configuration<dipaco_job<Model>>(
+        [&]() -> result<std::string> {
+          auto src = config_source::read(c.config_path, c.overrides);
+          if (!src) return src.error();
+          return src->record();
+        },
+        [&](const std::string& record) { return parse(record, "rank 0's message"); },
+        [](const dipaco_job<Model>& j) -> result<bool> { return j.launch.mode == "mpi"; },
+        job.launch.mode == "mpi" ||
+            std::any_of(c.overrides.begin(), c.overrides.end(), config_source::says_mpi),
+        meeting_epoch_configuration);
+  } else {
+    auto src = config_source::read(c.config_path, c.overrides);
+    configured = src ? configure(job, *src) : result<dipaco_job<Model>>(src.error());
+  }
+  if (!configured) return fail(configured.error());
+  return run_role(*configured, c);
 }
 
 }  // namespace paco::job

@@ -1,14 +1,15 @@
 #pragma once
 // A DiPaCo / DiLoCo job's settings, model aside: plain aggregates with defaults, each field's
-// meaning beside it. paco_train reads them from TOML (examples/paco_train/config.hpp); a program
-// of one's own sets them in C++. A grid [1] with workers_per_path = k is DiLoCo.
+// meaning beside it. A program sets them in C++, and its command line from a TOML file and --set
+// items (job/settings_file.hpp, through job::run_main or paco_train). A grid [1] with
+// workers_per_path = k is DiLoCo.
 //   settings      every section
 //   outer_of      dipaco.outer as the store's outer optimizer (store_outer)
 //   sync_of       sync.mode as the workers' sync rule
 //   compression_of dipaco.compress as the push codec
 //   load_data     the data section's corpus, every split checked non-empty
-// Requires of every function here: settings that passed validation (paco_train's validate, or
-// the values' ranges stated beside them); a value out of range throws error_exception.
+// Requires of every function here: settings that passed validation (job/validate.hpp, or the
+// values' ranges stated beside them); a value out of range throws error_exception.
 
 #include <algorithm>
 #include <cmath>
