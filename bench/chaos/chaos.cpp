@@ -73,7 +73,7 @@
 #include "paco/core/rng.hpp"
 #include "paco/io/json_read.hpp"
 #include "paco/io/safetensors.hpp"
-#include "paco/testing/processes.hpp"
+#include "support/processes.hpp"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;

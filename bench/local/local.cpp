@@ -33,7 +33,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "paco/testing/processes.hpp"
+#include "support/processes.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;

@@ -59,7 +59,7 @@
 #include <nlohmann/json.hpp>
 
 #include "paco/store/metered.hpp"
-#include "paco/testing/processes.hpp"
+#include "support/processes.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;

@@ -27,7 +27,7 @@
 #include "paco/place/place.hpp"
 #include "paco/place/placement_file.hpp"
 #include "paco/place/scaled.hpp"
-#include "paco/testing/processes.hpp"
+#include "support/processes.hpp"
 
 using namespace paco;
 namespace fs = std::filesystem;

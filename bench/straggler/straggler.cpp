@@ -30,7 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "paco/testing/processes.hpp"
+#include "support/processes.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;

@@ -41,7 +41,7 @@
 #include "paco/place/placement_file.hpp"
 #include "paco/place/replay.hpp"
 #include "paco/place/scaled.hpp"
-#include "paco/testing/processes.hpp"
+#include "support/processes.hpp"
 
 namespace {
 

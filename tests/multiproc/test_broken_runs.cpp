@@ -22,7 +22,7 @@
 #include "paco/core/hash.hpp"
 #include "paco/job/results.hpp"
 #include "paco/path/path_plan.hpp"
-#include "paco/testing/processes.hpp"
+#include "support/processes.hpp"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;

@@ -24,7 +24,7 @@
 #include "paco/core/hash.hpp"
 #include "paco/core/rng.hpp"
 #include "paco/io/safetensors.hpp"
-#include "paco/testing/processes.hpp"
+#include "support/processes.hpp"
 
 extern char** environ;
 namespace fs = std::filesystem;

@@ -18,7 +18,7 @@
 #include <tuple>
 #include <vector>
 
-#include "paco/testing/processes.hpp"
+#include "support/processes.hpp"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;

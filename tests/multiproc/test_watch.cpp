@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "paco/testing/processes.hpp"
+#include "support/processes.hpp"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;

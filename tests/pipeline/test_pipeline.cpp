@@ -31,7 +31,7 @@
 #include "paco/net/asio_tcp.hpp"
 #include "paco/net/free_port.hpp"
 #include "paco/net/subgroup.hpp"
-#include "paco/testing/processes.hpp"
+#include "support/processes.hpp"
 #endif
 
 using namespace paco;
