@@ -26,11 +26,12 @@ packages=(
 )
 # The tests: Catch2; clang (the header check, the fuzzers), clang-format (CI's format check);
 # Open MPI (the MPI transport and mpirun launches); PyTorch and NumPy (the parity tests, the
-# export check); Chromium (the status page rendered); iproute2 (network namespaces, tc).
+# export check); Chromium (the status page rendered); iproute2 (network namespaces, tc);
+# Prometheus (its promtool checks every metrics endpoint's text).
 if [[ "$set_name" == all ]]; then
   packages+=(
     catch2 clang clang-format librange-v3-dev libopenmpi-dev openmpi-bin
-    python3 python3-numpy python3-torch chromium iproute2
+    python3 python3-numpy python3-torch chromium iproute2 prometheus
   )
 fi
 

@@ -11,10 +11,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/processes.hpp"
@@ -105,6 +108,7 @@ TEST_CASE("a running job's metrics scrape and its status page renders in Chromiu
       60s));
   INFO(store);
   REQUIRE(sample(store, "paco_store_live_workers") == 4);
+  REQUIRE(sample(store, "paco_store_rounds_planned") == 40);
   REQUIRE(sample(store, "paco_store_pushes_total{result=\"accepted\"}") >= 8);
   REQUIRE(sample(store, "paco_store_pushes_total{result=\"late\"}") == 0);
   REQUIRE(sample(store, "paco_store_rounds_closed_total{module=\"0\"}") >= 2);
@@ -116,14 +120,45 @@ TEST_CASE("a running job's metrics scrape and its status page renders in Chromiu
   INFO(worker);
   REQUIRE(sample(worker, "paco_worker_rounds_total") >= 2);
   REQUIRE(sample(worker, "paco_worker_loss") > 0);
+  REQUIRE(sample(worker, "paco_worker_loss_bpb") ==
+          Approx(sample(worker, "paco_worker_loss") / std::log(2.0)).epsilon(1e-9));
+  REQUIRE(sample(worker, "paco_worker_rounds_planned") == 40);
   REQUIRE(sample(worker, "paco_worker_tokens_per_second") > 0);
   REQUIRE(sample(worker, "paco_worker_tokens_total") > 0);
   REQUIRE(sample(worker, "paco_worker_bytes_sent_total") > 0);
   REQUIRE(sample(worker, "paco_worker_inner_step") >= 60);
 
+  // Both endpoints pass Prometheus's own checks of the text format and its naming rules.
+  if (std::system("command -v promtool >/dev/null 2>&1") != 0) {
+    WARN("promtool is not installed (scripts/deps.sh installs prometheus): not checked");
+  } else {
+    for (const auto& [name, text] : {std::pair{"store", store}, std::pair{"worker", worker}}) {
+      const fs::path file = r.dir.string() + "." + name + ".prom",
+                     report = r.dir.string() + "." + name + ".promtool";
+      std::ofstream(file) << text;
+      const int rc = std::system(
+          ("promtool check metrics < " + file.string() + " > " + report.string() + " 2>&1")
+              .c_str());
+      INFO(name << " metrics, promtool says: " << slurp(report));
+      CHECK(rc == 0);
+      fs::remove(file);
+      fs::remove(report);
+    }
+  }
+
   // The status page, rendered by a browser while the run goes on.
   const std::string page = http_get(port, "/");
+  INFO(page);
   REQUIRE(page.find("<svg id=\"chart\"") != std::string::npos);
+  // The pace (rounds have closed: seconds per round and an ETA), the events (every worker
+  // joined) and the configuration as the run has it.
+  REQUIRE(std::regex_search(page, std::regex("<p id=\"pace\">[0-9.]+ s per round; ETA [0-9]+:")));
+  for (int w = 1; w <= 4; ++w)
+    REQUIRE(page.find("worker-" + std::to_string(w) + " joined") != std::string::npos);
+  REQUIRE(page.find("<td class=\"l\">dipaco.rounds</td><td class=\"l\">40</td>") !=
+          std::string::npos);
+  REQUIRE(page.find("<td class=\"l\">launch.throttle</td><td class=\"l\">&quot;1:3,2:3,3:3,"
+                    "4:3&quot;</td>") != std::string::npos);
   if (std::system("command -v chromium >/dev/null 2>&1") != 0) {
     WARN("chromium is not installed (scripts/deps.sh installs it): the page was not rendered");
   } else {
@@ -150,6 +185,8 @@ TEST_CASE("a running job's metrics scrape and its status page renders in Chromiu
     for (int w = 1; w <= 4; ++w)
       REQUIRE(d.find(">worker-" + std::to_string(w) + "<") != std::string::npos);
     REQUIRE(d.find("class=\"live\">live<") != std::string::npos);
+    REQUIRE(d.find("id=\"events\"") != std::string::npos);
+    REQUIRE(d.find("id=\"config\"") != std::string::npos);
     const std::regex curve("<polyline[^>]*points=\"[0-9.]+,[0-9.]+ [0-9.]+,[0-9.]+");
     REQUIRE(std::regex_search(d, curve));
     REQUIRE(fs::exists(shot));

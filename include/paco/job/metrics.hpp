@@ -12,7 +12,10 @@
 //           bytes_total{worker,direction}       payload bytes in (pushes) and out (pulls)
 //           live_workers                        workers with a live link
 //           worker_loss{worker}, worker_tokens_per_second{worker}   from the workers' reports
-//   worker  rounds_total, round, loss, bits_per_byte, tokens_per_second (the last round's),
+//           rounds_planned                      dipaco.rounds: a module's round at the end
+//   worker  rounds_total, rounds_planned, round, loss (nats/token), loss_bpb (bits/byte; named
+//           so for promtool, which reads a "bits" unit as a non-base one), tokens_per_second
+//           (the last round's),
 //           tokens_total (trained on: rate() of it is the throughput over any window),
 //           inner_step, sync_seconds_total (pushing and waiting), bytes_sent_total,
 //           late_pushes_total
@@ -47,7 +50,8 @@ inline std::string prometheus_text(const prometheus::Registry& r) {
 
 class store_metrics {
  public:
-  store_metrics()
+  // rounds: dipaco.rounds, the round every module reaches at the end.
+  explicit store_metrics(int rounds)
       : reg_(std::make_shared<prometheus::Registry>()),
         rounds_(prometheus::BuildCounter()
                     .Name("paco_store_rounds_closed_total")
@@ -87,6 +91,12 @@ class store_metrics {
     pushes_.Add({{"result", "accepted"}});
     pushes_.Add({{"result", "late"}});
     pushes_.Add({{"result", "refused"}});
+    prometheus::BuildGauge()
+        .Name("paco_store_rounds_planned")
+        .Help("Rounds of the run (dipaco.rounds): every module's round at its end")
+        .Register(*reg_)
+        .Add({})
+        .Set(double(rounds));
   }
 
   void on_close(const store::round_summary& r) {
@@ -147,18 +157,21 @@ struct worker_round_figures {
 
 class worker_metrics {
  public:
-  worker_metrics()
+  // rounds: dipaco.rounds, the rounds this worker completes in all.
+  explicit worker_metrics(int rounds)
       : reg_(std::make_shared<prometheus::Registry>()),
         rounds_(counter("paco_worker_rounds_total", "Rounds completed")),
         round_(gauge("paco_worker_round", "The last round completed")),
         loss_(gauge("paco_worker_loss", "Training loss of the last round (nats/token)")),
-        bpb_(gauge("paco_worker_bits_per_byte", "Training loss of the last round (bits/byte)")),
+        bpb_(gauge("paco_worker_loss_bpb", "Training loss of the last round (bits/byte)")),
         tps_(gauge("paco_worker_tokens_per_second", "Tokens per second of the last round")),
         tokens_(counter("paco_worker_tokens_total", "Tokens trained on")),
         step_(gauge("paco_worker_inner_step", "Inner steps taken")),
         sync_(counter("paco_worker_sync_seconds_total", "Seconds spent pushing and waiting")),
         bytes_(counter("paco_worker_bytes_sent_total", "Bytes sent to the store")),
-        late_(counter("paco_worker_late_pushes_total", "Pushes dropped: their round had closed")) {}
+        late_(counter("paco_worker_late_pushes_total", "Pushes dropped: their round had closed")) {
+    gauge("paco_worker_rounds_planned", "Rounds of the run (dipaco.rounds)").Set(double(rounds));
+  }
 
   void on_round(const worker_round_figures& f) {
     rounds_.Increment();

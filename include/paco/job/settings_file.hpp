@@ -176,10 +176,17 @@ class setting_fields {
     return out;
   }
 
+  // Every key with its current value as TOML writes it, sorted by key.
+  std::vector<std::pair<std::string, std::string>> values() const {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& [k, f] : fields_) out.emplace_back(k, f.show());
+    return out;
+  }
+
   // One line per key with its current value, "  section.key = value" (a program's --help).
   std::string listing() const {
     std::string out;
-    for (const auto& [k, f] : fields_) out += "  " + k + " = " + f.show() + "\n";
+    for (const auto& [k, v] : values()) out += "  " + k + " = " + v + "\n";
     return out;
   }
 

@@ -1,9 +1,13 @@
 #pragma once
 // The store's status page: one HTML page with no external assets (inline CSS and SVG, no
 // script), refreshing itself every 2 s, served at "/" next to "/metrics" on launch.metrics_port.
-// It shows the grid (every module's round), each path's workers (round, loss and its curve,
-// throughput, bytes in and out, health) and the run's progress. status_board collects what the
-// page shows from the store's callbacks (serving thread); page() renders a snapshot (HTTP thread).
+// It shows the run's progress (rounds closed, seconds per round, ETA), the grid (every module's
+// round), each path's workers (round, loss and its curve, throughput, bytes in and out, health),
+// the events of the run (workers joining, leaving and coming back, late pushes, rounds closed by
+// their deadline) and its configuration. status_board collects what the page shows from the
+// store's callbacks (serving thread); page() renders a snapshot (HTTP thread).
+// The store holds no held-out figures while the run goes on: validation is the launcher's, after
+// the last round (job/results.hpp).
 // The curves keep each worker's last curve_rounds rounds (a line says how many earlier ones were
 // left out), so the page's size is bounded by the grid and the workers, not the rounds run.
 
@@ -12,11 +16,14 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "paco/io/progress.hpp"
 #include "paco/path/path_plan.hpp"
 #include "paco/store/module_store.hpp"
 #include "paco/store/server.hpp"
@@ -27,20 +34,26 @@ class status_board {
  public:
   // Rounds of each worker's loss curve kept on the page (≈ 23 bytes per worker and round).
   static constexpr std::size_t curve_rounds = 200;
+  // Events kept on the page, the latest.
+  static constexpr std::size_t max_events = 40;
   // workers: the store's worker processes, id → its path (−1 when it has none) and name.
   struct process {
     int path = -1;
     std::string name;
   };
   // module_round: each module's round when the store starts serving (a resumed store's).
+  // settings: the run's configuration as (key, value), shown as it is given.
   status_board(std::string title, const path::path_plan& g, std::map<int, process> workers,
-               long rounds, std::vector<long> module_round)
+               long rounds, std::vector<long> module_round,
+               std::vector<std::pair<std::string, std::string>> settings = {})
       : title_(std::move(title)),
         plan_(g),
         rounds_(rounds),
         module_round_(std::move(module_round)),
+        settings_(std::move(settings)),
         start_(clock::now()) {
     module_round_.resize(std::size_t(g.modules()), 0);
+    for (long r : module_round_) to_close_ += std::max(0L, rounds_ - r);
     for (auto& [w, p] : workers) workers_[w].who = p;
   }
 
@@ -48,6 +61,10 @@ class status_board {
     std::lock_guard lk(mu_);
     module_round_[std::size_t(r.module)] = r.round + 1;
     ++closed_;
+    if (r.by_deadline)
+      event("module " + std::to_string(r.module) + " round " + std::to_string(r.round) +
+            " closed by its deadline with " + std::to_string(r.arrived) + " of " +
+            std::to_string(r.expected) + " pushes");
   }
   void on_traffic(const store::traffic& t) {
     std::lock_guard lk(mu_);
@@ -55,6 +72,10 @@ class status_board {
     auto& w = workers_[t.worker];
     using k = store::traffic::kind;
     if (t.what == k::live) {
+      if (t.alive)
+        event(w.who.name + (w.seen ? " came back (restarted or reconnected)" : " joined"));
+      else
+        event(w.who.name + " left (its link closed or went silent)");
       w.health = t.alive ? "live" : "gone";
       if (t.alive) w.seen = true;
       return;
@@ -63,7 +84,11 @@ class status_board {
     w.health = "live";
     if (t.what == k::pull) w.bytes_out += t.bytes;
     if (t.what != k::pull) w.bytes_in += t.bytes;
-    if (t.what == k::push_late) ++w.late;
+    if (t.what == k::push_late) {
+      ++w.late;
+      event(w.who.name + "'s push to module " + std::to_string(t.module) + " round " +
+            std::to_string(t.round) + " came late (the round had closed): dropped");
+    }
   }
   // Requires: a report the store checked (a round of the run).
   // Ensures: the worker's curve holds at most curve_rounds points, the latest rounds.
@@ -103,6 +128,17 @@ class status_board {
          " modules; every module at round &ge; " + std::to_string(lowest) + " of " +
          std::to_string(rounds_) + "; " + std::to_string(closed_) + " rounds closed; up " +
          fmt(up, 0) + " s</p>";
+    // Pace: the module rounds closed since the store started against those left.
+    h += "<p id=\"pace\">";
+    if (closed_ > 0 && to_close_ > 0) {
+      const double per_round = up / (double(closed_) / double(plan_.modules()));
+      const double left = std::max(0.0, double(to_close_ - closed_));
+      h += fmt(per_round, 1) + " s per round; ETA " + io::hms(left / double(closed_) * up) + " (" +
+           fmt(100.0 * double(closed_) / double(to_close_), 1) + " % of the rounds closed)";
+    } else {
+      h += to_close_ > 0 ? "no round closed yet: ETA after the first" : "every round closed";
+    }
+    h += "</p>";
     // The grid: levels down, experts across; each cell a module and its round.
     h += "<h2>Modules</h2><table class=\"grid\" id=\"grid\"><tr><th>level</th>";
     int widest = 0;
@@ -150,6 +186,20 @@ class status_board {
            std::to_string(curve_rounds) + " rounds; " + std::to_string(left_out) +
            " earlier rounds left out</p>";
     h += chart();
+    h += "<h2>Events</h2><ul id=\"events\">";
+    if (events_.empty()) h += "<li>none yet</li>";
+    for (auto it = events_.rbegin(); it != events_.rend(); ++it)
+      h += "<li>" + io::hms(it->first) + " " + esc(it->second) + "</li>";
+    h += "</ul>";
+    if (events_dropped_ > 0)
+      h += "<p>" + std::to_string(events_dropped_) + " earlier events left out</p>";
+    if (!settings_.empty()) {
+      h += "<h2>Configuration</h2><details id=\"config\"><summary>" +
+           std::to_string(settings_.size()) + " settings</summary><table>";
+      for (const auto& [k, v] : settings_)
+        h += "<tr><td class=\"l\">" + esc(k) + "</td><td class=\"l\">" + esc(v) + "</td></tr>";
+      h += "</table></details>";
+    }
     h += "<p><a href=\"/metrics\">/metrics</a> (Prometheus)</p></body></html>";
     return h;
   }
@@ -168,6 +218,12 @@ class status_board {
     long left_out = 0;                             // earlier rounds dropped from curve
   };
 
+  // Requires: mu_ held.
+  void event(std::string what) {
+    events_.emplace_back(std::chrono::duration<double>(clock::now() - start_).count(),
+                         std::move(what));
+    if (events_.size() > max_events) events_.pop_front(), ++events_dropped_;
+  }
   int experts_of(int l) const {
     int n = 0;
     for (int m = 0; m < plan_.modules(); ++m)
@@ -260,8 +316,12 @@ class status_board {
   long rounds_;
   mutable std::mutex mu_;
   std::vector<long> module_round_;
+  std::vector<std::pair<std::string, std::string>> settings_;
   long closed_ = 0;
+  long to_close_ = 0;  // module rounds left when the store started
   std::map<int, worker_state> workers_;
+  std::deque<std::pair<double, std::string>> events_;  // (seconds since start, what)
+  long events_dropped_ = 0;
   clock::time_point start_;
 };
 

@@ -19,6 +19,7 @@
 #include "paco/job/metrics.hpp"
 #include "paco/job/run_files.hpp"
 #include "paco/job/run_lock.hpp"
+#include "paco/job/settings_file.hpp"
 #include "paco/job/status_page.hpp"
 #include "paco/net/asio_tcp.hpp"
 #include "paco/net/http_server.hpp"
@@ -144,13 +145,16 @@ int run_store(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool
   // With launch.metrics_port: Prometheus metrics at /metrics and the status page at /, kept up to
   // date from the server's callbacks (job/metrics.hpp, job/status_page.hpp).
   const bool watched = cfg.launch.metrics_port > 0;
-  store_metrics metrics;
+  store_metrics metrics(cfg.dipaco.rounds);
   std::map<int, status_board::process> who;
   for (int s = 1; s <= jp.count(); ++s)
     who[s] = {g.path_of_worker(jp.worker_of(s) - 1), jp.name(s)};
   std::vector<long> at;
   for (int m = 0; m < g.modules(); ++m) at.push_back(store.round(m));
-  status_board board(cfg.program + ": DiPaCo", g, who, cfg.dipaco.rounds, at);
+  settings shown = cfg;
+  setting_fields fields;
+  add_settings(fields, shown);
+  status_board board(cfg.program + ": DiPaCo", g, who, cfg.dipaco.rounds, at, fields.values());
   std::unique_ptr<net::http_server> http;
   if (watched) {
     const http_listen where = http_listen_of(cfg.launch, token);

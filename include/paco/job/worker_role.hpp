@@ -370,7 +370,7 @@ int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool
       return link_failed(s.error());
     }
   // With launch.metrics_port: this worker's metrics on that port + w (job/metrics.hpp).
-  worker_metrics metrics;
+  worker_metrics metrics(cfg.dipaco.rounds);
   std::unique_ptr<net::http_server> http;
   if (cfg.launch.metrics_port > 0) {
     const http_listen where = http_listen_of(cfg.launch, token_from_env());
