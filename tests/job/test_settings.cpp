@@ -1,18 +1,24 @@
-// The job layer's configuration without processes: settings read from TOML and --set items
-// (every key checked by name, every value by its field's type), a configuration's record, the
-// checks of a job against a model of one's own, and a program's job configured over its own
-// values.
+// The job layer without processes: settings read from TOML and --set items (every key checked
+// by name, every value by its field's type), a configuration's record, the checks of a job
+// against a model of one's own, a program's job configured over its own values, and what a
+// process's log says it sent.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "paco/job/configure.hpp"
+#include "paco/job/log_traffic.hpp"
 #include "paco/job/settings_file.hpp"
 #include "paco/job/validate.hpp"
 #include "paco/nn/gpt.hpp"
 
 using namespace paco;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -203,4 +209,47 @@ TEST_CASE("configure: the program's values, then the file, then --set; children 
   REQUIRE(!typo);
   CHECK(typo.error().message ==
         "--set: unknown setting 'dipaco.rouns' (did you mean 'dipaco.rounds'?)");
+}
+
+TEST_CASE("traffic_of_log: every life's bytes and the rounds they cover", "[job][log]") {
+  const fs::path dir =
+      fs::temp_directory_path() / ("paco_log_traffic_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const auto of = [&](const std::string& text) {
+    std::ofstream(dir / "worker-1.jsonl") << text;
+    return job::traffic_of_log(dir / "worker-1.jsonl");
+  };
+  const auto rec = [](long round, long bytes) {
+    return "{\"round\":" + std::to_string(round) + ",\"bytes_sent\":" + std::to_string(bytes) +
+           ",\"loss\":1.0}\n";
+  };
+  // One life, rounds 0 … 3 (a count since the first start).
+  auto one = of(rec(0, 10) + rec(1, 20) + rec(2, 30) + rec(3, 40));
+  CHECK(one.bytes == 40);
+  CHECK(one.rounds == 4);
+  CHECK(one.lives == 1);
+  // Resumed from a checkpoint written after round 1 whose record was never logged: the count
+  // goes on, and the rounds its bytes cover include the unlogged one.
+  auto resumed = of(rec(0, 10) + rec(2, 30) + rec(3, 40));
+  CHECK(resumed.bytes == 40);
+  CHECK(resumed.rounds == 4);
+  // Joined from nothing at round 2 after the first life's rounds 0 and 1: a new count from 0.
+  auto joined = of(rec(0, 10) + rec(1, 20) + rec(2, 10) + rec(3, 20));
+  CHECK(joined.bytes == 40);
+  CHECK(joined.rounds == 4);
+  CHECK(joined.lives == 2);
+  // A log lost with its machine: only the new life's rounds 5 … 7.
+  auto wiped = of(rec(5, 10) + rec(6, 20) + rec(7, 30));
+  CHECK(wiped.bytes == 30);
+  CHECK(wiped.rounds == 3);
+  // Lines that are no round record are skipped; no file: nothing.
+  auto noisy =
+      of("\n{\"round\":0}\nnot json\n" + rec(0, 10) + "{\"round\":\"1\",\"bytes_sent\":5}\n");
+  CHECK(noisy.bytes == 10);
+  CHECK(noisy.rounds == 1);
+  fs::remove_all(dir);
+  auto none = job::traffic_of_log(dir / "worker-1.jsonl");
+  CHECK(none.lives == 0);
+  CHECK(none.bytes == 0);
+  CHECK(none.rounds == 0);
 }

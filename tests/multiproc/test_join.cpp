@@ -118,6 +118,25 @@ TEST_CASE("a worker started mid-run on an empty directory joins from the store",
     REQUIRE(store_out.find("module " + std::to_string(m) + " round " + std::to_string(rounds - 1) +
                            " closed with 2/2 pushes") != std::string::npos);
   REQUIRE(store_out.find("refused") == std::string::npos);
+  // The run's table from its directory: the bytes its logs hold and what fp32 pushes of the same
+  // rounds would send, which in an fp32 run is the same (it said 4x more when worker 4's first
+  // life, 1 to 3 rounds, was weighed against fp32 pushes of all 16); and it says how many rounds
+  // the logs here cover (worker 4's later rounds were logged on the other machine).
+  {
+    const fs::path table_out = dir.string() + ".results.out";
+    const pid_t p =
+        paco::testing::spawn_logged(with({"--run-dir", dir.string(), "--results"}), table_out);
+    const int code = paco::testing::exit_code(paco::testing::wait_exit(p, 300s));
+    const std::string table = slurp(table_out);
+    INFO(table);
+    REQUIRE(code == 0);
+    REQUIRE(table.find("fp32 pushes would send") != std::string::npos);
+    REQUIRE(table.find("(1.00x more)") != std::string::npos);
+    REQUIRE(table.find("the logs here cover " + std::to_string(3 * rounds + long(lost_at) + 1) +
+                       " of the " + std::to_string(4 * rounds) + " process-rounds") !=
+            std::string::npos);
+    fs::remove(table_out);
+  }
   fs::remove_all(dir);
   fs::remove_all(empty);
 }

@@ -23,6 +23,7 @@
 #include "paco/io/table.hpp"
 #include "paco/job/data.hpp"
 #include "paco/job/dipaco_job.hpp"
+#include "paco/job/log_traffic.hpp"
 #include "paco/job/run_files.hpp"
 #include "paco/job/run_lock.hpp"
 #include "paco/nn/gemm.hpp"
@@ -235,21 +236,27 @@ int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::p
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("%s: evaluated in %.0f s\n", P, eval_s);
   std::map<int, json> rec = latest_records(rd, jp);
-  double bytes = 0;
-  for (auto& [w, j] : rec) bytes += j["bytes_sent"].template get<double>();
+  // What every process's log says it sent, over the rounds those bytes cover (a process that
+  // joined from nothing counts from its join: job/log_traffic.hpp), and what fp32 pushes of the
+  // same rounds would have sent (request header + 4 bytes per float).
+  const auto comp = compression_of(cfg);
+  double bytes = 0, fp32_bytes = 0;
+  long covered = 0;
+  std::vector<double> path_bytes(std::size_t(g.paths()), 0.0);
+  for (int s = 1; s <= jp.count(); ++s) {
+    const log_traffic t = traffic_of_log(rd.process_log(jp, s));
+    bytes += t.bytes;
+    path_bytes[std::size_t(g.path_of_worker(jp.worker_of(s) - 1))] += t.bytes;
+    covered += t.rounds;
+    for (int m : process_modules(cfg, g, jp, s))
+      fp32_bytes += double(t.rounds) * double(store::wire::push_bytes(4 * g.span_of(m).size));
+  }
   const std::size_t n_params = model.param_count();
   const long steps = long(cfg.dipaco.rounds) * cfg.dipaco.inner_steps;
   const double dp =
       double(steps) * 2.0 * (g.workers() - 1) / std::max(g.workers(), 1) * double(n_params) * 4.0;
   const std::string png = plot_curves(rd, g, jp);
 
-  // What fp32 pushes of the same rounds would have sent (request header + 4 bytes per float).
-  const auto comp = compression_of(cfg);
-  double fp32_bytes = 0;
-  for (int w = 1; w <= g.workers(); ++w)
-    for (int m : g.worker_modules(w - 1))
-      fp32_bytes +=
-          double(cfg.dipaco.rounds) * double(store::wire::push_bytes(4 * g.span_of(m).size));
   io::table table({"path", tag + " docs", tag + " bits/byte", "sent (" + comp.name() + ")"});
   // The same figures for files (results.json: the exported model card quotes them).
   json figures = {{"split", split},
@@ -257,9 +264,7 @@ int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::p
                   {"routing_prefix", cfg.dipaco.prefix},
                   {"paths", json::array()}};
   for (int p = 0; p < g.paths(); ++p) {
-    double b = 0;
-    for (auto& [s, j] : rec)
-      if (g.path_of_worker(jp.worker_of(s) - 1) == p) b += j["bytes_sent"].template get<double>();
+    const double b = path_bytes[std::size_t(p)];
     table.add({g.path_name(p), std::to_string(docs[p]), io::cell(per[p].bits_per_token(), 4),
                io::cell(b / 1e6, 3, " MB")});
     figures["paths"].push_back({{"path", g.path_name(p)},
@@ -307,6 +312,12 @@ int print_results(const dipaco_job<Model>& cfg, const run_dir& rd, const path::p
       : comp.spec.error_feedback                       ? " with error feedback"
                                                        : " without error feedback",
       bytes / g.workers() / 1e6, fp32_bytes / g.workers() / 1e6, fp32_bytes / std::max(bytes, 1.0));
+  const long all_rounds = long(jp.count()) * cfg.dipaco.rounds;
+  if (covered < all_rounds)
+    std::printf(
+        "(the logs here cover %ld of the %ld process-rounds: a process that joined from nothing "
+        "on another machine logged there, one whose log was lost counts from its new start)\n",
+        covered, all_rounds);
   std::printf("a data-parallel run of the same steps would send %.1f MB per worker (%.0fx more)\n",
               dp / 1e6, dp / std::max(bytes / g.workers(), 1.0));
   if (jp.staged()) {
