@@ -19,6 +19,7 @@
 #include <cmath>
 #include <vector>
 
+#include "paco/net/detail/handshake_mac.hpp"
 #include "paco/net/wire.hpp"
 #include "paco/outer/outer.hpp"
 #include "paco/store/module_store.hpp"

@@ -76,18 +76,21 @@ TEST_CASE("crc32c: every implementation this CPU has equals the reference", "[ne
   }
 }
 
-TEST_CASE("sha256 / hmac: FIPS and RFC 4231 vectors", "[net][wire]") {
-  detail::sha256 h;
-  h.update("abc");
-  auto d = h.finish();
-  const std::uint8_t abc[4] = {0xba, 0x78, 0x16, 0xbf};
-  REQUIRE(std::memcmp(d.data(), abc, 4) == 0);
-  REQUIRE(d[31] == 0xad);
-  std::string msg = "what do ya want for nothing?";
-  auto m = detail::hmac_sha256("Jefe", {std::as_bytes(std::span(msg.data(), msg.size()))});
-  REQUIRE(m[0] == 0x5b);
-  REQUIRE(m[1] == 0xdc);
-  REQUIRE(m[31] == 0x43);
+TEST_CASE("wire: a greeting's group, rank and streams are checked", "[net][wire]") {
+  auto c = wire::make_hello(1, 2, 5, 0);
+  REQUIRE(!wire::check_hello(c, 0, 2, 5));
+  REQUIRE(wire::check_hello(c, 0, 3, 5) == errc::mismatch);
+  REQUIRE(wire::check_hello(c, 0, 2, 6) == errc::mismatch);
+  REQUIRE(wire::check_hello(c, 1, 2, 5) == errc::protocol);
+  // Streams per link: an older peer's 0 reads as 1; a different count is another group; a
+  // stream index beyond the count is a protocol error.
+  REQUIRE(!wire::check_hello(c, 0, 2, 5, 1));
+  REQUIRE(wire::check_hello(c, 0, 2, 5, 4) == errc::mismatch);
+  auto s4 = wire::make_hello(1, 2, 5, 0, 4);
+  s4.stream = 3;
+  REQUIRE(!wire::check_hello(s4, 0, 2, 5, 4));
+  s4.stream = 4;
+  REQUIRE(wire::check_hello(s4, 0, 2, 5, 4) == errc::protocol);
 }
 
 TEST_CASE("wire: a header round-trips and each corruption gets its own error", "[net][wire]") {
@@ -121,33 +124,4 @@ TEST_CASE("wire: a header round-trips and each corruption gets its own error", "
   int frames = 0;
   REQUIRE(!rd.feed(hbytes, [&](auto&, auto) { ++frames; }));
   REQUIRE(rd.finish() == errc::protocol);
-}
-
-TEST_CASE("wire: the handshake refuses a peer without the token", "[net][wire]") {
-  auto c = wire::make_hello(1, 2, 5, 0);
-  auto s = wire::make_hello(0, 2, 5, 0);
-  auto ms = wire::server_mac("secret", c, s);
-  std::memcpy(s.mac, ms.data(), 32);
-  REQUIRE(!wire::verify_server("secret", c, s));
-  REQUIRE(wire::verify_server("other", c, s) == errc::auth);
-  wire::auth_body a{};
-  auto mc = wire::client_mac("secret", c, s);
-  std::memcpy(a.mac, mc.data(), 32);
-  REQUIRE(!wire::verify_client("secret", c, s, a));
-  auto mw = wire::client_mac("wrong", c, s);
-  std::memcpy(a.mac, mw.data(), 32);
-  REQUIRE(wire::verify_client("secret", c, s, a) == errc::auth);
-  REQUIRE(!wire::check_hello(c, 0, 2, 5));
-  REQUIRE(wire::check_hello(c, 0, 3, 5) == errc::mismatch);
-  REQUIRE(wire::check_hello(c, 0, 2, 6) == errc::mismatch);
-  REQUIRE(wire::check_hello(c, 1, 2, 5) == errc::protocol);
-  // Streams per link: an older peer's 0 reads as 1; a different count is another group; a
-  // stream index beyond the count is a protocol error.
-  REQUIRE(!wire::check_hello(c, 0, 2, 5, 1));
-  REQUIRE(wire::check_hello(c, 0, 2, 5, 4) == errc::mismatch);
-  auto s4 = wire::make_hello(1, 2, 5, 0, 4);
-  s4.stream = 3;
-  REQUIRE(!wire::check_hello(s4, 0, 2, 5, 4));
-  s4.stream = 4;
-  REQUIRE(wire::check_hello(s4, 0, 2, 5, 4) == errc::protocol);
 }

@@ -7,7 +7,8 @@
 // Handshake (in TLS too): client -> hello(nonce_c); server -> hello(nonce_s, mac_s); client ->
 // auth(mac_c); server -> welcome | refuse(errc). mac_s = HMAC(token, "paco-s" ++ hello_c ++
 // hello_s with zero mac), mac_c = HMAC(token, "paco-c" ++ hello_c ++ hello_s). A peer without
-// the token cannot produce either mac and is refused with errc::auth.
+// the token cannot produce either mac and is refused with errc::auth. The macs are
+// net/detail/handshake_mac.hpp's (OpenSSL's HMAC-SHA-256).
 //
 // Decoding never trusts a length before the header checksum passed and never allocates more
 // than the configured bound: each malformed input maps to one specific paco::errc:
@@ -30,7 +31,6 @@
 
 #include "paco/core/error.hpp"
 #include "paco/net/crc32c.hpp"
-#include "paco/net/detail/sha256.hpp"
 
 namespace paco::net::wire {
 
@@ -262,21 +262,6 @@ inline hello_body make_hello(int rank, int size, std::uint64_t epoch, std::uint1
   return h;
 }
 
-// The server's mac over both greetings (server's mac field taken as zero).
-inline detail::digest256 server_mac(std::string_view token, const hello_body& c,
-                                    const hello_body& s) noexcept {
-  hello_body z = s;
-  std::memset(z.mac, 0, 32);
-  static constexpr char label[] = "paco-s";
-  return detail::hmac_sha256(token, {std::as_bytes(std::span(label, 6)), bytes_of(c), bytes_of(z)});
-}
-// The client's mac over both greetings.
-inline detail::digest256 client_mac(std::string_view token, const hello_body& c,
-                                    const hello_body& s) noexcept {
-  static constexpr char label[] = "paco-c";
-  return detail::hmac_sha256(token, {std::as_bytes(std::span(label, 6)), bytes_of(c), bytes_of(s)});
-}
-
 // The streams per link a greeting announces (0, from older peers: 1).
 inline std::uint32_t streams_of(const hello_body& h) noexcept {
   return h.streams ? h.streams : 1;
@@ -295,19 +280,6 @@ inline std::error_code check_hello(const hello_body& h, int my_rank, int size, s
       h.stream >= theirs)
     return errc::protocol;
   return {};
-}
-
-// Client side: verifies the server's greeting mac. Ensures: {} or errc::auth.
-inline std::error_code verify_server(std::string_view token, const hello_body& c,
-                                     const hello_body& s) noexcept {
-  auto m = server_mac(token, c, s);
-  return detail::digest_equal(m.data(), s.mac) ? std::error_code{} : make_error_code(errc::auth);
-}
-// Server side: verifies the client's auth. Ensures: {} or errc::auth.
-inline std::error_code verify_client(std::string_view token, const hello_body& c,
-                                     const hello_body& s, const auth_body& a) noexcept {
-  auto m = client_mac(token, c, s);
-  return detail::digest_equal(m.data(), a.mac) ? std::error_code{} : make_error_code(errc::auth);
 }
 
 }  // namespace paco::net::wire

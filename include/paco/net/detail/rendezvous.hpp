@@ -22,6 +22,7 @@
 
 #include "paco/core/error.hpp"
 #include "paco/net/concepts.hpp"
+#include "paco/net/detail/handshake_mac.hpp"
 #include "paco/net/wire.hpp"
 
 namespace paco::net::detail {
