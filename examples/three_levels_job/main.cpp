@@ -6,6 +6,9 @@
 // modules, 5 workers.
 //   example_three_levels_job [--run-dir DIR] [--fresh | --resume]   the launcher, on this machine
 //   example_three_levels_job --role store | --role worker --worker N   one process (manual)
+//   example_three_levels_job -c job.toml --set dipaco.rounds=8        settings over the values
+//                                                                     below, no recompiling
+//   example_three_levels_job --help                                   every flag and setting
 #include <paco/job/job.hpp>
 #include <paco/paco.hpp>
 
