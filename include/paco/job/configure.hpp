@@ -43,10 +43,7 @@ result<dipaco_job<Model>> configure(const dipaco_job<Model>& job, const config_s
 // Every setting of job with its value, a line each ("  dipaco.rounds = 4"): a program's --help.
 template <nn::BlockModel Model>
 std::string settings_listing(const dipaco_job<Model>& job) {
-  settings shown = job;
-  setting_fields f;
-  add_settings(f, shown);
-  return f.listing();
+  return listing_of(setting_values(job));
 }
 
 }  // namespace paco::job

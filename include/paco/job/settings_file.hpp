@@ -145,6 +145,13 @@ std::string as_toml(const T& v) {
 
 }  // namespace detail
 
+// One line per (key, value), "  section.key = value" (a program's --help).
+inline std::string listing_of(const std::vector<std::pair<std::string, std::string>>& values) {
+  std::string out;
+  for (const auto& [k, v] : values) out += "  " + k + " = " + v + "\n";
+  return out;
+}
+
 // Every key a program's configuration reads. The fields are references: the setting_fields
 // must not outlive the configuration it was built over (nor be copied with it).
 class setting_fields {
@@ -184,11 +191,7 @@ class setting_fields {
   }
 
   // One line per key with its current value, "  section.key = value" (a program's --help).
-  std::string listing() const {
-    std::string out;
-    for (const auto& [k, v] : values()) out += "  " + k + " = " + v + "\n";
-    return out;
-  }
+  std::string listing() const { return listing_of(values()); }
 
  private:
   struct field {
@@ -285,6 +288,15 @@ inline void add_settings(setting_fields& f, settings& s) {
   f.add("launch.tls_cert", l.tls_cert);
   f.add("launch.tls_key", l.tls_key);
   f.add("launch.tls_peer_name", l.tls_peer_name);
+}
+
+// Every key of job::settings with its value in s, as TOML writes it, sorted by key (a status
+// page's configuration, a program's --help).
+inline std::vector<std::pair<std::string, std::string>> setting_values(const settings& s) {
+  settings shown = s;
+  setting_fields f;
+  add_settings(f, shown);
+  return f.values();
 }
 
 // Parses TOML text into a table (toml++ as built by Debian reports errors by throwing).

@@ -151,10 +151,7 @@ int run_store(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool
     who[s] = {g.path_of_worker(jp.worker_of(s) - 1), jp.name(s)};
   std::vector<long> at;
   for (int m = 0; m < g.modules(); ++m) at.push_back(store.round(m));
-  settings shown = cfg;
-  setting_fields fields;
-  add_settings(fields, shown);
-  status_board board(cfg.program + ": DiPaCo", g, who, cfg.dipaco.rounds, at, fields.values());
+  status_board board(cfg.program + ": DiPaCo", g, who, cfg.dipaco.rounds, at, setting_values(cfg));
   std::unique_ptr<net::http_server> http;
   if (watched) {
     const http_listen where = http_listen_of(cfg.launch, token);
