@@ -1,5 +1,6 @@
 // The DiPaCo store service over real TCP sockets (asio_tcp on 127.0.0.1, one thread per rank):
-// the same run gives bit-identical modules over inproc and over asio_tcp.
+// the same run gives bit-identical modules over inproc and over asio_tcp; under every sync rule,
+// the workers' run_worker through the service equals local_run's threads in this process.
 #include <catch2/catch.hpp>
 
 #include <mutex>
@@ -8,8 +9,9 @@
 #include "../net/tcp_world.hpp"
 #include "../store/service_case.hpp"
 
-TEST_CASE("DiPaCo 2x2 over asio_tcp equals the in-process run bit for bit",
-          "[multiproc][service]") {
+namespace {
+// The service case over asio_tcp: a rank that cannot connect is reported by its error.
+void over_tcp(std::optional<paco::train::sync_choice> rule = std::nullopt) {
   const int port = paco::testing::free_port();
   std::mutex mu;
   std::string connect_error;  // Catch2 assertions stay on the main thread
@@ -24,6 +26,23 @@ TEST_CASE("DiPaCo 2x2 over asio_tcp equals the in-process run bit for bit",
         body(*t.value());
         t.value()->close();
       },
-      5);
+      5, std::nullopt, rule);
   REQUIRE(connect_error.empty());
+}
+}  // namespace
+
+TEST_CASE("DiPaCo 2x2 over asio_tcp equals the in-process run bit for bit",
+          "[multiproc][service]") {
+  over_tcp();
+}
+
+TEST_CASE("every sync rule through the store over asio_tcp equals local_run's, bit for bit",
+          "[multiproc][service]") {
+  using namespace paco::train;
+  for (sync_choice rule : {sync_choice(blocking{}), sync_choice(co2{}), sync_choice(eager{}),
+                           sync_choice(naive_delayed{}), sync_choice(streaming{}),
+                           sync_choice(streaming{.overlap = 1, .alpha = 0.5f})}) {
+    INFO(rule.name());
+    over_tcp(rule);
+  }
 }

@@ -10,13 +10,17 @@
 
 namespace paco::testing {
 
-// comp (optional): the workers push payloads of this codec and both stores decode them.
+// comp (optional): the workers push payloads of this codec and both stores decode them; rule
+// (optional): every worker runs this sync rule.
 template <class WithRank>
 void dipaco_service_case(WithRank&& with_rank, int ranks,
-                         std::optional<store::compression> comp = std::nullopt) {
+                         std::optional<store::compression> comp = std::nullopt,
+                         std::optional<train::sync_choice> rule = std::nullopt) {
   REQUIRE(ranks == service_setup::ranks);
   auto owned = comp ? std::make_unique<service_setup>(*comp) : std::make_unique<service_setup>();
   service_setup& s = *owned;
+  s.rule = rule;
+  if (rule && rule->get_if<train::streaming>()) s.cfg.steps = 4;  // H a multiple of the 2 levels
   const auto ref = s.reference_hashes();
   REQUIRE(ref.size() == 4);
   std::vector<status> errs(ranks);

@@ -3,6 +3,9 @@
 // and the MPI run (tests/multiproc): rank 0 serves the store, ranks 1..4 train the four paths of
 // a 2x2 grid; the final modules must be bit-identical to the in-process run over local_store.
 // With a compression (e.g. int8), workers push encoded payloads and both stores decode them.
+// With a sync rule, every worker runs it (train::run_worker against the service; the in-process
+// run, train::local_run, through the round body over local_store: a second implementation of
+// the store side of every rule, bit for bit).
 // No test framework here: callers check what run_rank and reference_hashes return.
 
 #include <map>
@@ -17,6 +20,7 @@
 #include "paco/store/store.hpp"
 #include "paco/testing/token_streams.hpp"
 #include "paco/train/dipaco_local.hpp"
+#include "paco/train/worker_loop.hpp"
 
 namespace paco::testing {
 
@@ -42,6 +46,7 @@ struct service_setup {
   optim::adamw inner{.lr = 1e-2f};
   store::module_store<outer::nesterov> store;
   std::optional<store::compression> comp;  // none: fp32 pushes
+  std::optional<train::sync_choice> rule;  // none: synchronous rounds (train::sync_round)
 
   service_setup() : store(plan.module_table(), outer::nesterov{}) {
     model.init(a0, 5);
@@ -61,8 +66,11 @@ struct service_setup {
     store::local_store<outer::nesterov> ref(plan.module_table(), outer::nesterov{});
     train::init_modules(ref, plan, a0.get(plane::param).data());
     if (comp && !ref.set_compression(*comp, model, module_spans()).ok()) return {};
-    auto s = train::run_local(ref, model, plan, ws, inner, cfg, rounds);
-    if (!s) return {};
+    auto run = train::local_run<nn::gpt, optim::adamw, outer::nesterov>::make(ref, model, plan, ws,
+                                                                              inner, cfg);
+    if (!run) return {};
+    if (rule) run->set_sync(*rule);
+    if (!run->run(rounds)) return {};
     std::vector<std::uint64_t> h;
     for (int m = 0; m < 4; ++m) h.push_back(ref.store().hash(m));
     return h;
@@ -96,7 +104,13 @@ struct service_setup {
       if (auto st = w.set_codecs(std::move(*c)); !st) return st;
     }
     status s;
-    for (int k = 0; k < rounds && s.ok(); ++k)
+    if (rule) {
+      train::worker_loop_options o{.rounds = rounds, .round_deadline = std::chrono::seconds(30)};
+      o.sync = *rule;
+      for (int m : plan.path_modules(p)) o.sharing.push_back(store.info(m).paths_through);
+      s = train::run_worker(w, client, o);
+    }
+    for (int k = 0; k < rounds && s.ok() && !rule; ++k)
       s = train::sync_round(w, client, std::chrono::seconds(30));
     if (sent) *sent = client.bytes_sent();
     if (s.ok()) s = client.bye();

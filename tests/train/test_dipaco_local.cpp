@@ -354,3 +354,76 @@ TEST_CASE(
   REQUIRE(run->left_out() == 3);
   for (auto& h : store.history()) REQUIRE(h.arrived == 1);
 }
+
+TEST_CASE(
+    "local_run under every rule: one worker, outer SGD at rate 1: co2 and eager are continuous "
+    "training, the naive delayed rule is not; streaming with τ = 0, α = 0 is blocking",
+    "[dipaco][local_run][sync]") {
+  // One worker trained rounds × H steps straight (no store, no outer step) is what co2 and eager
+  // must give with one worker at outer SGD rate 1: its own Δ is applied before the mean (σ = 1)
+  // and the late mean replaces it exactly.
+  nn::gpt model(train_tests::small_gpt());
+  arena<host> a0(model.layout());
+  model.init(a0, 3);
+  auto levels = *path::split_gpt_levels(model.layout(), 2, 2);
+  const auto plan = *path::path_plan::make(path::module_grid<2>::experts({1, 1}), levels);
+  const auto shard = dipaco_stream(61);
+  train::inner_config cfg{.batch = 2,
+                          .ctx = 16,
+                          .steps = 4,
+                          .schedule = {.lr = 1e-2f, .min_lr = 1e-2f, .warmup = 0, .total = 100}};
+  const int rounds = 4;
+  const std::size_t n = model.layout().total();
+  std::vector<float> straight(n);
+  {
+    train::path_worker<nn::gpt, optim::adamw> w(0, model, levels, plan.path_modules(0), {}, cfg,
+                                                shard, 70);
+    auto th = w.state().get(plane::param);
+    std::copy(a0.get(plane::param).begin(), a0.get(plane::param).end(), th.begin());
+    for (int r = 0; r < rounds; ++r) w.train();
+    std::copy(th.begin(), th.end(), straight.begin());
+  }
+  const double moved = max_diff(straight.data(), a0.get(plane::param).data(), n);
+  REQUIRE(moved > 0.01);
+  auto run = [&](train::sync_choice rule) {
+    store::local_store<outer::sgd> store(plan.module_table(), outer::sgd{.lr = 1.0f});
+    train::init_modules(store, plan, a0.get(plane::param).data());
+    auto r = train::local_run<nn::gpt, optim::adamw, outer::sgd>::make(
+        store, model, plan, {{&shard, 70}}, optim::adamw{}, cfg);
+    REQUIRE(r.ok());
+    r->set_sync(rule);
+    std::vector<long> reported;
+    REQUIRE(
+        r->run(rounds, [&](const train::round_report& rr) { reported.push_back(rr.round); }).ok());
+    REQUIRE(reported == std::vector<long>{0, 1, 2, 3});
+    REQUIRE(store.store().round(0) == rounds);
+    REQUIRE(store.store().round(1) == rounds);
+    std::vector<float> theta(n);
+    train::assemble_path(store, plan, 0, theta.data());
+    // Every worker ends on the global modules.
+    const auto th = r->at(0).state().get(plane::param);
+    REQUIRE(max_diff(theta.data(), th.data(), n) == 0.0);
+    return theta;
+  };
+  const auto blocking = run(train::blocking{});
+  // Blocking with one worker at rate 1 is continuous training too (G = θ_end each round); co2
+  // and eager reach it to rounding (G − Δ is the live θ within an ulp once per round).
+  REQUIRE(max_diff(blocking.data(), straight.data(), n) <= 1e-2 * moved);
+  REQUIRE(max_diff(run(train::co2{}).data(), straight.data(), n) <= 1e-2 * moved);
+  REQUIRE(max_diff(run(train::eager{}).data(), straight.data(), n) <= 1e-2 * moved);
+  REQUIRE(max_diff(run(train::naive_delayed{}).data(), straight.data(), n) >= 0.3 * moved);
+  // Streaming over the two levels with τ = 0 and α = 0 syncs each level at its slot: with one
+  // worker at rate 1 every landing hands back the worker's own θ_l, so it is continuous too.
+  REQUIRE(max_diff(run(train::streaming{}).data(), straight.data(), n) <= 1e-2 * moved);
+  // A rule the levels cannot stream is refused by name.
+  store::local_store<outer::sgd> store(plan.module_table(), outer::sgd{.lr = 1.0f});
+  train::init_modules(store, plan, a0.get(plane::param).data());
+  auto r = train::local_run<nn::gpt, optim::adamw, outer::sgd>::make(store, model, plan,
+                                                                     {{&shard, 70}}, {}, cfg);
+  REQUIRE(r.ok());
+  r->set_sync(train::streaming{.overlap = 2});
+  const auto s = r->run(1);
+  REQUIRE(!s.ok());
+  REQUIRE(s.error().code == errc::invalid_argument);
+  REQUIRE(s.error().message.find("one per level") != std::string::npos);
+}

@@ -8,7 +8,6 @@
 //   train::init_modules(store, *plan, theta0);
 //   auto run = train::local_run<Model, InnerOpt, OuterOpt>::make(store, model, *plan, specs, ...);
 
-#include <barrier>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -18,7 +17,9 @@
 #include "paco/path/path_plan.hpp"
 #include "paco/store/local_store.hpp"
 #include "paco/train/path_worker.hpp"
-#include "paco/train/worker_loop.hpp"
+#include "paco/train/round_body.hpp"
+#include "paco/train/store_exchange.hpp"
+#include "paco/train/sync.hpp"
 
 namespace paco::train {
 
@@ -54,6 +55,10 @@ void init_modules(store::local_store<OuterOpt>& store, const path::path_plan& pl
 // The workers live as long as the run: between calls of run() their shards may change
 // (set_shards, a re-routing) and each keeps its inner optimizer state (moments, step count), its
 // sampler's random stream and its error-feedback residual — as the paper's workers do.
+//
+// Each worker runs the round every path worker runs (train/round_body.hpp over a
+// store_exchange), under the sync rule set_sync chose (blocking by default): the same round a
+// worker process runs against the store service, so every rule runs in process too.
 //
 // A worker whose push is refused because its round already closed without it (a waiter's
 // deadline passed: it was late) is left out of that round, as the store service leaves it out,
@@ -106,53 +111,90 @@ class local_run {
     for (std::size_t i = 0; i < ws_.size(); ++i) ws_[i]->set_shard(*shards[i]);
   }
 
-  // Runs `rounds` synchronous rounds, one thread per worker: pull (every worker pulls the same
-  // round before any pushes), H inner steps, push, wait (closing at round_deadline with what
-  // arrived). on_round (optional) after each round.
-  // Errors: the first worker error other than a late push.
+  // The sync rule of the runs from now on (train/sync.hpp): blocking (the default), co2, eager,
+  // naive_delayed, or streaming (the path's levels as its fragments). Checked by run().
+  void set_sync(sync_choice rule) { sync_ = std::move(rule); }
+  const sync_choice& sync() const noexcept { return sync_; }
+
+  // Runs `rounds` rounds from the store's current modules, one thread per worker: each takes
+  // its path's modules, then trains H inner steps a round and syncs on the rule's schedule
+  // (blocking: push, wait for the round's close — at round_deadline with what arrived — and take
+  // the new modules). A rule that keeps a sync in flight between rounds lands it at the end of
+  // the run (so a run cut into phases is the same run only under blocking). on_round (optional)
+  // after each round, with each worker's mean loss of its H steps.
+  // Errors: the rule's (invalid_argument naming it: streaming's H, τ, α against the levels);
+  // the first worker error other than a late push.
   status run(int rounds, const std::function<void(const round_report&)>& on_round = {},
              std::chrono::steady_clock::duration round_deadline = std::chrono::hours(1)) {
-    std::vector<status> errs(ws_.size());
-    std::vector<int> late(ws_.size(), 0);
-    for (int r = 0; r < rounds; ++r) {
-      std::barrier pulled(std::ptrdiff_t(ws_.size()));  // every worker pulls before any pushes
+    if (rounds <= 0 || ws_.empty()) return {};
+    using exchange = store_exchange<worker, store::local_store<OuterOpt>>;
+    using body = round_body<exchange, worker>;
+    const bool per_level = sync_.get_if<streaming>() != nullptr;
+    const std::size_t n = ws_.size();
+    std::vector<worker_loop_options> opts(n);
+    std::vector<std::unique_ptr<exchange>> xs;
+    std::vector<std::unique_ptr<body>> bodies;
+    for (std::size_t i = 0; i < n; ++i) {
+      worker& w = *ws_[i];
+      auto& o = opts[i];
+      o.round_deadline = round_deadline;
+      o.sync = sync_;
+      for (int m : w.modules()) o.sharing.push_back(store_->store().info(m).paths_through);
+      const std::size_t levels = w.modules().size();
+      auto plan = detail::store_plan(sync_, levels, w.steps_per_round());
+      if (!plan) return plan.error();
+      auto share = detail::own_shares(o, levels, w.steps_per_round());
+      if (!share) return share.error();
+      xs.push_back(std::make_unique<exchange>(w, *store_, o, std::move(*share), per_level, *plan));
+      if (auto s = xs.back()->begin(); !s) return s;
+      o.rounds = xs.back()->round() + rounds;
+      bodies.push_back(std::make_unique<body>(*xs.back(), w, *plan, per_level ? levels : 1));
+    }
+    const long start = xs[0]->round();
+    std::vector<status> errs(n);
+    // Every worker's part at once (they wait for each other's pushes), one thread each.
+    const auto together = [&](const auto& part) -> status {
       std::vector<std::thread> th;
-      for (std::size_t i = 0; i < ws_.size(); ++i)
-        th.emplace_back([&, i] { errs[i] = round_of(*ws_[i], pulled, round_deadline, late[i]); });
+      for (std::size_t i = 0; i < n; ++i)
+        th.emplace_back([&, i] {
+          try {
+            errs[i] = part(i);
+          } catch (const error_exception& e) {
+            errs[i] = e.err;
+          }
+        });
       for (auto& t : th) t.join();
       for (auto& e : errs)
         if (!e) return e;
-      round_report rep{store_->store().round(0) - 1, {}};
-      for (auto& w : ws_) rep.worker_loss.push_back(w->last_loss());
+      return {};
+    };
+    round_report rep;
+    rep.worker_loss.assign(n, 0.0);
+    for (int r = 0; r < rounds; ++r) {
+      if (auto s = together([&](std::size_t i) {
+            return bodies[i]->run(1, round_deadline, {},
+                                  [&, i](const round_end& e) { rep.worker_loss[i] = e.loss; });
+          });
+          !s)
+        return s;
+      rep.round = start + r;
       if (on_round) on_round(rep);
     }
-    for (int n : late) left_out_ += n;
-    return {};
+    const auto finished = together([&](std::size_t i) -> status {
+      if (auto s = bodies[i]->finish(round_deadline); !s) return s;
+      xs[i]->end();
+      return {};
+    });
+    for (auto& x : xs) left_out_ += x->refused();
+    return finished;
   }
 
  private:
   explicit local_run(store::local_store<OuterOpt>& store) : store_(&store) {}
 
-  // One round of one worker. A push refused because the module's round had already closed is
-  // counted in `late`, not returned.
-  status round_of(worker& w, std::barrier<>& pulled, std::chrono::steady_clock::duration deadline,
-                  int& late) {
-    auto got = w.pull(*store_);
-    pulled.arrive_and_wait();
-    if (!got) return got;
-    w.train();
-    if (auto s = w.push(*store_); !s) {
-      bool closed = true;  // every refusal is explained by a round that closed without us
-      for (int m : w.modules()) closed &= store_->store().round(m) > w.round();
-      if (!closed) return s;
-      ++late;
-      return {};
-    }
-    return wait_round(w, *store_, std::chrono::steady_clock::now() + deadline);
-  }
-
   store::local_store<OuterOpt>* store_;
   std::vector<std::unique_ptr<worker>> ws_;
+  sync_choice sync_ = blocking{};
   long left_out_ = 0;
 };
 

@@ -284,6 +284,29 @@ class path_worker {
     }
   }
 
+  // The round body's landing of level l through the store (train/store_exchange.hpp):
+  // g_l ← B_l − σ·Δ_l, with B_l the module of the last fetch (fetched) or θ_start,l (not) and
+  // Δ_l the last prepare's uncompressed measure (σ = 0: none); θ_start,l ← g_l; θ_l ← α·θ_l +
+  // (1 − α)·g_l. Requires: a fetch of l (fetched), a prepare of l (σ ≠ 0).
+  void land_level(std::size_t l, bool fetched, float sigma, float alpha) {
+    PACO_ASSERT(l < levels_.size(), "a level of the path");
+    PACO_ASSERT(!fetched || fetched_.size() == arena_.layout().total(), "land_level after fetch");
+    PACO_ASSERT(sigma == 0.0f || l < out_.size(), "land_level with σ after prepare");
+    auto th = arena_.get(plane::param);
+    auto an = arena_.get(plane::anchor);
+    const std::size_t o = levels_[l].offset, n = levels_[l].size;
+    const float* d = sigma == 0.0f ? nullptr : out_[l].delta.data();
+    for (std::size_t i = 0; i < n; ++i) {
+      float g = fetched ? fetched_[o + i] : an[o + i];
+      if (d) g -= sigma * d[i];
+      an[o + i] = g;
+      float& t = th[o + i];
+      t = alpha == 0.0f ? g : alpha == 1.0f ? t : alpha * t + (1.0f - alpha) * g;
+    }
+  }
+  // The next push weighs the steps trained from this one (push_weight), as after a pull.
+  void weigh_from_here() noexcept { pulled_step_ = loop_.step_count(); }
+
   // An overlapped landing (train/worker_loop.hpp's overlapped rules): θ holds the global modules
   // (pulled, take_fetched, or restart_from_anchor); applies θ_l ← θ_l − share[l]·Δ_l with Δ the
   // last prepare's (uncompressed) measure, then makes this θ the next round's start (anchor) and

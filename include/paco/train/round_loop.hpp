@@ -61,35 +61,12 @@
 #include "paco/train/fragments.hpp"
 #include "paco/train/mean_in_flight.hpp"
 #include "paco/train/replica_file.hpp"
+#include "paco/train/round_body.hpp"
 #include "paco/train/round_planes.hpp"
 #include "paco/train/state_sync.hpp"
 #include "paco/train/sync.hpp"
 
 namespace paco::train {
-
-namespace detail {
-template <class A>
-struct arena_backend {};
-template <Backend B>
-struct arena_backend<arena<B>> {
-  using type = B;
-};
-}  // namespace detail
-
-// The backend of a learner's arena.
-template <class L>
-using learner_backend =
-    typename detail::arena_backend<std::remove_cvref_t<decltype(std::declval<L&>().state())>>::type;
-
-// What the round loop trains: an arena on a backend (θ in plane::param; the loop keeps g in
-// plane::anchor) and an inner loop that runs n steps on it and returns their mean loss; H, its
-// steps per round. Models: train::path_worker (host), kernels::learner_cuda (device).
-template <class L>
-concept Learner = requires(L& l, const L& cl, int n) {
-  typename learner_backend<L>;
-  { l.train(n) } -> std::convertible_to<double>;
-  { cl.steps_per_round() } -> std::convertible_to<int>;
-};
 
 // A learner whose state a checkpoint can hold: a host arena, its model (tensor names) and its
 // position (inner step and sampler), to seek back to.
@@ -101,25 +78,71 @@ concept CheckpointedLearner = Learner<L> && std::same_as<learner_backend<L>, hos
   l.seek(cl.position());
 };
 
-// One landed sync.
-struct sync_record {
-  int fragment = 0;
-  long sent_at = 0;            // the loop's inner step its Δ was measured at
-  long applied_at = 0;         // the inner step its mean was applied at
-  std::size_t bytes_sent = 0;  // this rank's bytes on the wire for it, hash check included
-};
+namespace detail {
+// The all-reduce as the round body's Exchange: the backend's plane work (round_planes) and the
+// reduction of a fragment's Δ over the ranks on a background thread (mean_in_flight), with the
+// check of g's fingerprint when the rule keeps g the same on every rank.
+template <net::Transport T, Learner L, outer::OuterOptimizer O>
+class allreduce_exchange {
+ public:
+  using planes_type = round_planes<learner_backend<L>, O>;
+  using codec = typename planes_type::codec;
 
-// The end of a round, for run()'s callback.
-struct round_end {
-  long round = 0;              // 0, 1, … since the loop began (or since the checkpoint)
-  double loss = 0;             // the mean inner loss of its H steps
-  std::size_t bytes_sent = 0;  // this rank's bytes of the syncs that landed in it
+  // Requires: t, l and frags outlive the exchange; planes_type::check(codecs, frags) is ok.
+  allreduce_exchange(T& t, L& l, const std::vector<fragment>& frags, std::vector<codec> codecs,
+                     O outer, const sync_plan& plan, const std::string& what)
+      : t_(&t), plan_(plan), what_(&what), planes_(l, frags, std::move(codecs), outer, plan) {
+    planes_.begin();
+  }
+
+  void measure(int p) { planes_.measure(p); }
+  void launch(int p, std::chrono::steady_clock::duration deadline, bool now) {
+    const auto hash = plan_.identical() ? std::optional(planes_.fingerprint()) : std::nullopt;
+    flight_.launch(*t_, planes_.template reduce<T>(p), hash, what_->c_str(), deadline, now);
+  }
+  bool in_flight() const noexcept { return flight_.in_flight(); }
+  status land(std::size_t& bytes) {
+    std::size_t sent = 0;
+    auto s = flight_.land(traffic_, overlap_, &sent);
+    bytes += sent;
+    return s;
+  }
+  void apply(int p, bool landed, bool fresh) { planes_.apply(p, landed, fresh); }
+  void clear_fresh() { planes_.clear_fresh(); }
+  void settle() { planes_.settle(); }
+  bool done() const noexcept { return false; }
+  // θ ← g and, when the rule keeps g the same on every rank, the check that it is.
+  status end(std::chrono::steady_clock::duration deadline) {
+    planes_.end();
+    planes_.settle();
+    if (!plan_.identical()) return {};
+    return check_identical_within(*t_, planes_.fingerprint(), deadline, what_->c_str(), traffic_);
+  }
+
+  planes_type& planes() noexcept { return planes_; }
+  const planes_type& planes() const noexcept { return planes_; }
+  mean_in_flight<T>& flight() noexcept { return flight_; }
+  diloco_traffic& traffic() noexcept { return traffic_; }
+  const diloco_traffic& traffic() const noexcept { return traffic_; }
+  const overlap_stats& overlap() const noexcept { return overlap_; }
+
+ private:
+  T* t_;
+  sync_plan plan_;
+  const std::string* what_;  // the rule's name, for errors
+  planes_type planes_;
+  diloco_traffic traffic_;
+  overlap_stats overlap_;     // the flights' seconds (the inner steps' are the body's)
+  mean_in_flight<T> flight_;  // last: destroyed first, waiting for a flight still running
 };
+}  // namespace detail
 
 template <net::Transport T, Learner L, outer::OuterOptimizer O, Sync S = sync_choice>
 class round_loop {
+  using exchange = detail::allreduce_exchange<T, L, O>;
+
  public:
-  using planes_type = round_planes<learner_backend<L>, O>;
+  using planes_type = typename exchange::planes_type;
   using codec = typename planes_type::codec;
 
   // Requires: t, l outlive the loop; l's param plane holds this rank's θ, the same on every
@@ -132,20 +155,18 @@ class round_loop {
         l_(&l),
         sync_(std::move(sync)),
         name_(sync_.name()),
-        frags_(frags.empty() ? whole_plane(l.state().layout()) : std::move(frags)),
-        h_(l.steps_per_round()) {
-    auto plan = sync_.plan(t.size(), frags_.size(), h_);
+        frags_(frags.empty() ? whole_plane(l.state().layout()) : std::move(frags)) {
+    auto plan = sync_.plan(t.size(), frags_.size(), l.steps_per_round());
     ok_ = plan ? check_fragments(l.state().layout(), frags_) : status(plan.error());
     if (ok_) ok_ = planes_type::check(codecs, frags_, name_);
     if (!ok_) return;
     plan_ = *plan;
-    planes_.emplace(l, frags_, std::move(codecs), outer, plan_);
-    planes_->begin();
-    last_sent_.assign(frags_.size(), 0);
+    x_.emplace(t, l, frags_, std::move(codecs), outer, plan_, name_);
+    body_.emplace(*x_, l, plan_, frags_.size());
   }
   round_loop(const round_loop&) = delete;
   round_loop& operator=(const round_loop&) = delete;
-  // A sync still in flight is waited for (flight_ is the last member, destroyed first).
+  // A sync still in flight is waited for (the exchange's flight is destroyed first).
 
   // n rounds of H inner steps, sending and landing fragments on the rule's schedule; every
   // sync must land within deadline of its send. on_round after each round. Ensures on ok: the
@@ -157,7 +178,7 @@ class round_loop {
              const std::function<void(const round_end&)>& on_round = {}) {
     if (!ok_) return ok_;
     try {
-      return rounds(n, deadline, on_round);
+      return fail(body_->run(n, deadline, before_round(deadline), on_round));
     } catch (const error_exception& e) {
       return fail(e.err);
     }
@@ -170,7 +191,8 @@ class round_loop {
   status finish(std::chrono::steady_clock::duration deadline) {
     if (!ok_) return ok_;
     try {
-      return finish_all(deadline);
+      if (auto s = body_->finish(deadline); !s) return fail(s);
+      return fail(x_->end(deadline));
     } catch (const error_exception& e) {
       return fail(e.err);
     }
@@ -181,7 +203,7 @@ class round_loop {
   // order. Requires: no sync in flight (between runs). Ensures: ok, or invalid_argument (not a
   // permutation of 0..size-1; a sync in flight) and nothing changed.
   status set_ring_order(std::vector<int> order) {
-    if (flight_.in_flight())
+    if (in_flight())
       return {errc::invalid_argument, "round_loop::set_ring_order: a sync is in flight"};
     if (!order.empty()) {
       std::vector<int> sorted = order;
@@ -191,7 +213,7 @@ class round_loop {
           return {errc::invalid_argument, "round_loop::set_ring_order: not a permutation of 0.." +
                                               std::to_string(t_->size() - 1)};
     }
-    flight_.set_ring_order(std::move(order));
+    if (x_) x_->flight().set_ring_order(std::move(order));
     return {};
   }
 
@@ -214,20 +236,27 @@ class round_loop {
   // Bytes this rank sent averaging optimizer states (also counted in traffic().bytes_sent).
   std::size_t state_bytes() const noexcept { return state_bytes_; }
 
-  long rounds_done() const noexcept { return done_; }
-  long step() const noexcept { return step_; }  // inner steps run by this loop
-  bool in_flight() const noexcept { return flight_.in_flight(); }
-  const train::diloco_traffic& traffic() const noexcept { return traffic_; }  // rounds: syncs
-  const overlap_stats& overlap() const noexcept { return overlap_; }
-  const std::vector<sync_record>& syncs() const noexcept { return syncs_; }
+  long rounds_done() const noexcept { return body_ ? body_->rounds_done() : 0; }
+  long step() const noexcept { return body_ ? body_->step() : 0; }  // inner steps run by this loop
+  bool in_flight() const noexcept { return x_ && x_->in_flight(); }
+  const train::diloco_traffic& traffic() const noexcept {
+    return x_ ? x_->traffic() : no_traffic_;
+  }  // rounds: syncs
+  overlap_stats overlap() const noexcept {
+    overlap_stats o = x_ ? x_->overlap() : overlap_stats{};
+    if (body_) o.inner_s = body_->inner_seconds();
+    return o;
+  }
+  const std::vector<sync_record>& syncs() const noexcept {
+    return body_ ? body_->syncs() : no_syncs_;
+  }
   const std::vector<fragment>& fragments() const noexcept { return frags_; }
   const sync_plan& plan() const noexcept { return plan_; }
   const S& sync() const noexcept { return sync_; }
   // The backend's plane work (the device's: its PCIe transfers).
   const planes_type& planes() const noexcept {
-    PACO_ASSERT(planes_.has_value(),
-                "round_loop: no planes (the rule, fragments or codecs failed)");
-    return *planes_;
+    PACO_ASSERT(x_.has_value(), "round_loop: no planes (the rule, fragments or codecs failed)");
+    return x_->planes();
   }
 
   // Collective: every rank calls it once, before its first round, with the same `resume`; dir
@@ -294,9 +323,7 @@ class round_loop {
     }
     if (auto s = collectives::agree_ok(*t_, local, co); !s) return s;
     restore(*ck);
-    done_ = round + 1;
-    step_ = done_ * h_;
-    std::fill(last_sent_.begin(), last_sent_.end(), step_);
+    body_->resume_at(round + 1);
     for (long k : mine)
       if (k > round) std::filesystem::remove(replica_file(dir, rank, k), ec);
     return {};
@@ -309,12 +336,12 @@ class round_loop {
   status save_round(const std::filesystem::path& dir, const std::string& config,
                     int attempts = 4) requires CheckpointedLearner<L> {
     if (auto s = checkpoints_possible(); !s) return s;
-    if (done_ < 1) return {errc::invalid_argument, "round_loop: no round to save yet"};
+    if (rounds_done() < 1) return {errc::invalid_argument, "round_loop: no round to save yet"};
     auto& a = l_->state();
-    const auto& state = planes_->outer_state(0);
+    const auto& state = x_->planes().outer_state(0);
     if (!state.empty()) std::copy(state.begin(), state.end(), a.get(plane::outer_momentum).begin());
     const int rank = t_->rank();
-    const long round = done_ - 1;
+    const long round = rounds_done() - 1;
     const auto at = l_->position();
     if (auto s = save_replica_file(replica_file(dir, rank, round), l_->model(), a, at.step,
                                    at.sampler, round, rank, t_->size(), config, attempts);
@@ -326,76 +353,29 @@ class round_loop {
   }
 
  private:
-  static double seconds(std::chrono::steady_clock::duration d) {
-    return std::chrono::duration<double>(d).count();
-  }
-  long c() const { return h_ / long(frags_.size()); }
-  // Whether a fragment is sent at the current step (c | s, s ≥ H).
-  bool sends_now() const { return step_ % c() == 0 && step_ / c() >= long(frags_.size()); }
-  // The first step after the current one at which a fragment is sent.
-  long next_send() const {
-    const long k = std::max(step_ / c() + 1, long(frags_.size()));
-    return k * c();
-  }
-  const char* what() const { return name_.c_str(); }
-
-  // run()'s and finish()'s work; a CUDA failure throws.
-  status rounds(int n, std::chrono::steady_clock::duration deadline,
-                const std::function<void(const round_end&)>& on_round) {
-    using clock = std::chrono::steady_clock;
-    for (int r = 0; r < n; ++r) {
-      const long end = step_ + h_;
-      double loss = 0;
-      std::size_t bytes = 0;
-      // The states due after round done_, averaged before the next round's first step.
-      if constexpr (std::same_as<learner_backend<L>, host>)
-        if (states_.any() && done_ > 0) {
-          std::size_t sb = 0;
-          if (auto s = sync_states(*t_, l_->state(), states_, done_, deadline, sb); !s)
-            return fail(s);
-          state_bytes_ += sb;
-          traffic_.bytes_sent += sb;
-          bytes += sb;
-        }
-      while (step_ < end) {
-        long next = std::min(end, next_send());
-        if (flight_.in_flight() && !plan_.next_round()) next = std::min(next, apply_at_);
-        const auto t0 = clock::now();
-        loss += l_->train(int(next - step_)) * double(next - step_);
-        overlap_.inner_s += seconds(clock::now() - t0);
-        step_ = next;
-        if (flight_.in_flight() && !plan_.next_round() && step_ == apply_at_)
-          if (auto s = land_and_apply(false, bytes); !s) return fail(s);
-        if (sends_now())
-          if (auto s = send(int((step_ / c()) % long(frags_.size())), deadline, bytes); !s)
-            return fail(s);
-      }
-      ++done_;
-      planes_->settle();
-      if (on_round) on_round({done_ - 1, loss / double(h_), bytes});
+  // Before each round after the first: the optimizer states due after round `done`, averaged
+  // before the next round's first step.
+  typename round_body<exchange, L>::before_round before_round(
+      std::chrono::steady_clock::duration deadline) {
+    if constexpr (std::same_as<learner_backend<L>, host>) {
+      if (!states_.any()) return {};
+      return [this, deadline](long done, std::size_t& bytes) -> status {
+        if (done == 0) return {};
+        std::size_t sb = 0;
+        if (auto s = sync_states(*t_, l_->state(), states_, done, deadline, sb); !s) return s;
+        state_bytes_ += sb;
+        x_->traffic().bytes_sent += sb;
+        bytes += sb;
+        return {};
+      };
+    } else {
+      return {};
     }
-    return {};
-  }
-
-  status finish_all(std::chrono::steady_clock::duration deadline) {
-    std::size_t bytes = 0;
-    if (flight_.in_flight())
-      if (auto s = land_and_apply(plan_.next_round(), bytes); !s) return fail(s);
-    for (std::size_t p = 0; p < frags_.size(); ++p)
-      if (last_sent_[p] < step_) {
-        planes_->measure(int(p));
-        launch(int(p), deadline);
-        if (auto s = land_and_apply(false, bytes); !s) return fail(s);
-      }
-    planes_->end();
-    planes_->settle();
-    if (!plan_.identical()) return {};
-    return detail::check_identical_within(*t_, planes_->fingerprint(), deadline, what(), traffic_);
   }
 
   // After an error the loop's rounds are out of step: every later call returns it.
   status fail(status s) {
-    ok_ = s;
+    if (!s) ok_ = s;
     return s;
   }
   // Checkpoints hold one outer state in plane::outer_momentum and nothing in flight.
@@ -406,10 +386,10 @@ class round_loop {
               "checkpoints: the " + sync_.name() +
                   " rule keeps a sync in flight between rounds (or several fragments); only "
                   "blocking (and streaming with one fragment and no overlap) checkpoints"};
-    if (!planes_->codecs().empty())
-      if (auto s = checkpointable(planes_->codecs()[0].spec()); !s) return s;
+    if (!x_->planes().codecs().empty())
+      if (auto s = checkpointable(x_->planes().codecs()[0].spec()); !s) return s;
     const std::size_t n = l_->state().get(plane::param).size();
-    const std::size_t m = planes_->outer_state(0).size();
+    const std::size_t m = x_->planes().outer_state(0).size();
     if (m != 0 && m != n)
       return {errc::unsupported, "checkpoints: an outer optimizer state of " + std::to_string(m) +
                                      " floats for " + std::to_string(n) +
@@ -424,7 +404,7 @@ class round_loop {
         auto src = ck.state.get(p);
         std::copy(src.begin(), src.end(), a.get(p).begin());
       }
-    auto& state = planes_->outer_state(0);
+    auto& state = x_->planes().outer_state(0);
     if (!state.empty() && ck.state.has(plane::outer_momentum)) {
       auto src = ck.state.get(plane::outer_momentum);
       std::copy(src.begin(), src.end(), state.begin());
@@ -432,73 +412,19 @@ class round_loop {
     l_->seek({ck.step, ck.sampler});
   }
 
-  // A send of fragment p: Δ_p measured; a one-round-late rule lands its last sync first and
-  // applies it with the fresh Δ (the first round: σ·Δ alone); then Δ_p is launched (and landed
-  // at once with lag 0).
-  status send(int p, std::chrono::steady_clock::duration deadline, std::size_t& bytes) {
-    planes_->measure(p);
-    if (plan_.next_round()) {
-      if (flight_.in_flight()) {
-        if (auto s = land(bytes); !s) return s;
-        planes_->apply(flying_, true, true);
-      } else {
-        planes_->apply(p, false, true);
-      }
-    } else if (flight_.in_flight()) {  // unreachable with lag < c; a sync is never dropped
-      if (auto s = land_and_apply(false, bytes); !s) return s;
-    }
-    launch(p, deadline);
-    if (!plan_.next_round() && plan_.lag == 0) return land_and_apply(false, bytes);
-    return {};
-  }
-
-  // Launches the reduction of fragment p's measured Δ and, when the rule keeps g the same on
-  // every rank, the check of g's fingerprint. Only the flight touches the transport and the
-  // buffers of the reduction until it lands.
-  void launch(int p, std::chrono::steady_clock::duration deadline) {
-    last_sent_[std::size_t(p)] = step_;
-    flying_ = p;
-    apply_at_ = step_ + plan_.lag;
-    const auto hash = plan_.identical() ? std::optional(planes_->fingerprint()) : std::nullopt;
-    flight_.launch(*t_, planes_->template reduce<T>(p), hash, what(), deadline,
-                   plan_.lag == 0 && !plan_.next_round());
-  }
-
-  status land(std::size_t& bytes) {
-    std::size_t sent = 0;
-    if (auto s = flight_.land(traffic_, overlap_, &sent); !s) return s;
-    bytes += sent;
-    syncs_.push_back({flying_, last_sent_[std::size_t(flying_)], step_, sent});
-    return {};
-  }
-  // Lands the flight and applies it; fresh_zero: a one-round-late rule's finish (Δ^fresh = 0).
-  status land_and_apply(bool fresh_zero, std::size_t& bytes) {
-    if (auto s = land(bytes); !s) return s;
-    if (fresh_zero) planes_->clear_fresh();
-    planes_->apply(flying_, true, fresh_zero);
-    return {};
-  }
-
   T* t_;
   L* l_;
   S sync_;
   std::string name_;  // the rule's, for errors
   std::vector<fragment> frags_;
-  long h_;
   status ok_;
   sync_plan plan_{};
-  std::optional<planes_type> planes_;  // engaged when ok_ after construction
-  std::vector<long> last_sent_;        // the step each fragment was last sent at
-  std::vector<sync_record> syncs_;
-  int flying_ = 0;
-  long apply_at_ = 0;
-  long step_ = 0;
-  long done_ = 0;
-  train::diloco_traffic traffic_;
-  overlap_stats overlap_;
   state_periods states_;
   std::size_t state_bytes_ = 0;
-  mean_in_flight<T> flight_;  // last: destroyed first, waiting for a flight still running
+  inline static const train::diloco_traffic no_traffic_{};
+  inline static const std::vector<sync_record> no_syncs_{};
+  std::optional<exchange> x_;                    // engaged when ok_ after construction
+  std::optional<round_body<exchange, L>> body_;  // over x_
 };
 
 }  // namespace paco::train
