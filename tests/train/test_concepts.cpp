@@ -98,10 +98,6 @@ static_assert(!train::PathWorker<worker_without_push, testing::module_store_arch
 static_assert(!train::PathWorker<worker_without_tag, testing::module_store_archetype>);
 static_assert(
     train::PathWorker<train::path_worker<nn::gpt, optim::adamw>, store::local_store<outer::sgd>>);
-static_assert(train::OverlappingPathWorker<train::path_worker<nn::gpt, optim::adamw>,
-                                           store::local_store<outer::sgd>>);
-static_assert(train::StreamingPathWorker<train::path_worker<nn::gpt, optim::adamw>,
-                                         store::local_store<outer::sgd>>);
 static_assert(!train::Model<nn::linear>);  // a Module is not a trainable Model
 static_assert(store::EncodedModuleStore<store::client<net::inproc>>);
 static_assert(store::EncodedModuleStore<store::local_store<outer::sgd>>);
@@ -165,23 +161,23 @@ TEST_CASE("the path-worker archetype is enough for the round loop", "[train][con
           }).ok());
   REQUIRE(rounds == 3);
   REQUIRE(w.round() == 3);
-  // A worker that cannot split its push from its steps is refused the overlapped rules, naming
-  // what it lacks (the device worker is one).
-  static_assert(!train::OverlappingPathWorker<testing::path_worker_archetype,
-                                              testing::module_store_archetype>);
-  testing::path_worker_archetype w2{.size = 4};
-  const auto s = train::run_worker(w2, store, {.rounds = 3, .sync = train::co2{}});
-  REQUIRE(!s.ok());
-  REQUIRE(s.error().code == errc::unsupported);
-  REQUIRE(s.error().message.find("overlap its inner steps") != std::string::npos);
-  // Nor can it stream: it syncs its path as a whole.
-  static_assert(
-      !train::StreamingPathWorker<testing::path_worker_archetype, testing::module_store_archetype>);
-  const auto st = train::run_worker(w2, store, {.rounds = 3, .sync = train::streaming{}});
-  REQUIRE(!st.ok());
-  REQUIRE(st.error().code == errc::unsupported);
-  REQUIRE(st.error().message.find("one module at a time") != std::string::npos);
-  REQUIRE(w2.pulls == 0);
+  // It is enough for every rule: the overlapped ones (one round late) and streaming report every
+  // round once and end at the last.
+  for (train::sync_choice rule :
+       {train::sync_choice(train::co2{}), train::sync_choice(train::eager{}),
+        train::sync_choice(train::naive_delayed{}), train::sync_choice(train::streaming{})}) {
+    INFO(rule.name());
+    testing::path_worker_archetype w2{.size = 4};
+    std::vector<long> seen;
+    REQUIRE(train::run_worker(w2, store, {.rounds = 3, .sync = rule, .sharing = {1}},
+                              [&](const train::worker_round& r) {
+                                seen.push_back(r.round);
+                                return status{};
+                              })
+                .ok());
+    REQUIRE(seen == std::vector<long>{0, 1, 2});
+    REQUIRE(w2.round() == 3);
+  }
 }
 
 TEST_CASE("the outer-optimizer archetype is enough for a store's rounds", "[train][concepts]") {

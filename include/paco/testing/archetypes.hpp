@@ -169,8 +169,9 @@ struct module_store_archetype {
 
 // ---- train: PathWorker -------------------------------------------------------------------------
 
-// One module (id 0) of `size` floats: pulls it (each pull is the next round), trains nothing,
-// pushes a zero Δ. Models train::PathWorker with any ModuleStore and nothing more.
+// One module (id 0) of `size` floats: pulls and fetches it (each pull or fetch is the next
+// round), trains nothing, pushes a zero Δ, lands nothing. Models train::PathWorker with any
+// ModuleStore and nothing more.
 struct path_worker_archetype {
   using path_worker_tag = void;
   std::size_t size = 1;
@@ -183,12 +184,30 @@ struct path_worker_archetype {
     ++pulls;
     return {};
   }
-  double train() { return 0.0; }
   template <store::ModuleStore S>
-  status push(S& s) {
-    const std::vector<float> d(size, 0.0f);
-    return s.push(0, 0, round(), std::span<const float>(d), 1.0);
+  status fetch(S& s) {
+    return pull(s);
   }
+  template <store::ModuleStore S>
+  result<long> fetch_level(S& s, std::size_t) {
+    if (auto st = pull(s); !st) return st.error();
+    return round();
+  }
+  double train(int = 1) { return 0.0; }
+  int steps_per_round() const { return 1; }
+  status prepare() { return {}; }
+  status prepare_level(std::size_t) { return {}; }
+  template <store::ModuleStore S>
+  status send(S& s) const {
+    return send_level(s, 0, round());
+  }
+  template <store::ModuleStore S>
+  status send_level(S& s, std::size_t, long r) const {
+    const std::vector<float> d(size, 0.0f);
+    return s.push(0, 0, r, std::span<const float>(d), 1.0);
+  }
+  void land_level(std::size_t, bool, float, float) {}
+  void weigh_from_here() {}
   long round() const { return pulls - 1; }
   const std::vector<int>& modules() const {
     static const std::vector<int> m{0};

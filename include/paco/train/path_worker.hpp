@@ -5,10 +5,9 @@
 // Δ_m = θ_start,m − θ_end,m for every module m of its path, weighted by its shard's tokens
 // (scaled by the share of H it trained, when a time budget cut its round short).
 // The inner optimizer state stays with the worker across rounds (it is never synchronised).
-// push is prepare (measure and encode Δ into the worker's own buffers) then send (push them): an
-// overlapped rule (train/worker_loop.hpp) sends, and fetches the next global modules into a
-// buffer, from another thread while the worker trains on, then lands them with take_fetched and
-// land.
+// The store exchange (train/store_exchange.hpp) drives it under every sync rule: prepare
+// (measure and encode Δ into the worker's path_buffers), send and fetch through the buffers
+// (from the exchange's flight, on another thread while the worker trains on), land_level.
 //
 // With codecs (set_codecs: one compress::module_codec per level), each Δ_m is encoded first and
 // pushed as bytes (push_encoded); the error-feedback residual of module m stays here, in this
@@ -38,6 +37,7 @@
 #include "paco/store/concepts.hpp"
 #include "paco/store/local_store.hpp"
 #include "paco/train/inner_loop.hpp"
+#include "paco/train/path_buffers.hpp"
 
 namespace paco::train {
 
@@ -51,10 +51,8 @@ class path_worker {
   path_worker(int id, const Model& model, std::vector<path::level_span> levels,
               std::vector<int> modules, InnerOpt opt, train::inner_config cfg,
               const io::token_stream& shard, std::uint64_t seed)
-      : id_(id),
-        model_(model),
-        levels_(std::move(levels)),
-        modules_(std::move(modules)),
+      : model_(model),
+        buf_(id, std::move(levels), std::move(modules), model.layout().total()),
         opt_(opt),
         cfg_(cfg),
         arena_(model.layout()),
@@ -67,10 +65,8 @@ class path_worker {
   path_worker(int id, const Model& model, std::vector<path::level_span> levels,
               std::vector<int> modules, InnerOpt opt, train::inner_config cfg, Loop loop,
               double shard_tokens)
-      : id_(id),
-        model_(model),
-        levels_(std::move(levels)),
-        modules_(std::move(modules)),
+      : model_(model),
+        buf_(id, std::move(levels), std::move(modules), model.layout().total()),
         opt_(opt),
         cfg_(cfg),
         arena_(model.layout()),
@@ -79,10 +75,10 @@ class path_worker {
     init();
   }
 
-  int id() const noexcept { return id_; }
+  int id() const noexcept { return buf_.id(); }
   const Model& model() const noexcept { return model_; }
   arena<host>& state() noexcept { return arena_; }
-  const std::vector<int>& modules() const noexcept { return modules_; }
+  const std::vector<int>& modules() const noexcept { return buf_.modules(); }
   double shard_tokens() const noexcept { return shard_tokens_; }
   long inner_step() const noexcept { return loop_.step_count(); }
   // H: the inner steps train() runs by default (a round's).
@@ -92,7 +88,7 @@ class path_worker {
   typename Loop::position position() const noexcept { return loop_.where(); }
   void seek(const typename Loop::position& p) noexcept { loop_.seek(p); }
   Loop& loop() noexcept { return loop_; }
-  long round() const noexcept { return round_; }
+  long round() const noexcept { return buf_.round(); }
   double last_loss() const noexcept { return last_loss_; }
 
   // Trains on `shard` from the next inner step on (a re-routing): the inner optimizer state
@@ -108,19 +104,21 @@ class path_worker {
   // worker's level spans). Errors: mismatch if the count or a codec's size differs from the
   // levels'. Ensures: the residual plane is allocated (zeros) when a codec keeps one.
   status set_codecs(std::vector<compress::module_codec> codecs) {
-    if (codecs.size() != levels_.size())
-      return {errc::mismatch, "worker " + std::to_string(id_) + ": " +
+    const auto& levels = buf_.levels();
+    if (codecs.size() != levels.size())
+      return {errc::mismatch, "worker " + std::to_string(id()) + ": " +
                                   std::to_string(codecs.size()) + " codecs for " +
-                                  std::to_string(levels_.size()) + " levels"};
-    for (std::size_t l = 0; l < levels_.size(); ++l)
-      if (codecs[l].size() != levels_[l].size)
-        return {errc::mismatch, "worker " + std::to_string(id_) + ": the codec of level " +
+                                  std::to_string(levels.size()) + " levels"};
+    for (std::size_t l = 0; l < levels.size(); ++l)
+      if (codecs[l].size() != levels[l].size)
+        return {errc::mismatch, "worker " + std::to_string(id()) + ": the codec of level " +
                                     std::to_string(l) + " covers " +
                                     std::to_string(codecs[l].size()) + " elements, the level " +
-                                    std::to_string(levels_[l].size)};
+                                    std::to_string(levels[l].size)};
     for (auto& c : codecs)
       if (c.error_feedback()) arena_.get(plane::residual);
     codecs_ = std::move(codecs);
+    buf_.set_encoded(!codecs_.empty());
     return {};
   }
   bool encoded() const noexcept { return !codecs_.empty(); }
@@ -128,31 +126,21 @@ class path_worker {
   // Bytes of the payloads this worker encoded (without request headers), over its lifetime.
   std::size_t payload_bytes() const noexcept { return payload_bytes_; }
 
-  // Pulls every module of the path into θ and θ_start. Errors: mismatch if the modules are not
-  // all at the same round or a copy's hash differs from the store's.
+  // Pulls every module of the path into θ and θ_start (through the fetch buffer). Errors:
+  // path_buffers::fetch's (mismatch if the modules are not all at the same round or a copy's
+  // hash differs from the store's).
   template <store::ModuleStore Store>
   status pull(Store& store) {
+    if (auto s = buf_.fetch(store); !s) return s;
     auto th = arena_.get(plane::param);
-    if (auto s = pull_into(store, std::span<float>(th.data(), th.size())); !s) return s;
+    for (std::size_t l = 0; l < buf_.levels().size(); ++l) {
+      const auto g = buf_.fetched(l);
+      std::copy(g.begin(), g.end(), th.begin() + std::ptrdiff_t(buf_.levels()[l].offset));
+    }
     pulled_step_ = loop_.step_count();
     auto an = arena_.get(plane::anchor);
     std::copy(th.begin(), th.end(), an.begin());
     return {};
-  }
-
-  // Pulls every module of the path into a buffer of its own (θ untouched), for take_fetched: an
-  // overlapped worker fetches the next global modules while it trains. Errors: as pull's.
-  template <store::ModuleStore Store>
-  status fetch(Store& store) {
-    fetched_.resize(arena_.layout().total());  // no allocation on this (maybe another) thread
-    return pull_into(store, std::span<float>(fetched_));
-  }
-  // θ ← the modules of the last fetch (their round is round()). Requires: a fetch succeeded.
-  void take_fetched() {
-    auto th = arena_.get(plane::param);
-    PACO_ASSERT(fetched_.size() == th.size(), "take_fetched after fetch");
-    for (const auto& lv : levels_)
-      std::copy_n(fetched_.data() + lv.offset, lv.size, th.data() + lv.offset);
   }
 
   // The weight of this worker's pushes for the round pulled last: its shard's tokens, scaled by
@@ -174,114 +162,63 @@ class path_worker {
   }
 
   // Pushes Δ = θ_start − θ for every module of the path, for the round pulled last: the fp32
-  // span, or its codec's payload (prepare, then send). Every module is tried even if one push
-  // fails (e.g. its round closed without us); the first error is returned. With error feedback,
-  // the part of Δ a payload did not carry stays in the residual even if the store refuses it.
+  // span, or its codec's payload (prepare, then the buffers' send). Every module is tried even if
+  // one push fails (e.g. its round closed without us); the first error is returned. With error
+  // feedback, the part of Δ a payload did not carry stays in the residual even if the store
+  // refuses it.
   template <store::ModuleStore Store>
   status push(Store& store) {
     if (auto s = prepare(); !s) return s;
-    return send(store);
+    return buf_.send(store);
   }
 
-  // The first half of push: measures Δ = θ_start − θ of every module into this worker's own
-  // buffers (and encodes it, updating the residual, when it has codecs), with the weight of the
-  // steps trained since the pull. θ may then change (an overlapped worker trains on) while send
-  // pushes the buffers. Errors: a codec's.
+  // Measures Δ = θ_start − θ of every module into the buffers (and encodes it, updating the
+  // residual, when it has codecs), with the weight of the steps trained since the pull. θ may
+  // then change (an overlapped worker trains on) while the buffers are pushed. Errors: a codec's.
   status prepare() {
-    out_.resize(levels_.size());
-    for (std::size_t l = 0; l < levels_.size(); ++l)
+    for (std::size_t l = 0; l < buf_.levels().size(); ++l)
       if (auto s = prepare_level(l); !s) return s;
     return {};
   }
 
   // prepare for level l's module alone (Streaming DiLoCo through the store sends one module at a
-  // time): Δ_l = θ_start,l − θ_l into the level's buffer, encoded with its codec, with the
-  // weight of the steps trained since the pull. Errors: the codec's.
+  // time). Errors: the codec's.
   status prepare_level(std::size_t l) {
-    PACO_ASSERT(l < levels_.size(), "a level of the path");
+    PACO_ASSERT(l < buf_.levels().size(), "a level of the path");
     auto th = arena_.get(plane::param);
     auto an = arena_.get(plane::anchor);
-    out_.resize(levels_.size());
-    fetched_.resize(arena_.layout().total());  // here, before a flight's fetch_level
-    out_weight_ = push_weight();
-    const std::size_t o = levels_[l].offset, n = levels_[l].size;
-    auto& d = out_[l].delta;
+    buf_.set_weight(push_weight());
+    const std::size_t o = buf_.levels()[l].offset, n = buf_.levels()[l].size;
+    auto& d = buf_.delta(l);
     d.resize(n);
     for (std::size_t i = 0; i < n; ++i) d[i] = an[o + i] - th[o + i];
     if (codecs_.empty()) return {};
     auto& c = codecs_[l];
     const auto res = c.error_feedback() ? arena_.get(plane::residual).sub(o, n) : slice<float>{};
-    if (auto s = c.encode(slice<const float>(d.data(), n), res, out_[l].payload); !s) return s;
-    payload_bytes_ += out_[l].payload.size();
+    if (auto s = c.encode(slice<const float>(d.data(), n), res, buf_.payload(l)); !s) return s;
+    payload_bytes_ += buf_.payload(l).size();
     return {};
   }
 
-  // The second half of push: pushes what prepare measured, for round() (an overlapped worker
-  // prepares round r's Δ, lands on the modules of round r, then sends). Requires: prepare
-  // succeeded since the last send. Reads only this worker's buffers and round, so it may run on
-  // another thread, followed there by a fetch, while this one trains (not while it pulls,
-  // prepares or lands).
+  // The buffers' push of what prepare measured (for round()), of level l's alone (for `round`),
+  // fetch of the whole path and of level l's module (path_buffers): the store exchange's flight
+  // calls them on another thread while this worker trains (not while it pulls, prepares or
+  // lands).
   template <store::ModuleStore Store>
   status send(Store& store) const {
-    PACO_ASSERT(out_.size() == levels_.size(), "send after prepare");
-    status first;
-    for (std::size_t l = 0; l < levels_.size(); ++l)
-      if (auto s = send_level(store, l, round_); !s && first.ok()) first = s;
-    return first;
+    return buf_.send(store);
   }
-
-  // send for level l's module alone, for `round` (under Streaming DiLoCo the modules of a path
-  // sit at different rounds between their staggered syncs). Requires: prepare_level(l) (or
-  // prepare) since l's last send. Thread-safe as send is.
   template <store::ModuleStore Store>
   status send_level(Store& store, std::size_t l, long round) const {
-    PACO_ASSERT(l < out_.size(), "send_level after prepare_level");
-    if (codecs_.empty())
-      return store.push(modules_[l], id_, round, std::span<const float>(out_[l].delta),
-                        out_weight_);
-    if constexpr (store::EncodedModuleStore<Store>) {
-      return store.push_encoded(modules_[l], id_, round,
-                                std::span<const std::byte>(out_[l].payload), out_weight_);
-    } else {
-      return {errc::unsupported, "worker " + std::to_string(id_) +
-                                     ": this store takes fp32 pushes only (no push_encoded)"};
-    }
+    return buf_.send_level(store, l, round);
   }
-
-  // Pulls level l's module alone into the fetch buffer (θ untouched), hash-checked; returns its
-  // round, and round() becomes the lowest of the levels' last fetched rounds. May run on another
-  // thread while this one trains (after a prepare_level on this one, which sizes the buffer; not
-  // while this one reads round()). Errors: the store's; mismatch for a copy whose hash differs
-  // from the store's.
+  template <store::ModuleStore Store>
+  status fetch(Store& store) {
+    return buf_.fetch(store);
+  }
   template <store::ModuleStore Store>
   result<long> fetch_level(Store& store, std::size_t l) {
-    PACO_ASSERT(l < levels_.size(), "a level of the path");
-    fetched_.resize(arena_.layout().total());  // a no-op after prepare_level
-    auto span = std::span<float>(fetched_).subspan(levels_[l].offset, levels_[l].size);
-    auto got = store.pull(modules_[l], span);
-    if (!got) return got.error();
-    if (hash64(span.data(), span.size_bytes()) != got->hash)
-      return error(errc::mismatch, "module " + std::to_string(modules_[l]) +
-                                       " arrived with a different hash than the store's");
-    level_round_.resize(levels_.size(), got->round);
-    level_round_[l] = got->round;
-    round_ = *std::min_element(level_round_.begin(), level_round_.end());
-    return got->round;
-  }
-
-  // Streaming DiLoCo's landing of level l (ALGORITHMS.md §6.1): θ_start,l ← G_l (the module
-  // fetch_level brought) and θ_l ← α·θ_l + (1 − α)·G_l. Requires: fetch_level(l) succeeded.
-  void mix_level(std::size_t l, float alpha) {
-    PACO_ASSERT(l < levels_.size() && fetched_.size() == arena_.layout().total(),
-                "mix_level after fetch_level");
-    auto th = arena_.get(plane::param);
-    auto an = arena_.get(plane::anchor);
-    const std::size_t o = levels_[l].offset, n = levels_[l].size;
-    for (std::size_t i = o; i < o + n; ++i) {
-      const float g = fetched_[i];
-      an[i] = g;
-      th[i] = alpha == 0.0f ? g : alpha == 1.0f ? th[i] : alpha * th[i] + (1.0f - alpha) * g;
-    }
+    return buf_.fetch_level(store, l);
   }
 
   // The round body's landing of level l through the store (train/store_exchange.hpp):
@@ -289,15 +226,15 @@ class path_worker {
   // Δ_l the last prepare's uncompressed measure (σ = 0: none); θ_start,l ← g_l; θ_l ← α·θ_l +
   // (1 − α)·g_l. Requires: a fetch of l (fetched), a prepare of l (σ ≠ 0).
   void land_level(std::size_t l, bool fetched, float sigma, float alpha) {
-    PACO_ASSERT(l < levels_.size(), "a level of the path");
-    PACO_ASSERT(!fetched || fetched_.size() == arena_.layout().total(), "land_level after fetch");
-    PACO_ASSERT(sigma == 0.0f || l < out_.size(), "land_level with σ after prepare");
+    PACO_ASSERT(l < buf_.levels().size(), "a level of the path");
+    const std::size_t o = buf_.levels()[l].offset, n = buf_.levels()[l].size;
+    PACO_ASSERT(sigma == 0.0f || buf_.delta(l).size() == n, "land_level with σ after prepare");
     auto th = arena_.get(plane::param);
     auto an = arena_.get(plane::anchor);
-    const std::size_t o = levels_[l].offset, n = levels_[l].size;
-    const float* d = sigma == 0.0f ? nullptr : out_[l].delta.data();
+    const float* d = sigma == 0.0f ? nullptr : buf_.delta(l).data();
+    const auto fetched_l = buf_.fetched(l);
     for (std::size_t i = 0; i < n; ++i) {
-      float g = fetched ? fetched_[o + i] : an[o + i];
+      float g = fetched ? fetched_l[i] : an[o + i];
       if (d) g -= sigma * d[i];
       an[o + i] = g;
       float& t = th[o + i];
@@ -307,82 +244,22 @@ class path_worker {
   // The next push weighs the steps trained from this one (push_weight), as after a pull.
   void weigh_from_here() noexcept { pulled_step_ = loop_.step_count(); }
 
-  // An overlapped landing (train/worker_loop.hpp's overlapped rules): θ holds the global modules
-  // (pulled, take_fetched, or restart_from_anchor); applies θ_l ← θ_l − share[l]·Δ_l with Δ the
-  // last prepare's (uncompressed) measure, then makes this θ the next round's start (anchor) and
-  // weighs the next push from this inner step. Requires: prepare since the last landing;
-  // share.size() == the levels.
-  void land(std::span<const float> share) {
-    PACO_ASSERT(share.size() == levels_.size() && out_.size() == levels_.size(),
-                "land after prepare, one share per level");
-    auto th = arena_.get(plane::param);
-    for (std::size_t l = 0; l < levels_.size(); ++l) {
-      if (share[l] == 0.0f) continue;
-      const std::size_t o = levels_[l].offset;
-      const auto& d = out_[l].delta;
-      for (std::size_t i = 0; i < d.size(); ++i) th[o + i] -= share[l] * d[i];
-    }
-    auto an = arena_.get(plane::anchor);
-    std::copy(th.begin(), th.end(), an.begin());
-    pulled_step_ = loop_.step_count();
-  }
-  // θ ← θ_start: the global modules of the round pulled last, when nothing is in flight to land.
-  void restart_from_anchor() {
-    auto th = arena_.get(plane::param);
-    auto an = arena_.get(plane::anchor);
-    std::copy(an.begin(), an.end(), th.begin());
-  }
-
  private:
   void init() {
-    PACO_ASSERT(levels_.size() == modules_.size(), "one module per level");
     arena_.get(plane::moment1);
     arena_.get(plane::moment2);
     arena_.get(plane::anchor);
   }
-  // Every module of the path into dst (the plane's layout); round_ ← their round.
-  template <store::ModuleStore Store>
-  status pull_into(Store& store, std::span<float> dst) {
-    std::vector<long> rounds;
-    for (std::size_t l = 0; l < levels_.size(); ++l) {
-      auto span = dst.subspan(levels_[l].offset, levels_[l].size);
-      auto got = store.pull(modules_[l], span);
-      if (!got) return got.error();
-      const auto [round, h] = *got;
-      if (hash64(span.data(), span.size_bytes()) != h)
-        return {errc::mismatch, "module " + std::to_string(modules_[l]) +
-                                    " arrived with a different hash than the store's"};
-      rounds.push_back(round);
-    }
-    if (std::adjacent_find(rounds.begin(), rounds.end(), std::not_equal_to<>()) != rounds.end())
-      return store::rounds_differ(id_, modules_, rounds);
-    const long r = rounds.empty() ? -1 : rounds.front();
-    round_ = r;
-    level_round_.assign(levels_.size(), r);
-    return {};
-  }
-
-  int id_;
   const Model& model_;
-  std::vector<path::level_span> levels_;
-  std::vector<int> modules_;
+  path_buffers buf_;
   InnerOpt opt_;
   train::inner_config cfg_;
   arena<host> arena_;
   Loop loop_;
   double shard_tokens_;
-  long pulled_step_ = 0;  // the inner step at the last pull (or overlapped landing)
-  struct outgoing {
-    std::vector<float> delta;        // Δ of the level's module (capacity reused)
-    std::vector<std::byte> payload;  // its codec's payload, with codecs
-  };
-  std::vector<outgoing> out_;   // one per level: what the last prepare measured
-  std::vector<float> fetched_;  // the modules of the last fetch (the plane's layout)
-  double out_weight_ = 0;
+  long pulled_step_ = 0;  // the inner step the next push weighs from (weigh_from_here)
   std::vector<compress::module_codec> codecs_;  // one per level, or none (fp32 pushes)
   std::size_t payload_bytes_ = 0;
-  long round_ = 0;
-  std::vector<long> level_round_;  // per level, the round of its last pull or fetch
   double last_loss_ = 0;
 };
 

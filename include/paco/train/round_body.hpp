@@ -60,14 +60,19 @@ template <class L>
 using learner_backend =
     typename detail::arena_backend<std::remove_cvref_t<decltype(std::declval<L&>().state())>>::type;
 
-// What the round body trains: an arena on a backend (θ in plane::param; the exchange keeps g in
-// plane::anchor) and an inner loop that runs n steps on it and returns their mean loss; H, its
-// steps per round. Models: train::path_worker (host), kernels::learner_cuda (device).
+// What the round body trains: n inner steps at a time (their mean loss returned), H a round.
 template <class L>
-concept Learner = requires(L& l, const L& cl, int n) {
-  typename learner_backend<L>;
+concept InnerSteps = requires(L& l, const L& cl, int n) {
   { l.train(n) } -> std::convertible_to<double>;
   { cl.steps_per_round() } -> std::convertible_to<int>;
+};
+
+// What the all-reduce's round loop trains: inner steps over an arena on a backend (θ in
+// plane::param; the loop keeps g in plane::anchor). Models: train::path_worker (host),
+// kernels::learner_cuda (device).
+template <class L>
+concept Learner = InnerSteps<L> && requires {
+  typename learner_backend<L>;
 };
 
 // What the round body asks of a round's plane work (see the file comment). Models:
@@ -102,7 +107,7 @@ struct round_end {
   std::size_t bytes_sent = 0;  // this member's bytes of the syncs that landed in it
 };
 
-template <Exchange X, Learner L>
+template <Exchange X, InnerSteps L>
 class round_body {
  public:
   // Before round `done` (0, 1, …) begins; may add to the round's bytes. An error stops the run.

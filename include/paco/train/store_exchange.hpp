@@ -39,6 +39,7 @@
 
 #include "paco/core/error.hpp"
 #include "paco/store/concepts.hpp"
+#include "paco/train/concepts.hpp"
 #include "paco/train/round_body.hpp"
 #include "paco/train/sync.hpp"
 
@@ -157,28 +158,8 @@ status fetch_path(W& w, Store& store, const worker_loop_options& o) {
 
 }  // namespace detail
 
-// A path worker the store exchange can drive: prepare / send / fetch the whole path or one level,
-// and land a level (path_worker::land_level). Models: train::path_worker.
-// clang-format off
-template <class W, class Store>
-concept StorePathWorker = store::ModuleStore<Store> && Learner<W> &&
-    requires(W& w, const W& cw, Store& s, std::size_t l, long round, bool b, float x) {
-  { w.pull(s) } -> std::same_as<status>;
-  { w.prepare() } -> std::same_as<status>;
-  { w.prepare_level(l) } -> std::same_as<status>;
-  { cw.send(s) } -> std::same_as<status>;
-  { cw.send_level(s, l, round) } -> std::same_as<status>;
-  { w.fetch(s) } -> std::same_as<status>;
-  { w.fetch_level(s, l) } -> std::same_as<result<long>>;
-  w.land_level(l, b, x, x);
-  w.weigh_from_here();
-  { cw.round() } -> std::convertible_to<long>;
-  { cw.modules() } -> std::convertible_to<const std::vector<int>&>;
-};
-// clang-format on
-
 template <class W, store::ModuleStore Store>
-requires StorePathWorker<W, Store>
+requires PathWorker<W, Store>
 class store_exchange {
  public:
   // Requires: w, store and o outlive the exchange; share holds σ_l per level (own_shares);

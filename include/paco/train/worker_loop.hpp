@@ -70,11 +70,27 @@
 
 namespace paco::train {
 
+namespace detail {
+// A worker that only pulls, trains H steps and pushes (the device worker until it runs under the
+// store exchange).
+// clang-format off
+template <class W, class Store>
+concept PlainPathWorker = store::ModuleStore<Store> && requires(W& w, const W& cw, Store& s) {
+  typename W::path_worker_tag;
+  { w.pull(s) } -> std::same_as<status>;
+  { w.train() } -> std::convertible_to<double>;
+  { w.push(s) } -> std::same_as<status>;
+  { cw.round() } -> std::convertible_to<long>;
+  { cw.modules() } -> std::convertible_to<const std::vector<int>&>;
+};
+// clang-format on
+}  // namespace detail
+
 // Waits until every module of w's path closed the round w pulled last, by `until`. Errors: the
 // store's (timeout, peer_lost …).
 template <class W, store::ModuleStore Store>
-requires PathWorker<W, Store> status wait_round(W& w, Store& store,
-                                                std::chrono::steady_clock::time_point until) {
+requires(PathWorker<W, Store> || detail::PlainPathWorker<W, Store>) status
+    wait_round(W& w, Store& store, std::chrono::steady_clock::time_point until) {
   for (int m : w.modules())
     if (auto s = store.wait_closed(m, w.round(), until); !s) return s;
   return {};
@@ -84,8 +100,8 @@ requires PathWorker<W, Store> status wait_round(W& w, Store& store,
 // steps, push, wait_round within round_deadline of the push. Errors: the pull's, the push's (a
 // late one included), the wait's, a device worker's failed CUDA call.
 template <class W, store::ModuleStore Store>
-requires PathWorker<W, Store> status
-sync_round(W& w, Store& store, std::chrono::steady_clock::duration round_deadline) {
+requires(PathWorker<W, Store> || detail::PlainPathWorker<W, Store>) status
+    sync_round(W& w, Store& store, std::chrono::steady_clock::duration round_deadline) {
   if (auto s = w.pull(store); !s) return s;
   try {
     w.train();
@@ -133,7 +149,6 @@ template <class W>
 class paced_learner {
  public:
   paced_learner(W& w, const worker_loop_options& o) : w_(&w), o_(&o) {}
-  auto& state() noexcept { return w_->state(); }
   int steps_per_round() const noexcept { return w_->steps_per_round(); }
   double train(int n) {
     using clock = std::chrono::steady_clock;
@@ -206,7 +221,7 @@ result<double> train_round(W& w, const worker_loop_options& o) {
 
 // Blocking rounds of a worker that only pulls, trains and pushes (see the file comment).
 template <class W, store::ModuleStore Store>
-requires PathWorker<W, Store> status
+requires PlainPathWorker<W, Store> status
 run_blocking_rounds(W& w, Store& store, const worker_loop_options& o,
                     const std::function<status(const worker_round&)>& on_round,
                     const std::function<void(const error&)>& on_refused) {
@@ -286,15 +301,15 @@ run_blocking_rounds(W& w, Store& store, const worker_loop_options& o,
 // the levels do not divide.
 // W is any PathWorker: train::path_worker, or kernels::path_worker_cuda on a GPU (blocking).
 template <class W, store::ModuleStore Store>
-requires PathWorker<W, Store> status
-run_worker(W& w, Store& store, const worker_loop_options& o,
-           const std::function<status(const worker_round&)>& on_round = {},
-           const std::function<void(const error&)>& on_refused = {}) {
+requires(PathWorker<W, Store> || detail::PlainPathWorker<W, Store>) status
+    run_worker(W& w, Store& store, const worker_loop_options& o,
+               const std::function<status(const worker_round&)>& on_round = {},
+               const std::function<void(const error&)>& on_refused = {}) {
   using clock = std::chrono::steady_clock;
   if (o.lockstep && !o.sync.get_if<blocking>())
     return {errc::unsupported,
             "worker_loop_options::lockstep runs the blocking rule only, not " + o.sync.name()};
-  if constexpr (!StorePathWorker<W, Store>) {
+  if constexpr (!PathWorker<W, Store>) {
     return detail::run_blocking_rounds(w, store, o, on_round, on_refused);
   } else {
     const bool per_level = o.sync.get_if<streaming>() != nullptr;
