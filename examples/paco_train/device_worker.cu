@@ -30,11 +30,14 @@ class cuda_worker final : public device_path_worker {
   }
   paco::kernels::path_worker_cuda<paco::nn::gpt>& worker() { return w_; }
 
-  paco::status pull(store_ref& s) override { return w_.pull(s); }
-  double train() override { return w_.train(); }
-  paco::status push(store_ref& s) override { return w_.push(s); }
-  long round() const override { return w_.round(); }
-  const std::vector<int>& modules() const override { return w_.modules(); }
+  paco::train::path_buffers& buffers() override { return w_.buffers(); }
+  double train(int n) override { return w_.train(n); }
+  int steps_per_round() const override { return w_.steps_per_round(); }
+  paco::status prepare_level(std::size_t l) override { return w_.prepare_level(l); }
+  void land_level(std::size_t l, bool fetched, float sigma, float alpha) override {
+    w_.land_level(l, fetched, sigma, alpha);
+  }
+  void weigh_from_here() override { w_.weigh_from_here(); }
   long inner_step() const override { return w_.inner_step(); }
   paco::status download(paco::arena<paco::host>& a) override {
     for (auto p : checkpoint_planes)

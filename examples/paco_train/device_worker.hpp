@@ -4,10 +4,8 @@
 // paco_train's other translation units need no CUDA headers and the device one needs no Asio.
 // device_worker.cu implements make_device_path_worker when CMake finds nvcc; otherwise
 // device_none.cpp says so when asked.
-#include <chrono>
 #include <cstdint>
 #include <memory>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -19,15 +17,11 @@
 #include "paco/optim/adamw.hpp"
 #include "paco/path/level_map.hpp"
 #include "paco/store/compression.hpp"
-#include "paco/store/concepts.hpp"
-#include "paco/train/concepts.hpp"
 #include "paco/train/inner_loop.hpp"
 
 namespace paco_train {
 
-using store_ref = paco::job::store_ref;
 using device_path_worker = paco::job::device_path_worker;
-using device_worker_ref = paco::job::device_worker_ref;
 
 // Worker `id` of path levels/modules on CUDA device 0 (model and shard must outlive it); pushes
 // are encoded with `compression` (int8/int4/int2 on the device; fp32 as plain floats).

@@ -121,7 +121,7 @@ TEST_CASE("validate: each field's own range, upper bounds included", "[paco_trai
 
 TEST_CASE("load_config: the sync section and the throttle are checked by name",
           "[paco_train][config]") {
-  // Every rule runs through the store on host workers; streaming's τ, α and H are checked
+  // Every rule runs through the store; streaming's τ, α and H are checked
   // against the grid's levels (its fragments).
   for (const char* mode : {"co2", "eager", "naive_delayed", "blocking", "streaming"})
     REQUIRE(load_config("", {"job.mode=\"dipaco\"", std::string("sync.mode=\"") + mode + "\""}));
@@ -157,8 +157,13 @@ TEST_CASE("load_config: the sync section and the throttle are checked by name",
               "dipaco.outer_clip must be \"none\" unless dipaco.outer = \"co2\""));
   REQUIRE(has(refusal({"job.mode=dipaco", "dipaco.outer_gap_penalty=2"}),
               "dipaco.outer_gap_penalty must be 1 unless dipaco.outer = \"co2\""));
-  REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"co2\"", "train.device=\"cuda\""}),
-              "run on host workers"));
+  // Every rule, a train budget and a throttle run on device workers too (the config is
+  // checked; the device itself only when a worker starts).
+  for (const char* mode : {"co2", "eager", "naive_delayed", "streaming"})
+    REQUIRE(load_config("", {"job.mode=dipaco", "train.device=\"cuda\"",
+                             std::string("sync.mode=\"") + mode + "\""}));
+  REQUIRE(load_config("", {"job.mode=dipaco", "train.device=\"cuda\"", "sync.train_budget_s=2",
+                           "launch.throttle=\"1:2\""}));
   REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"fast\""}),
               "is not one of blocking, streaming, co2, eager, naive_delayed"));
   REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"delayed\""}), "'naive_delayed'"));

@@ -1,18 +1,25 @@
 #pragma once
 // path_worker_cuda: train::path_worker with its replica on the device, for any module store
-// (store::local_store, store::client over TCP). A round is
-//   pull every module of the path (host bytes from the store, hash-checked on the host, uploaded
-//   into θ's spans; θ_start ← θ on the device) → H inner steps on the device (inner_loop_cuda)
-//   → per module, Δ = θ_start − θ on the device → push: device_codec's payload (encoded on the
-//   device, only its bytes come down) or, without codecs, the fp32 Δ (4 bytes an element down)
-// The inner optimizer state and the error-feedback residual (plane::residual) stay on the
-// device across rounds. transfers() counts the worker's own copies each way (pulls up, payloads
-// down); the inner loop's (batches up, losses down) are loop().transfers().
+// (store::local_store, store::client over TCP), under every sync rule: it models
+// train::PathWorker, so the store exchange's round body (train::run_worker) drives it as it
+// drives the host worker. Its store traffic goes through the same host-side path_buffers
+// (train/path_buffers.hpp); the device holds θ, θ_start, the inner optimizer state, the
+// error-feedback residual (plane::residual) and the last measured Δ of every level:
+//   prepare_level(l)   Δ_l = θ_start,l − θ_l on the device (kept for land_level's σ) → its codec's
+//                      payload (encoded on the device, only the bodies come down) or, without
+//                      codecs, the fp32 Δ_l (4 bytes an element down)
+//   land_level(l, …)   the fetched module G_l up into θ_start,l (when fetched), then on the device
+//                      g ← θ_start,l − σ·Δ_l, θ_start,l ← g, θ_l ← α·θ_l + (1 − α)·g, each
+//                      operation rounded on its own (no fused multiply-add), as the host twin
+//                      (train::path_worker::land_level) writes it
+// A pull (train::pull) is a fetch and a landing at σ = α = 0. transfers() counts the worker's
+// own copies each way (modules up, Δ or payloads down); the inner loop's (batches up, losses
+// down) are loop().transfers(). train and land_level throw error_exception on a failed call.
 //
 //   kernels::path_worker_cuda<nn::gpt> w(id, model, plan.path_spans(p), plan.path_modules(p),
 //                                        optim::adamw{.lr = 1e-3f}, cfg, shard, seed);
 //   w.set_codecs(device codecs of make_codecs(compression, model, plan.path_spans(p)));
-//   train::sync_round(w, store, std::chrono::minutes(5));   // or train::run_worker
+//   train::run_worker(w, store, {.rounds = 10, .sync = train::co2{}});
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -23,10 +30,9 @@
 
 #include "paco/arena_cuda.cuh"
 #include "paco/codec_cuda.cuh"
-#include "paco/core/hash.hpp"
 #include "paco/inner_loop_cuda.cuh"
 #include "paco/path/level_map.hpp"
-#include "paco/store/concepts.hpp"
+#include "paco/train/path_buffers.hpp"
 
 namespace paco::kernels {
 
@@ -38,41 +44,51 @@ __global__ void span_difference_kernel(const float* __restrict__ a, const float*
        i += std::size_t(gridDim.x) * blockDim.x)
     d[i] = a[i] - b[i];
 }
+
+// g ← start − σ·d (d: null for σ = 0), start ← g, θ ← α·θ + (1 − α)·g (α = 0: g; α = 1: θ kept).
+template <int = 0>
+__global__ void land_kernel(float* __restrict__ start, float* __restrict__ theta,
+                            const float* __restrict__ d, float sigma, float alpha, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    float g = start[i];
+    if (d) g = __fsub_rn(g, __fmul_rn(sigma, d[i]));
+    start[i] = g;
+    if (alpha == 0.0f)
+      theta[i] = g;
+    else if (alpha != 1.0f)
+      theta[i] = __fadd_rn(__fmul_rn(alpha, theta[i]), __fmul_rn(1.0f - alpha, g));
+  }
+}
 }  // namespace detail
 
 template <class Model>
 class path_worker_cuda {
  public:
-  using path_worker_tag = void;  // models train::PathWorker: train::run_worker drives it too
+  using path_worker_tag = void;  // models train::PathWorker
 
   // modules[l] is the store's id of this worker's module at level l; levels[l] its span.
   // Throws error_exception when the device is unusable or has no room (naming why).
   path_worker_cuda(int id, const Model& model, std::vector<path::level_span> levels,
                    std::vector<int> modules, optim::adamw opt, train::inner_config cfg,
                    const io::token_stream& shard, std::uint64_t seed, int device = 0)
-      : id_(id),
-        levels_(std::move(levels)),
-        modules_(std::move(modules)),
+      : buf_(id, std::move(levels), std::move(modules), model.layout().total()),
         opt_(opt),
         cfg_(cfg),
         loop_(model, cfg, shard, seed, device),
         arena_(model.layout()),
+        delta_(model.layout().total()),
         shard_tokens_(double(shard.ids.size())) {
-    PACO_ASSERT(levels_.size() == modules_.size(), "one module per level");
-    std::size_t widest = 0;
-    for (auto& l : levels_) widest = std::max(widest, l.size);
-    delta_.resize(widest);
-    host_.resize(widest);
     arena_.get(plane::moment1);
     arena_.get(plane::moment2);
     arena_.get(plane::anchor);
   }
 
-  int id() const noexcept { return id_; }
+  int id() const noexcept { return buf_.id(); }
   arena<cuda>& state() noexcept { return arena_; }
-  const std::vector<int>& modules() const noexcept { return modules_; }
-  long round() const noexcept { return round_; }
+  train::path_buffers& buffers() noexcept { return buf_; }
   long inner_step() const noexcept { return loop_.step_count(); }
+  int steps_per_round() const noexcept { return cfg_.steps; }
   double last_loss() const noexcept { return last_loss_; }
   inner_loop_cuda<Model>& loop() noexcept { return loop_; }
   const transfer_log& transfers() const noexcept { return log_; }
@@ -88,59 +104,12 @@ class path_worker_cuda {
   // spec and segments of make_codecs over this worker's level spans). Errors: mismatch if the
   // count or a codec's size differs from the levels'.
   status set_codecs(std::vector<device_codec> codecs) {
-    if (codecs.size() != levels_.size())
-      return {errc::mismatch, "worker " + std::to_string(id_) + ": " +
-                                  std::to_string(codecs.size()) + " codecs for " +
-                                  std::to_string(levels_.size()) + " levels"};
-    for (std::size_t l = 0; l < levels_.size(); ++l)
-      if (codecs[l].size() != levels_[l].size)
-        return {errc::mismatch, "worker " + std::to_string(id_) + ": the codec of level " +
-                                    std::to_string(l) + " covers " +
-                                    std::to_string(codecs[l].size()) + " elements, the level " +
-                                    std::to_string(levels_[l].size)};
+    if (auto s = buf_.check_codecs(codecs); !s) return s;
     for (auto& c : codecs)
       if (c.error_feedback()) arena_.get(plane::residual);
     codecs_ = std::move(codecs);
+    buf_.set_encoded(!codecs_.empty());
     return {};
-  }
-
-  // Pulls every module of the path into θ and θ_start. Errors: as path_worker::pull (mismatch
-  // for a hash that differs from the store's, or modules at different rounds), or a CUDA error.
-  template <store::ModuleStore Store>
-  status pull(Store& store) {
-    auto& ctx = loop_.workspace().ctx;
-    auto th = arena_.get(plane::param);
-    long r = -1;
-    std::vector<long> rounds;
-    for (std::size_t l = 0; l < levels_.size(); ++l) {
-      const auto span = std::span<float>(host_.data(), levels_[l].size);
-      auto got = store.pull(modules_[l], span);
-      if (!got) return got.error();
-      const auto [round, h] = *got;
-      if (hash64(span.data(), span.size_bytes()) != h)
-        return {errc::mismatch, "module " + std::to_string(modules_[l]) +
-                                    " arrived with a different hash than the store's"};
-      rounds.push_back(round);
-      if (r >= 0 && round != r) {  // the others' rounds too, so a retry can see them move
-        for (std::size_t k = l + 1; k < levels_.size(); ++k) {
-          auto more = store.pull(modules_[k], std::span<float>(host_.data(), levels_[k].size));
-          if (!more) return more.error();
-          rounds.push_back(more->round);
-        }
-        return store::rounds_differ(id_, modules_, rounds);
-      }
-      r = round;
-      if (auto s = upload(slice<const float>(span.data(), span.size()),
-                          th.sub(levels_[l].offset, levels_[l].size), ctx.stream(), &log_);
-          !s)
-        return s;
-      if (auto s = ctx.synchronize(); !s) return s;  // host_ is reused by the next level
-    }
-    round_ = r;
-    auto an = arena_.get(plane::anchor);
-    return cuda_status(cudaMemcpyAsync(an.data(), th.data(), th.size_bytes(),
-                                       cudaMemcpyDeviceToDevice, ctx.stream()),
-                       "θ_start copy");
   }
 
   // Runs n inner steps (H by default) on the device. Returns their mean loss.
@@ -150,62 +119,69 @@ class path_worker_cuda {
     return last_loss_;
   }
 
-  // Pushes Δ = θ_start − θ for every module of the path, as path_worker::push: every module is
-  // tried even if one push fails; the first error is returned.
-  template <store::ModuleStore Store>
-  status push(Store& store) {
+  // As path_worker::prepare_level, on the device (see the file comment). Errors: a CUDA call's,
+  // the codec's.
+  status prepare_level(std::size_t l) {
+    PACO_ASSERT(l < buf_.levels().size(), "a level of the path");
     auto& ctx = loop_.workspace().ctx;
-    auto th = arena_.get(plane::param);
-    auto an = arena_.get(plane::anchor);
-    status first;
-    for (std::size_t l = 0; l < levels_.size(); ++l) {
-      const std::size_t o = levels_[l].offset, n = levels_[l].size;
-      detail::span_difference_kernel<<<elementwise_blocks(n), 256, 0, ctx.stream()>>>(
-          an.data() + o, th.data() + o, delta_.data(), n);
-      status s = cuda_status(cudaGetLastError(), "Δ launch");
-      if (s && codecs_.empty()) {
-        s = download(std::as_const(delta_).view().sub(0, n), slice<float>(host_.data(), n),
-                     ctx.stream(), &log_);
-        if (s) s = ctx.synchronize();
-        if (s)
-          s = store.push(modules_[l], id_, round_, std::span<const float>(host_.data(), n),
-                         shard_tokens_);
-      } else if (s) {
-        if constexpr (store::EncodedModuleStore<Store>) {
-          float* res =
-              codecs_[l].error_feedback() ? arena_.get(plane::residual).data() + o : nullptr;
-          s = codecs_[l].encode(ctx, delta_.data(), res, payload_, &log_);
-          if (s) {
-            payload_bytes_ += payload_.size();
-            s = store.push_encoded(modules_[l], id_, round_, std::span<const std::byte>(payload_),
-                                   shard_tokens_);
-          }
-        } else {
-          s = {errc::unsupported, "worker " + std::to_string(id_) +
-                                      ": this store takes fp32 pushes only (no push_encoded)"};
-        }
-      }
-      if (!s && first.ok()) first = s;
+    const std::size_t o = buf_.levels()[l].offset, n = buf_.levels()[l].size;
+    buf_.set_weight(train::path_buffers::weight_of(shard_tokens_, loop_.step_count() - pulled_step_,
+                                                   cfg_.steps));
+    detail::span_difference_kernel<<<elementwise_blocks(n), 256, 0, ctx.stream()>>>(
+        arena_.get(plane::anchor).data() + o, arena_.get(plane::param).data() + o,
+        delta_.data() + o, n);
+    if (auto s = cuda_status(cudaGetLastError(), "Δ launch"); !s) return s;
+    if (codecs_.empty()) {
+      auto& d = buf_.delta(l);
+      d.resize(n);
+      if (auto s = download(std::as_const(delta_).view().sub(o, n), slice<float>(d.data(), n),
+                            ctx.stream(), &log_);
+          !s)
+        return s;
+      return ctx.synchronize();
     }
-    return first;
+    float* res = codecs_[l].error_feedback() ? arena_.get(plane::residual).data() + o : nullptr;
+    if (auto s = codecs_[l].encode(ctx, delta_.data() + o, res, buf_.payload(l), &log_); !s)
+      return s;
+    payload_bytes_ += buf_.payload(l).size();
+    return {};
   }
 
+  // As path_worker::land_level, on the device (see the file comment). Requires: a fetch of l
+  // (fetched), a prepare_level(l) (σ ≠ 0). Throws error_exception on a failed CUDA call.
+  void land_level(std::size_t l, bool fetched, float sigma, float alpha) {
+    PACO_ASSERT(l < buf_.levels().size(), "a level of the path");
+    auto& ctx = loop_.workspace().ctx;
+    const std::size_t o = buf_.levels()[l].offset, n = buf_.levels()[l].size;
+    auto an = arena_.get(plane::anchor);
+    const auto check = [](status s) {
+      if (!s) throw error_exception(s.error());
+    };
+    if (fetched) {
+      const auto g = buf_.fetched(l);
+      check(upload(slice<const float>(g.data(), n), an.sub(o, n), ctx.stream(), &log_));
+    }
+    detail::land_kernel<<<elementwise_blocks(n), 256, 0, ctx.stream()>>>(
+        an.data() + o, arena_.get(plane::param).data() + o,
+        sigma == 0.0f ? nullptr : delta_.data() + o, sigma, alpha, n);
+    check(cuda_status(cudaGetLastError(), "landing launch"));
+    if (fetched) check(ctx.synchronize());  // the next fetch reuses the buffer
+  }
+  // The next push weighs the steps trained from this one, as after a pull.
+  void weigh_from_here() noexcept { pulled_step_ = loop_.step_count(); }
+
  private:
-  int id_;
-  std::vector<path::level_span> levels_;
-  std::vector<int> modules_;
+  train::path_buffers buf_;
   optim::adamw opt_;
   train::inner_config cfg_;
   inner_loop_cuda<Model> loop_;
   arena<cuda> arena_;
+  buffer<float, cuda> delta_;  // per level, its last measured Δ (the plane's layout)
   double shard_tokens_;
-  buffer<float, cuda> delta_;
-  std::vector<float> host_;
+  long pulled_step_ = 0;
   std::vector<device_codec> codecs_;
-  std::vector<std::byte> payload_;
   std::size_t payload_bytes_ = 0;
   transfer_log log_;
-  long round_ = 0;
   double last_loss_ = 0;
 };
 

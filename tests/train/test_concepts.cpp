@@ -51,23 +51,22 @@ struct outer_without_validate {
   std::size_t state_size(std::size_t) const { return 0; }
   void step(std::span<float>, std::span<const float>, std::span<float>) const {}
 };
-// A path worker that cannot push, and one without the opt-in tag.
-struct worker_without_push {
+// A path worker that cannot measure its Δ, and one without the opt-in tag.
+struct worker_without_prepare {
   using path_worker_tag = void;
-  template <class S>
-  status pull(S&);
-  double train();
-  long round() const;
-  const std::vector<int>& modules() const;
+  train::path_buffers& buffers();
+  double train(int);
+  int steps_per_round() const;
+  void land_level(std::size_t, bool, float, float);
+  void weigh_from_here();
 };
 struct worker_without_tag {
-  template <class S>
-  status pull(S&);
-  double train();
-  template <class S>
-  status push(S&);
-  long round() const;
-  const std::vector<int>& modules() const;
+  train::path_buffers& buffers();
+  double train(int);
+  int steps_per_round() const;
+  status prepare_level(std::size_t);
+  void land_level(std::size_t, bool, float, float);
+  void weigh_from_here();
 };
 // A model without loss().
 struct model_without_loss {
@@ -94,10 +93,9 @@ static_assert(!train::Sync<untagged_sync>);
 static_assert(!train::Sync<sync_with_bare_plan>);
 static_assert(!train::Sync<int>);
 static_assert(!train::Model<model_without_loss>);
-static_assert(!train::PathWorker<worker_without_push, testing::module_store_archetype>);
-static_assert(!train::PathWorker<worker_without_tag, testing::module_store_archetype>);
-static_assert(
-    train::PathWorker<train::path_worker<nn::gpt, optim::adamw>, store::local_store<outer::sgd>>);
+static_assert(!train::PathWorker<worker_without_prepare>);
+static_assert(!train::PathWorker<worker_without_tag>);
+static_assert(train::PathWorker<train::path_worker<nn::gpt, optim::adamw>>);
 static_assert(!train::Model<nn::linear>);  // a Module is not a trainable Model
 static_assert(store::EncodedModuleStore<store::client<net::inproc>>);
 static_assert(store::EncodedModuleStore<store::local_store<outer::sgd>>);
@@ -151,23 +149,24 @@ TEST_CASE("archetypes are enough for the round loop: every sync rule", "[train][
 }
 
 TEST_CASE("the path-worker archetype is enough for the round loop", "[train][concepts]") {
-  testing::path_worker_archetype w{.size = 4};
+  testing::path_worker_archetype w(4);
   testing::module_store_archetype store;
   int rounds = 0;
-  // The archetype store never advances; the archetype worker counts its pulls as rounds.
+  // The archetype store closes each round it is waited for.
   REQUIRE(train::run_worker(w, store, {.rounds = 3}, [&](const train::worker_round&) {
             ++rounds;
             return status{};
           }).ok());
   REQUIRE(rounds == 3);
-  REQUIRE(w.round() == 3);
+  REQUIRE(w.buffers().round() == 3);
   // It is enough for every rule: the overlapped ones (one round late) and streaming report every
   // round once and end at the last.
   for (train::sync_choice rule :
        {train::sync_choice(train::co2{}), train::sync_choice(train::eager{}),
         train::sync_choice(train::naive_delayed{}), train::sync_choice(train::streaming{})}) {
     INFO(rule.name());
-    testing::path_worker_archetype w2{.size = 4};
+    testing::path_worker_archetype w2(4);
+    store.round = 0;
     std::vector<long> seen;
     REQUIRE(train::run_worker(w2, store, {.rounds = 3, .sync = rule, .sharing = {1}},
                               [&](const train::worker_round& r) {
@@ -176,7 +175,7 @@ TEST_CASE("the path-worker archetype is enough for the round loop", "[train][con
                               })
                 .ok());
     REQUIRE(seen == std::vector<long>{0, 1, 2});
-    REQUIRE(w2.round() == 3);
+    REQUIRE(w2.buffers().round() == 3);
   }
 }
 

@@ -37,7 +37,7 @@ using namespace paco;
 namespace {
 
 using worker_t = train::path_worker<nn::gpt, optim::adamw>;
-static_assert(train::PathWorker<worker_t, store::local_store<outer::sgd>>);
+static_assert(train::PathWorker<worker_t>);
 
 float distance(const std::vector<float>& a, std::span<const float> b) {
   float worst = 0;

@@ -328,8 +328,8 @@ TEST_CASE("push_weight: a round cut short weighs by the share of H it trained",
   auto &w0 = f.w0, &w1 = f.w1;
   const auto& a0 = f.a0;
   const auto& levels = f.levels;
-  REQUIRE(w0.pull(store).ok());
-  REQUIRE(w1.pull(store).ok());
+  REQUIRE(train::pull(w0, store).ok());
+  REQUIRE(train::pull(w1, store).ok());
   REQUIRE(w0.push_weight() == w0.shard_tokens());  // nothing trained yet: the whole shard
   w0.train();
   w1.train(1);
@@ -343,8 +343,8 @@ TEST_CASE("push_weight: a round cut short weighs by the share of H it trained",
     const double db = w1.state().get(plane::anchor)[o + i] - w1.state().get(plane::param)[o + i];
     want[i] = float(a0.get(plane::param)[o + i] - (wa * da + wb * db) / (wa + wb));
   }
-  REQUIRE(w0.push(store).ok());
-  REQUIRE(w1.push(store).ok());
+  REQUIRE(train::push(w0, store).ok());
+  REQUIRE(train::push(w1, store).ok());
   std::vector<float> got(n);
   REQUIRE(store.wait_closed(0, 0, std::chrono::steady_clock::now() + std::chrono::seconds(5)).ok());
   store.pull(0, got);

@@ -128,9 +128,9 @@ struct dipaco_section {
 struct sync_section {
   // blocking: every worker waits for its round to close. co2, eager, naive_delayed: a worker's
   // push overlaps its next round's inner steps and the store's outer step reaches it one round
-  // late (train/worker_loop.hpp; host workers). streaming: Streaming DiLoCo with the path's
-  // modules as fragments, level l synced in slot l of every H inner steps, each sync landing
-  // overlap_steps later, mixed in with alpha (host workers; no train budget).
+  // late (train/worker_loop.hpp). streaming: Streaming DiLoCo with the path's modules as
+  // fragments, level l synced in slot l of every H inner steps, each sync landing overlap_steps
+  // later, mixed in with alpha (no train budget). Host and device workers alike.
   std::string mode = "blocking";
   int overlap_steps = 0;  // streaming: τ, in [0, H / levels)
   float alpha = 0.0f;     // streaming: θ ← α·θ + (1 − α)·G on landing, in [0, 1]

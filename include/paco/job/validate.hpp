@@ -288,10 +288,7 @@ status validate_dipaco(const settings& c, const M& model) {
         in_range(d.lgreco_every >= 1 && d.lgreco_every <= 1000000, "dipaco.lgreco_every",
                  "in [1, 1000000] (rounds)"),
         in_range(c.sync.train_budget_s >= 0 && c.sync.train_budget_s < l.round_timeout_s,
-                 "sync.train_budget_s", "in [0, launch.round_timeout_s) (seconds; 0: off)"),
-        in_range(t.device != "cuda" || (c.sync.train_budget_s == 0 && l.throttle.empty()),
-                 "sync.train_budget_s",
-                 "0 (and launch.throttle empty) with train.device = \"cuda\"")})
+                 "sync.train_budget_s", "in [0, launch.round_timeout_s) (seconds; 0: off)")})
     if (!s) return s;
   auto rule = train::parse_sync(c.sync.mode);
   if (!rule) return bad_setting("sync.mode: " + rule.error().message);
@@ -330,10 +327,6 @@ status validate_dipaco(const settings& c, const M& model) {
         in_range(d.outer == "co2" || d.outer_clip == "none", "dipaco.outer_clip",
                  "\"none\" unless dipaco.outer = \"co2\"")})
     if (!s) return s;
-  if (c.sync.mode != "blocking" && t.device == "cuda")
-    return bad_setting("sync.mode = \"" + c.sync.mode +
-                       "\": the overlapped rules through the store run on host workers; with "
-                       "train.device = \"cuda\" use \"blocking\"");
   if (auto th = parse_throttle(l.throttle, int(paths * d.workers_per_path)); !th) return th.error();
   auto comp = store::parse_compression(d.compress, std::size_t(d.lgreco_every));
   if (!comp) return bad_setting("dipaco." + comp.error().message);

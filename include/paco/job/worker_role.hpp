@@ -35,7 +35,7 @@
 namespace paco::job {
 
 // The round loop drives either worker over the TCP store client.
-static_assert(train::PathWorker<device_worker_ref, store::client<net::asio_tcp>>);
+static_assert(train::PathWorker<device_path_worker>);
 
 // Where the run stands, as the store describes it (describe_run): its routing file and the
 // round of every module. Its routing is checked before anything uses it: a route for each of
@@ -126,8 +126,7 @@ template <nn::BlockModel Model>
 int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool resume, bool fresh,
                     const worker_start& how) {
   // The round loop drives the host worker over the TCP store client.
-  static_assert(train::PathWorker<train::path_worker<Model, optim::inner_choice>,
-                                  store::client<net::asio_tcp>>);
+  static_assert(train::PathWorker<train::path_worker<Model, optim::inner_choice>>);
   if (auto s = require_token("worker"); !s)
     return std::fprintf(stderr, "%s\n", s.error().what().c_str()), exit_bad_input;
   if (resume && fresh)
@@ -502,8 +501,7 @@ int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool
   };
   status st;
   if (dev) {
-    device_worker_ref ref(*dev);
-    st = train::run_worker(ref, metered, lo, on_round, on_refused);
+    st = train::run_worker(*dev, metered, lo, on_round, on_refused);
   } else {
     st = train::run_worker(*host, metered, lo, on_round, on_refused);
   }
@@ -511,7 +509,7 @@ int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool
     std::fprintf(stderr, "worker %d: %s\n", w, st.error().what().c_str());
     if (write_failed) return exit_write_failed;
     // A store behind this worker's checkpoint stays behind however often it is restarted.
-    const long at = dev ? dev->round() : host->round();
+    const long at = dev ? dev->buffers().round() : host->round();
     const bool behind = saved && at <= saved->round;
     if (behind) return exit_bad_input;
     return finished() ? 0 : exit_link_lost;

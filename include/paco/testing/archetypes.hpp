@@ -155,71 +155,47 @@ struct ranking_router_archetype : router_archetype {
 
 // ---- store: ModuleStore ---------------------------------------------------------------------
 
-// Every module all zeros at round 0; every push accepted, every round closed. Models
-// store::ModuleStore and nothing more.
+// Every module all zeros; every push accepted; a wait for a round closes it (the modules then
+// sit at the next round). Models store::ModuleStore and nothing more.
 struct module_store_archetype {
   using module_store_tag = void;
+  long round = 0;
   result<store::pulled> pull(int, std::span<float> dst) {
     std::fill(dst.begin(), dst.end(), 0.0f);
-    return store::pulled{0, hash64(dst.data(), dst.size_bytes())};
+    return store::pulled{round, hash64(dst.data(), dst.size_bytes())};
   }
   status push(int, int, long, std::span<const float>, double) { return {}; }
-  status wait_closed(int, long, std::chrono::steady_clock::time_point) { return {}; }
+  status wait_closed(int, long r, std::chrono::steady_clock::time_point) {
+    round = std::max(round, r + 1);
+    return {};
+  }
 };
 
 // ---- train: PathWorker -------------------------------------------------------------------------
 
-// One module (id 0) of `size` floats: pulls and fetches it (each pull or fetch is the next
-// round), trains nothing, pushes a zero Δ, lands nothing. Models train::PathWorker with any
-// ModuleStore and nothing more.
+// One module (id 0) of `size` floats in its buffers: trains nothing, measures a zero Δ, lands
+// nothing. Models train::PathWorker and nothing more.
 struct path_worker_archetype {
   using path_worker_tag = void;
-  std::size_t size = 1;
-  long pulls = 0;
-  template <store::ModuleStore S>
-  status pull(S& s) {
-    std::vector<float> m(size);
-    auto got = s.pull(0, std::span<float>(m));
-    if (!got) return got.error();
-    ++pulls;
-    return {};
-  }
-  template <store::ModuleStore S>
-  status fetch(S& s) {
-    return pull(s);
-  }
-  template <store::ModuleStore S>
-  result<long> fetch_level(S& s, std::size_t) {
-    if (auto st = pull(s); !st) return st.error();
-    return round();
-  }
-  double train(int = 1) { return 0.0; }
+  explicit path_worker_archetype(std::size_t size)
+      : buf(0, {path::level_span{0, size, {}}}, {0}, size) {}
+  train::path_buffers buf;
+  train::path_buffers& buffers() { return buf; }
+  double train(int) { return 0.0; }
   int steps_per_round() const { return 1; }
-  status prepare() { return {}; }
-  status prepare_level(std::size_t) { return {}; }
-  template <store::ModuleStore S>
-  status send(S& s) const {
-    return send_level(s, 0, round());
-  }
-  template <store::ModuleStore S>
-  status send_level(S& s, std::size_t, long r) const {
-    const std::vector<float> d(size, 0.0f);
-    return s.push(0, 0, r, std::span<const float>(d), 1.0);
+  status prepare_level(std::size_t l) {
+    buf.delta(l).assign(buf.levels()[l].size, 0.0f);
+    return {};
   }
   void land_level(std::size_t, bool, float, float) {}
   void weigh_from_here() {}
-  long round() const { return pulls - 1; }
-  const std::vector<int>& modules() const {
-    static const std::vector<int> m{0};
-    return m;
-  }
 };
 
 static_assert(nn::Module<module_archetype> && !nn::Model<module_archetype>);
 static_assert(nn::Model<model_archetype> && !nn::LanguageModel<model_archetype>);
 static_assert(!nn::Module<model_archetype>);
 static_assert(nn::LanguageModel<language_model_archetype>);
-static_assert(train::PathWorker<path_worker_archetype, module_store_archetype>);
+static_assert(train::PathWorker<path_worker_archetype>);
 static_assert(optim::InnerOptimizer<inner_optimizer_archetype>);
 static_assert(outer::OuterOptimizer<outer_optimizer_archetype>);
 static_assert(!optim::RangedInnerOptimizer<inner_optimizer_archetype>);

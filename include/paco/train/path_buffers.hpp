@@ -52,6 +52,31 @@ class path_buffers {
   void set_encoded(bool e) noexcept { encoded_ = e; }
   void set_weight(double w) noexcept { weight_ = w; }
 
+  // The weight of a push of a shard of `tokens` tokens after `trained` of a round's h inner steps
+  // since the pull: the tokens, scaled by the share of h trained (a worker whose round a time
+  // budget cut short weighs by the tokens it actually trained; h steps or more, or none: 1).
+  static double weight_of(double tokens, long trained, int h) noexcept {
+    if (trained <= 0 || trained >= h) return tokens;
+    return tokens * (double(trained) / double(h));
+  }
+
+  // Whether codecs (one per level, each with size()) fit the path's levels. Errors: mismatch if
+  // their count or a codec's size differs from the levels'.
+  template <class Codecs>
+  status check_codecs(const Codecs& codecs) const {
+    if (codecs.size() != levels_.size())
+      return {errc::mismatch, "worker " + std::to_string(id_) + ": " +
+                                  std::to_string(codecs.size()) + " codecs for " +
+                                  std::to_string(levels_.size()) + " levels"};
+    for (std::size_t l = 0; l < levels_.size(); ++l)
+      if (codecs[l].size() != levels_[l].size)
+        return {errc::mismatch, "worker " + std::to_string(id_) + ": the codec of level " +
+                                    std::to_string(l) + " covers " +
+                                    std::to_string(codecs[l].size()) + " elements, the level " +
+                                    std::to_string(levels_[l].size)};
+    return {};
+  }
+
   // Level l's module of the last fetch (its span of the plane). Requires: a fetch of it.
   std::span<const float> fetched(std::size_t l) const {
     return std::span<const float>(fetched_).subspan(levels_[l].offset, levels_[l].size);

@@ -5,15 +5,16 @@
 // Δ_m = θ_start,m − θ_end,m for every module m of its path, weighted by its shard's tokens
 // (scaled by the share of H it trained, when a time budget cut its round short).
 // The inner optimizer state stays with the worker across rounds (it is never synchronised).
-// The store exchange (train/store_exchange.hpp) drives it under every sync rule: prepare
-// (measure and encode Δ into the worker's path_buffers), send and fetch through the buffers
-// (from the exchange's flight, on another thread while the worker trains on), land_level.
+// It models train::PathWorker: the store exchange (train/store_exchange.hpp) drives it under
+// every sync rule — prepare_level (measure and encode Δ into its path_buffers), the buffers'
+// pushes and fetches (from the exchange's flight, on another thread while the worker trains on),
+// land_level; train::pull and train::push are a whole path's pull and push.
 //
 // With codecs (set_codecs: one compress::module_codec per level), each Δ_m is encoded first and
 // pushed as bytes (push_encoded); the error-feedback residual of module m stays here, in this
 // worker's arena (plane::residual, module m's span), and L-GreCo's state in its codec.
 //
-// Store models store::ModuleStore (store/concepts.hpp); encoded pushes need an
+// The store models store::ModuleStore (store/concepts.hpp); encoded pushes need an
 // EncodedModuleStore. Models: local_store (threads of one process), store::client (a store
 // service over any Transport). Model models train::Model, InnerOpt optim::InnerOptimizer.
 //
@@ -104,52 +105,21 @@ class path_worker {
   // worker's level spans). Errors: mismatch if the count or a codec's size differs from the
   // levels'. Ensures: the residual plane is allocated (zeros) when a codec keeps one.
   status set_codecs(std::vector<compress::module_codec> codecs) {
-    const auto& levels = buf_.levels();
-    if (codecs.size() != levels.size())
-      return {errc::mismatch, "worker " + std::to_string(id()) + ": " +
-                                  std::to_string(codecs.size()) + " codecs for " +
-                                  std::to_string(levels.size()) + " levels"};
-    for (std::size_t l = 0; l < levels.size(); ++l)
-      if (codecs[l].size() != levels[l].size)
-        return {errc::mismatch, "worker " + std::to_string(id()) + ": the codec of level " +
-                                    std::to_string(l) + " covers " +
-                                    std::to_string(codecs[l].size()) + " elements, the level " +
-                                    std::to_string(levels[l].size)};
+    if (auto s = buf_.check_codecs(codecs); !s) return s;
     for (auto& c : codecs)
       if (c.error_feedback()) arena_.get(plane::residual);
     codecs_ = std::move(codecs);
     buf_.set_encoded(!codecs_.empty());
     return {};
   }
-  bool encoded() const noexcept { return !codecs_.empty(); }
-  const std::vector<compress::module_codec>& codecs() const noexcept { return codecs_; }
   // Bytes of the payloads this worker encoded (without request headers), over its lifetime.
   std::size_t payload_bytes() const noexcept { return payload_bytes_; }
-
-  // Pulls every module of the path into θ and θ_start (through the fetch buffer). Errors:
-  // path_buffers::fetch's (mismatch if the modules are not all at the same round or a copy's
-  // hash differs from the store's).
-  template <store::ModuleStore Store>
-  status pull(Store& store) {
-    if (auto s = buf_.fetch(store); !s) return s;
-    auto th = arena_.get(plane::param);
-    for (std::size_t l = 0; l < buf_.levels().size(); ++l) {
-      const auto g = buf_.fetched(l);
-      std::copy(g.begin(), g.end(), th.begin() + std::ptrdiff_t(buf_.levels()[l].offset));
-    }
-    pulled_step_ = loop_.step_count();
-    auto an = arena_.get(plane::anchor);
-    std::copy(th.begin(), th.end(), an.begin());
-    return {};
-  }
 
   // The weight of this worker's pushes for the round pulled last: its shard's tokens, scaled by
   // the share of the round's H steps it trained since the pull (a worker whose round was cut
   // short by a time budget weighs by the tokens it actually trained; H steps or more: 1).
   double push_weight() const noexcept {
-    const long trained = loop_.step_count() - pulled_step_;
-    if (trained <= 0 || trained >= cfg_.steps) return shard_tokens_;
-    return shard_tokens_ * (double(trained) / double(cfg_.steps));
+    return path_buffers::weight_of(shard_tokens_, loop_.step_count() - pulled_step_, cfg_.steps);
   }
 
   // Runs n inner steps (H by default) of the worker's loop (the one inner loop,
@@ -161,28 +131,10 @@ class path_worker {
     return last_loss_;
   }
 
-  // Pushes Δ = θ_start − θ for every module of the path, for the round pulled last: the fp32
-  // span, or its codec's payload (prepare, then the buffers' send). Every module is tried even if
-  // one push fails (e.g. its round closed without us); the first error is returned. With error
-  // feedback, the part of Δ a payload did not carry stays in the residual even if the store
-  // refuses it.
-  template <store::ModuleStore Store>
-  status push(Store& store) {
-    if (auto s = prepare(); !s) return s;
-    return buf_.send(store);
-  }
-
-  // Measures Δ = θ_start − θ of every module into the buffers (and encodes it, updating the
-  // residual, when it has codecs), with the weight of the steps trained since the pull. θ may
-  // then change (an overlapped worker trains on) while the buffers are pushed. Errors: a codec's.
-  status prepare() {
-    for (std::size_t l = 0; l < buf_.levels().size(); ++l)
-      if (auto s = prepare_level(l); !s) return s;
-    return {};
-  }
-
-  // prepare for level l's module alone (Streaming DiLoCo through the store sends one module at a
-  // time). Errors: the codec's.
+  // Measures Δ_l = θ_start,l − θ_l of level l's module into the buffers (and encodes it, updating
+  // the residual, when it has codecs), with the weight of the steps trained since the pull
+  // (push_weight). θ may then change (an overlapped worker trains on) while the buffers are
+  // pushed. Errors: the codec's.
   status prepare_level(std::size_t l) {
     PACO_ASSERT(l < buf_.levels().size(), "a level of the path");
     auto th = arena_.get(plane::param);
@@ -200,35 +152,20 @@ class path_worker {
     return {};
   }
 
-  // The buffers' push of what prepare measured (for round()), of level l's alone (for `round`),
-  // fetch of the whole path and of level l's module (path_buffers): the store exchange's flight
-  // calls them on another thread while this worker trains (not while it pulls, prepares or
-  // lands).
-  template <store::ModuleStore Store>
-  status send(Store& store) const {
-    return buf_.send(store);
-  }
-  template <store::ModuleStore Store>
-  status send_level(Store& store, std::size_t l, long round) const {
-    return buf_.send_level(store, l, round);
-  }
-  template <store::ModuleStore Store>
-  status fetch(Store& store) {
-    return buf_.fetch(store);
-  }
-  template <store::ModuleStore Store>
-  result<long> fetch_level(Store& store, std::size_t l) {
-    return buf_.fetch_level(store, l);
-  }
+  // The worker's store traffic (path_buffers): what prepare_level measured, to push; what the
+  // last fetch brought, to land. The store exchange's flight pushes and fetches through them on
+  // another thread while this worker trains (never while it prepares or lands).
+  path_buffers& buffers() noexcept { return buf_; }
 
   // The round body's landing of level l through the store (train/store_exchange.hpp):
   // g_l ← B_l − σ·Δ_l, with B_l the module of the last fetch (fetched) or θ_start,l (not) and
-  // Δ_l the last prepare's uncompressed measure (σ = 0: none); θ_start,l ← g_l; θ_l ← α·θ_l +
-  // (1 − α)·g_l. Requires: a fetch of l (fetched), a prepare of l (σ ≠ 0).
+  // Δ_l the last prepare_level's uncompressed measure (σ = 0: none); θ_start,l ← g_l; θ_l ← α·θ_l +
+  // (1 − α)·g_l. Requires: a fetch of l (fetched), a prepare_level(l) (σ ≠ 0).
   void land_level(std::size_t l, bool fetched, float sigma, float alpha) {
     PACO_ASSERT(l < buf_.levels().size(), "a level of the path");
     const std::size_t o = buf_.levels()[l].offset, n = buf_.levels()[l].size;
-    PACO_ASSERT(sigma == 0.0f || buf_.delta(l).size() == n, "land_level with σ after prepare");
+    PACO_ASSERT(sigma == 0.0f || buf_.delta(l).size() == n,
+                "land_level with σ after prepare_level");
     auto th = arena_.get(plane::param);
     auto an = arena_.get(plane::anchor);
     const float* d = sigma == 0.0f ? nullptr : buf_.delta(l).data();

@@ -6,7 +6,7 @@
 // (streaming, level l's module synced in slot l of every cycle of H inner steps). For fragment p:
 //
 //   measure(p)              Δ of its levels' modules into the worker's buffers, encoded with
-//                           their codecs (path_worker::prepare / prepare_level)
+//                           their codecs (prepare_level)
 //   launch(p, deadline)     a flight (a background thread; with lag 0 at land() on the caller's):
 //                           push Δ for the modules' round, wait until that round closed (by
 //                           deadline), fetch the modules G the store's outer step made of it
@@ -26,8 +26,8 @@
 // on from its own progress; the late mean replaces it: a delay-corrected merge), 1/k_l for
 // eager (k_l: the workers sharing level l's module, worker_loop_options::sharing), 0 otherwise.
 //
-// Threads: between launch and land the flight uses the store and the worker's push and fetch
-// buffers (path_worker::send, fetch, fetch_level); the caller trains meanwhile.
+// Threads: between launch and land the flight uses the store and the worker's buffers
+// (path_buffers: send, send_level, fetch, fetch_level); the caller trains meanwhile.
 
 #include <algorithm>
 #include <chrono>
@@ -79,6 +79,32 @@ struct worker_loop_options {
   bool lockstep = false;
 };
 
+// Pulls w's path: every module fetched into its buffers (hash-checked, all at one round), then
+// θ, θ_start ← them; the next push weighs the steps trained from here. Errors:
+// path_buffers::fetch's; a device worker's failed call.
+template <PathWorker W, store::ModuleStore Store>
+status pull(W& w, Store& store) {
+  if (auto s = w.buffers().fetch(store); !s) return s;
+  try {
+    for (std::size_t l = 0; l < w.buffers().levels().size(); ++l) w.land_level(l, true, 0.0f, 0.0f);
+  } catch (const error_exception& e) {
+    return e.err;
+  }
+  w.weigh_from_here();
+  return {};
+}
+
+// Pushes Δ = θ_start − θ of every module of w's path for the round pulled last (prepare_level of
+// each, then the buffers' send): every module is tried even if one push fails (e.g. its round
+// closed without us); the first error is returned. With error feedback, the part of Δ a payload
+// did not carry stays in the residual even if the store refuses it. Errors besides: a codec's.
+template <PathWorker W, store::ModuleStore Store>
+status push(W& w, Store& store) {
+  for (std::size_t l = 0; l < w.buffers().levels().size(); ++l)
+    if (auto s = w.prepare_level(l); !s) return s;
+  return w.buffers().send(store);
+}
+
 namespace detail {
 // get() (a pull or a fetch of a whole path), again every o.pull_retry while it fails with
 // mismatch (the path's modules sit at different rounds, as after a store restart), up to
@@ -103,7 +129,7 @@ status retry_while_rounds_differ(const worker_loop_options& o, Get get) {
 // Pulls w's path into θ and θ_start (retry_while_rounds_differ).
 template <class W, store::ModuleStore Store>
 status pull_path(W& w, Store& store, const worker_loop_options& o) {
-  return retry_while_rounds_differ(o, [&] { return w.pull(store); });
+  return retry_while_rounds_differ(o, [&] { return train::pull(w, store); });
 }
 
 // The error of a store behind the worker's checkpoint (its round ≤ the one completed).
@@ -153,13 +179,12 @@ inline result<sync_plan> store_plan(const sync_choice& rule, std::size_t levels,
 // Fetches w's path into its buffer (retry_while_rounds_differ).
 template <class W, store::ModuleStore Store>
 status fetch_path(W& w, Store& store, const worker_loop_options& o) {
-  return retry_while_rounds_differ(o, [&] { return w.fetch(store); });
+  return retry_while_rounds_differ(o, [&] { return w.buffers().fetch(store); });
 }
 
 }  // namespace detail
 
-template <class W, store::ModuleStore Store>
-requires PathWorker<W, Store>
+template <PathWorker W, store::ModuleStore Store>
 class store_exchange {
  public:
   // Requires: w, store and o outlive the exchange; share holds σ_l per level (own_shares);
@@ -175,7 +200,7 @@ class store_exchange {
         next_round_(plan.next_round()),
         alpha_(plan.alpha),
         on_refused_(std::move(on_refused)),
-        next_(w.modules().size(), 0) {}
+        next_(w.buffers().modules().size(), 0) {}
   store_exchange(const store_exchange&) = delete;
   store_exchange& operator=(const store_exchange&) = delete;
 
@@ -193,18 +218,18 @@ class store_exchange {
   status begin(long completed = -1) {
     pending_.assign(frags(), 0);
     if (!per_level_ && (completed < 0 || !next_round_)) {
-      if (auto s = detail::retry_while_rounds_differ(*o_, [&] { return w_->pull(*store_); }); !s)
-        return s;
-      std::fill(next_.begin(), next_.end(), w_->round());
-      if (completed >= 0 && w_->round() <= completed)
-        return detail::store_behind(w_->round(), completed);
+      if (auto s = detail::pull_path(*w_, *store_, *o_); !s) return s;
+      std::fill(next_.begin(), next_.end(), w_->buffers().round());
+      if (completed >= 0 && w_->buffers().round() <= completed)
+        return detail::store_behind(w_->buffers().round(), completed);
       return {};
     }
     if (!per_level_) {  // a one-round-late rule resumed: θ, θ_start as trained
       if (auto s = detail::fetch_path(*w_, *store_, *o_); !s) return s;
-      std::fill(next_.begin(), next_.end(), w_->round());
-      if (w_->round() <= completed) return detail::store_behind(w_->round(), completed);
-      if (w_->round() == completed + 1 && w_->round() < o_->rounds) {
+      std::fill(next_.begin(), next_.end(), w_->buffers().round());
+      if (w_->buffers().round() <= completed)
+        return detail::store_behind(w_->buffers().round(), completed);
+      if (w_->buffers().round() == completed + 1 && w_->buffers().round() < o_->rounds) {
         pending_[0] = 1;
         prefetched_ = true;
         return {};
@@ -214,7 +239,7 @@ class store_exchange {
       return {};
     }
     for (std::size_t l = 0; l < next_.size(); ++l) {
-      auto r = w_->fetch_level(*store_, l);
+      auto r = w_->buffers().fetch_level(*store_, l);
       if (!r) return r.error();
       if (completed >= 0 && *r <= completed) return detail::store_behind(*r, completed);
       next_[l] = *r;
@@ -254,12 +279,13 @@ class store_exchange {
 
   void measure(int p) {
     fresh_zero_ = false;
-    const status s = per_level_ ? w_->prepare_level(std::size_t(p)) : w_->prepare();
-    if (!s) throw error_exception(s.error());
+    for_levels(p, [&](std::size_t l) {
+      if (auto s = w_->prepare_level(l); !s) throw error_exception(s.error());
+    });
   }
   void launch(int p, std::chrono::steady_clock::duration deadline, bool now) {
     flying_ = p;
-    const long round = per_level_ ? next_[std::size_t(p)] : w_->round();
+    const long round = per_level_ ? next_[std::size_t(p)] : w_->buffers().round();
     flying_round_ = round;
     if (p == 0) sent_round_ = round;
     flight_ = std::async(now ? std::launch::deferred : std::launch::async,
@@ -277,7 +303,7 @@ class store_exchange {
     if (per_level_)
       next_[std::size_t(flying_)] = f.round;
     else
-      std::fill(next_.begin(), next_.end(), w_->round());
+      std::fill(next_.begin(), next_.end(), w_->buffers().round());
     last_refused_ = !f.pushed;
     ++landed_;
     if (on_landed) return on_landed(flying_round_, last_refused_);
@@ -323,11 +349,12 @@ class store_exchange {
   flown fly(int p, long round, std::chrono::steady_clock::duration deadline) {
     flown f;
     if (!per_level_ || round < o_->rounds) {
-      f.pushed = per_level_ ? w_->send_level(*store_, std::size_t(p), round) : w_->send(*store_);
+      const auto& buf = w_->buffers();
+      f.pushed = per_level_ ? buf.send_level(*store_, std::size_t(p), round) : buf.send(*store_);
       if (!f.pushed && f.pushed.error().code != errc::mismatch) return f;
       const auto until = std::chrono::steady_clock::now() + deadline;
       for_levels(p, [&](std::size_t l) {
-        if (f.after) f.after = store_->wait_closed(w_->modules()[l], round, until);
+        if (f.after) f.after = store_->wait_closed(buf.modules()[l], round, until);
       });
       if (!f.after) return f;
     }
@@ -335,7 +362,7 @@ class store_exchange {
       f.after = detail::fetch_path(*w_, *store_, *o_);
       return f;
     }
-    auto got = w_->fetch_level(*store_, std::size_t(p));
+    auto got = w_->buffers().fetch_level(*store_, std::size_t(p));
     if (!got)
       f.after = got.error();
     else

@@ -49,9 +49,8 @@
 //
 // With outer SGD at rate 1 on the store the rules are round_loop's (the all-reduce form applies
 // its outer optimizer to the worker's own Δ too, so with momentum the two forms differ;
-// docs/02_dipaco.md). A worker that only pulls, trains and pushes (kernels::path_worker_cuda,
-// until the device learner runs under the store exchange) runs blocking rounds alone
-// (detail::run_blocking_rounds).
+// docs/02_dipaco.md). The worker is any PathWorker, its replica on the host
+// (train::path_worker) or on a device (kernels::path_worker_cuda), under every rule alike.
 
 #include <algorithm>
 #include <chrono>
@@ -70,45 +69,27 @@
 
 namespace paco::train {
 
-namespace detail {
-// A worker that only pulls, trains H steps and pushes (the device worker until it runs under the
-// store exchange).
-// clang-format off
-template <class W, class Store>
-concept PlainPathWorker = store::ModuleStore<Store> && requires(W& w, const W& cw, Store& s) {
-  typename W::path_worker_tag;
-  { w.pull(s) } -> std::same_as<status>;
-  { w.train() } -> std::convertible_to<double>;
-  { w.push(s) } -> std::same_as<status>;
-  { cw.round() } -> std::convertible_to<long>;
-  { cw.modules() } -> std::convertible_to<const std::vector<int>&>;
-};
-// clang-format on
-}  // namespace detail
-
 // Waits until every module of w's path closed the round w pulled last, by `until`. Errors: the
 // store's (timeout, peer_lost …).
-template <class W, store::ModuleStore Store>
-requires(PathWorker<W, Store> || detail::PlainPathWorker<W, Store>) status
-    wait_round(W& w, Store& store, std::chrono::steady_clock::time_point until) {
-  for (int m : w.modules())
-    if (auto s = store.wait_closed(m, w.round(), until); !s) return s;
+template <PathWorker W, store::ModuleStore Store>
+status wait_round(W& w, Store& store, std::chrono::steady_clock::time_point until) {
+  for (int m : w.buffers().modules())
+    if (auto s = store.wait_closed(m, w.buffers().round(), until); !s) return s;
   return {};
 }
 
 // One synchronous round of w with nothing around it (tests, a single worker): pull, H inner
 // steps, push, wait_round within round_deadline of the push. Errors: the pull's, the push's (a
 // late one included), the wait's, a device worker's failed CUDA call.
-template <class W, store::ModuleStore Store>
-requires(PathWorker<W, Store> || detail::PlainPathWorker<W, Store>) status
-    sync_round(W& w, Store& store, std::chrono::steady_clock::duration round_deadline) {
-  if (auto s = w.pull(store); !s) return s;
+template <PathWorker W, store::ModuleStore Store>
+status sync_round(W& w, Store& store, std::chrono::steady_clock::duration round_deadline) {
+  if (auto s = train::pull(w, store); !s) return s;
   try {
-    w.train();
+    w.train(w.steps_per_round());
   } catch (const error_exception& e) {
     return e.err;
   }
-  if (auto s = w.push(store); !s) return s;
+  if (auto s = train::push(w, store); !s) return s;
   return wait_round(w, store, std::chrono::steady_clock::now() + round_deadline);
 }
 
@@ -180,113 +161,6 @@ class paced_learner {
   double train_s_ = 0;
 };
 
-// A round's inner steps under o's budget and throttle; their mean loss. Errors: unsupported for
-// a budget or throttle on a worker that cannot train step by step.
-template <class W>
-result<double> train_round_steps(W& w, const worker_loop_options& o) {
-  using clock = std::chrono::steady_clock;
-  const bool stepwise = o.train_budget > clock::duration::zero() || o.throttle > 1;
-  if (!stepwise) return w.train();
-  if constexpr (requires(const W& cw) {
-                  w.train(1);
-                  { cw.steps_per_round() } -> std::convertible_to<int>;
-                }) {
-    const auto t0 = clock::now();
-    const int h = w.steps_per_round();
-    double sum = 0;
-    int steps = 0;
-    while (steps < h) {
-      sum += throttled_step(w, o.throttle);
-      ++steps;
-      if (o.train_budget > clock::duration::zero() && clock::now() - t0 >= o.train_budget) break;
-    }
-    return sum / steps;
-  } else {
-    return error(errc::unsupported,
-                 "a train budget or throttle needs a worker that trains step by step (the host "
-                 "path_worker)");
-  }
-}
-
-// train_round_steps, with an error thrown by the worker's steps (a device worker's failed call, a
-// pipeline stage's lost neighbour) returned as the round's error.
-template <class W>
-result<double> train_round(W& w, const worker_loop_options& o) {
-  try {
-    return train_round_steps(w, o);
-  } catch (const error_exception& e) {
-    return e.err;
-  }
-}
-
-// Blocking rounds of a worker that only pulls, trains and pushes (see the file comment).
-template <class W, store::ModuleStore Store>
-requires PlainPathWorker<W, Store> status
-run_blocking_rounds(W& w, Store& store, const worker_loop_options& o,
-                    const std::function<status(const worker_round&)>& on_round,
-                    const std::function<void(const error&)>& on_refused) {
-  using clock = std::chrono::steady_clock;
-  if (o.sync.get_if<streaming>())
-    return {errc::unsupported, o.sync.name() +
-                                   " through the store needs a worker that syncs one module "
-                                   "at a time (the host path_worker)"};
-  if (!o.sync.get_if<blocking>())
-    return {errc::unsupported, o.sync.name() +
-                                   " through the store needs a worker whose push can overlap "
-                                   "its inner steps (the host path_worker)"};
-  const auto secs = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
-  auto last = clock::now();
-  double train_s = 0;          // training time since the last report (a refused round's included)
-  long stepped = o.completed;  // the last round whose inner steps this worker took
-  for (bool first = true;; first = false) {
-    if (auto s = detail::pull_path(w, store, o); !s) return s;
-    if (first && w.round() <= o.completed) return detail::store_behind(w.round(), o.completed);
-    if (o.lockstep && stepped + 1 < std::min(w.round(), o.rounds)) {
-      // Rounds closed without this worker: their steps on the modules pulled, nothing pushed,
-      // each reported (pushed = false); then the store is asked again (it may have closed
-      // another meanwhile).
-      for (const long to = std::min(w.round(), o.rounds); stepped + 1 < to;) {
-        const auto t0 = clock::now();
-        auto t = detail::train_round(w, o);
-        if (!t) return t.error();
-        ++stepped;
-        const auto now = clock::now();
-        train_s += secs(now - t0);
-        const double seconds = secs(now - last), sync_s = seconds - train_s;
-        last = now;
-        train_s = 0;
-        if (on_round)
-          if (auto s = on_round({.round = stepped,
-                                 .loss = *t,
-                                 .seconds = seconds,
-                                 .sync_s = sync_s,
-                                 .pushed = false});
-              !s)
-            return s;
-      }
-      if (w.round() < o.rounds) continue;
-    }
-    if (w.round() >= o.rounds) return {};
-    const auto t0 = clock::now();
-    auto trained = detail::train_round(w, o);
-    if (!trained) return trained.error();
-    const double loss = *trained;
-    train_s += secs(clock::now() - t0);
-    stepped = w.round();
-    if (auto s = w.push(store); !s) {
-      if (s.error().code != errc::mismatch) return s;
-      if (on_refused) on_refused(s.error());
-      continue;
-    }
-    if (auto s = wait_round(w, store, clock::now() + o.round_deadline); !s) return s;
-    const auto now = clock::now();
-    const double seconds = secs(now - last), sync_s = seconds - train_s;
-    last = now;
-    train_s = 0;
-    if (on_round)
-      if (auto s = on_round({w.round(), loss, seconds, sync_s}); !s) return s;
-  }
-}
 }  // namespace detail
 
 // Runs w against store until the path's modules reach o.rounds, under o.sync (see the file
@@ -296,101 +170,94 @@ run_blocking_rounds(W& w, Store& store, const worker_loop_options& o,
 // (mismatch when the modules stayed at different rounds for every try, or when the store is
 // behind o.completed); on_round's error; an error_exception thrown by the worker's steps (a
 // device worker's failed call, a pipeline stage's lost neighbour); unsupported for lockstep
-// under another rule than blocking, for streaming with a train budget, for a budget or throttle
-// on a worker that cannot train step by step; invalid_argument for streaming's τ, α or an H that
-// the levels do not divide.
-// W is any PathWorker: train::path_worker, or kernels::path_worker_cuda on a GPU (blocking).
-template <class W, store::ModuleStore Store>
-requires(PathWorker<W, Store> || detail::PlainPathWorker<W, Store>) status
-    run_worker(W& w, Store& store, const worker_loop_options& o,
-               const std::function<status(const worker_round&)>& on_round = {},
-               const std::function<void(const error&)>& on_refused = {}) {
+// under another rule than blocking, for streaming with a train budget; invalid_argument for
+// streaming's τ, α or an H that the levels do not divide.
+template <PathWorker W, store::ModuleStore Store>
+status run_worker(W& w, Store& store, const worker_loop_options& o,
+                  const std::function<status(const worker_round&)>& on_round = {},
+                  const std::function<void(const error&)>& on_refused = {}) {
   using clock = std::chrono::steady_clock;
   if (o.lockstep && !o.sync.get_if<blocking>())
     return {errc::unsupported,
             "worker_loop_options::lockstep runs the blocking rule only, not " + o.sync.name()};
-  if constexpr (!PathWorker<W, Store>) {
-    return detail::run_blocking_rounds(w, store, o, on_round, on_refused);
-  } else {
-    const bool per_level = o.sync.get_if<streaming>() != nullptr;
-    const std::size_t levels = w.modules().size();
-    const int h = w.steps_per_round();
-    auto plan = detail::store_plan(o.sync, levels, h);
-    if (!plan) return plan.error();
-    if (per_level && o.train_budget > clock::duration::zero())
-      return {errc::unsupported,
-              "streaming through the store keeps every worker on one schedule of staggered "
-              "syncs: a train budget would cut it (use co2, eager or blocking)"};
-    auto share = detail::own_shares(o, levels, h);
-    if (!share) return share.error();
-    using exchange = store_exchange<W, Store>;
-    detail::paced_learner<W> l(w, o);
-    exchange x(w, store, o, std::move(*share), per_level, *plan, on_refused);
-    round_body<exchange, detail::paced_learner<W>> body(x, l, *plan, per_level ? levels : 1);
+  const bool per_level = o.sync.get_if<streaming>() != nullptr;
+  const std::size_t levels = w.buffers().modules().size();
+  const int h = w.steps_per_round();
+  auto plan = detail::store_plan(o.sync, levels, h);
+  if (!plan) return plan.error();
+  if (per_level && o.train_budget > clock::duration::zero())
+    return {errc::unsupported,
+            "streaming through the store keeps every worker on one schedule of staggered "
+            "syncs: a train budget would cut it (use co2, eager or blocking)"};
+  auto share = detail::own_shares(o, levels, h);
+  if (!share) return share.error();
+  using exchange = store_exchange<W, Store>;
+  detail::paced_learner<W> l(w, o);
+  exchange x(w, store, o, std::move(*share), per_level, *plan, on_refused);
+  round_body<exchange, detail::paced_learner<W>> body(x, l, *plan, per_level ? levels : 1);
 
-    auto last = clock::now();
-    const auto report = [&](worker_round r) -> status {
-      const auto now = clock::now();
-      r.seconds = std::chrono::duration<double>(now - last).count();
-      r.sync_s = std::max(0.0, r.seconds - l.take_train_seconds());
-      last = now;
-      return on_round ? on_round(r) : status{};
+  auto last = clock::now();
+  const auto report = [&](worker_round r) -> status {
+    const auto now = clock::now();
+    r.seconds = std::chrono::duration<double>(now - last).count();
+    r.sync_s = std::max(0.0, r.seconds - l.take_train_seconds());
+    last = now;
+    return on_round ? on_round(r) : status{};
+  };
+  // The loss of the round (cycle) whose Δ flies or waits to be sent.
+  double flying_loss = o.resumed_loss;
+  long landed = 0;  // flights landed before this cycle (streaming)
+  std::function<void(const round_end&)> ended;
+  if (plan->next_round()) {
+    x.on_landed = [&](long round, bool) {
+      return report({.round = round, .loss = flying_loss, .pending_loss = l.last_loss()});
     };
-    // The loss of the round (cycle) whose Δ flies or waits to be sent.
-    double flying_loss = o.resumed_loss;
-    long landed = 0;  // flights landed before this cycle (streaming)
-    std::function<void(const round_end&)> ended;
-    if (plan->next_round()) {
-      x.on_landed = [&](long round, bool) {
-        return report({.round = round, .loss = flying_loss, .pending_loss = l.last_loss()});
-      };
-      ended = [&](const round_end&) { flying_loss = l.last_loss(); };
-    } else if (per_level) {
-      body.trained = [&](long, double loss) -> status {
-        const double sent = std::exchange(flying_loss, loss);
-        if (x.landed() == std::exchange(landed, x.landed())) return {};
-        return report({.round = x.round() - 1, .loss = sent, .pending_loss = loss});
-      };
-    }
-    status reported;  // blocking: on_round's error of the round that just ended
-    if (!plan->next_round() && !per_level)
-      ended = [&](const round_end&) {
-        if (!x.last_refused()) reported = report({.round = x.last_round(), .loss = l.last_loss()});
-      };
+    ended = [&](const round_end&) { flying_loss = l.last_loss(); };
+  } else if (per_level) {
+    body.trained = [&](long, double loss) -> status {
+      const double sent = std::exchange(flying_loss, loss);
+      if (x.landed() == std::exchange(landed, x.landed())) return {};
+      return report({.round = x.round() - 1, .loss = sent, .pending_loss = loss});
+    };
+  }
+  status reported;  // blocking: on_round's error of the round that just ended
+  if (!plan->next_round() && !per_level)
+    ended = [&](const round_end&) {
+      if (!x.last_refused()) reported = report({.round = x.last_round(), .loss = l.last_loss()});
+    };
 
-    try {
-      if (auto s = x.begin(o.completed); !s) return s;
-      if (!o.lockstep && x.done()) return {};  // θ = the global modules
-      if (auto s = body.start_pending(x.pending(), o.round_deadline); !s) return s;
-      long stepped = o.completed;  // lockstep: the last round whose inner steps were taken
-      for (;;) {
-        if (o.lockstep && stepped + 1 < std::min(x.round(), o.rounds)) {
-          // Rounds closed without this worker: their steps on the modules pulled, nothing
-          // pushed, each reported (pushed = false); then the store is asked again (it may have
-          // closed another meanwhile).
-          for (const long to = std::min(x.round(), o.rounds); stepped + 1 < to;) {
-            l.train(h);
-            ++stepped;
-            if (auto s = report({.round = stepped, .loss = l.last_loss(), .pushed = false}); !s)
-              return s;
-          }
-          if (x.round() < o.rounds)
-            if (auto s = x.begin(); !s) return s;
-          continue;
+  try {
+    if (auto s = x.begin(o.completed); !s) return s;
+    if (!o.lockstep && x.done()) return {};  // θ = the global modules
+    if (auto s = body.start_pending(x.pending(), o.round_deadline); !s) return s;
+    long stepped = o.completed;  // lockstep: the last round whose inner steps were taken
+    for (;;) {
+      if (o.lockstep && stepped + 1 < std::min(x.round(), o.rounds)) {
+        // Rounds closed without this worker: their steps on the modules pulled, nothing
+        // pushed, each reported (pushed = false); then the store is asked again (it may have
+        // closed another meanwhile).
+        for (const long to = std::min(x.round(), o.rounds); stepped + 1 < to;) {
+          l.train(h);
+          ++stepped;
+          if (auto s = report({.round = stepped, .loss = l.last_loss(), .pushed = false}); !s)
+            return s;
         }
-        if (x.done() || body.stopped() || x.finish_due()) break;
-        stepped = x.round();
-        if (auto s = body.run(1, o.round_deadline, {}, ended); !s) return s;
-        if (!reported) return reported;
-        x.round_ran();
+        if (x.round() < o.rounds)
+          if (auto s = x.begin(); !s) return s;
+        continue;
       }
-      if (auto s = body.finish(o.round_deadline); !s) return s;
-      if (plan->next_round() || per_level) x.end();  // (blocking: θ = G since its last landing)
-      if (per_level) return report({.round = o.rounds - 1, .loss = flying_loss});
-      return {};
-    } catch (const error_exception& e) {  // (a flight in progress was waited for: ~exchange)
-      return e.err;
+      if (x.done() || body.stopped() || x.finish_due()) break;
+      stepped = x.round();
+      if (auto s = body.run(1, o.round_deadline, {}, ended); !s) return s;
+      if (!reported) return reported;
+      x.round_ran();
     }
+    if (auto s = body.finish(o.round_deadline); !s) return s;
+    if (plan->next_round() || per_level) x.end();  // (blocking: θ = G since its last landing)
+    if (per_level) return report({.round = o.rounds - 1, .loss = flying_loss});
+    return {};
+  } catch (const error_exception& e) {  // (a flight in progress was waited for: ~exchange)
+    return e.err;
   }
 }
 
