@@ -23,6 +23,9 @@
 //                       data-dependent Λ could not be recovered; 2 is a stated constant, not tuned)
 //   co2_no_penalty      the same with p = 1 (the official code's default penalty)
 //   co2_nesterov        the co2 rule under blocking's Nesterov step
+//   co2_snapshot        the official CO2 code's asynchronous path made deterministic: each
+//                       round's averaged modules overwrite θ τ = H/2 steps after the push
+//                       (CO2's outer step as the co2 row's)
 //   eager               eager updates (Nesterov): the own Δ stands in for its share 1/k
 //   streaming_fP        Streaming DiLoCo (Nesterov), the path's P modules as fragments, each
 //                       landing τ = H/(2P) steps after its push, mixed in with α = 0.5
@@ -141,9 +144,10 @@ std::string run(row& r, int rounds, int inner, const std::vector<std::string>& e
 }
 
 // The default rows; streaming_int2 (2-bit pushes) runs when named.
-const std::vector<std::string> default_rows{
-    "blocking",  "blocking_co2outer", "co2",           "co2_no_penalty", "co2_nesterov", "eager",
-    "streaming", "streaming_int4",    "naive_delayed", "throttled"};
+const std::vector<std::string> default_rows{"blocking",       "blocking_co2outer", "co2",
+                                            "co2_no_penalty", "co2_nesterov",      "co2_snapshot",
+                                            "eager",          "streaming",         "streaming_int4",
+                                            "naive_delayed",  "throttled"};
 
 }  // namespace
 
@@ -204,9 +208,10 @@ int main(int argc, char** argv) {
       rows.push_back(base);
       for (const auto& name : names) {
         std::vector<std::string> set{"launch.link_mbps=" + num(mbps)};
-        const bool co2outer =
-            name == "blocking_co2outer" || name == "co2" || name == "co2_no_penalty";
+        const bool co2outer = name == "blocking_co2outer" || name == "co2" ||
+                              name == "co2_no_penalty" || name == "co2_snapshot";
         const std::string mode = name == "blocking_co2outer" || name == "throttled" ? "blocking"
+                                 : name == "co2_snapshot"                           ? name
                                  : name.starts_with("co2")                          ? "co2"
                                  : name.starts_with("streaming")                    ? "streaming"
                                                                                     : name;
@@ -215,7 +220,10 @@ int main(int argc, char** argv) {
           set.insert(set.end(),
                      {"dipaco.outer=\"co2\"", "dipaco.outer_lr=1", "dipaco.outer_momentum=0.2",
                       "dipaco.outer_clip=\"element\"", "dipaco.outer_clip_threshold=1",
-                      std::string("dipaco.outer_gap_penalty=") + (name == "co2" ? "2" : "1")});
+                      std::string("dipaco.outer_gap_penalty=") +
+                          (name == "co2" || name == "co2_snapshot" ? "2" : "1")});
+        if (mode == "co2_snapshot")  // the write-back half a round after the snapshot
+          set.push_back("sync.overlap_steps=" + std::to_string(std::max(1, h / 2)));
         std::string label = name;
         if (mode == "streaming") {
           if (h % fragments != 0)

@@ -294,8 +294,10 @@ int main(int argc, char** argv) try {
       ->check(CLI::Range(std::uint64_t(1), std::uint64_t(1) << 30));
   app.add_option(
       "--sync", o.sync,
-      "blocking (DiLoCo) | co2 (CO2's overlap, a delay-corrected merge) | eager | streaming "
-      "| naive_delayed (the naive one-step-delayed update, an ablation)");
+      "blocking (DiLoCo) | co2 (CO2's overlap, a delay-corrected merge) | co2_snapshot (the "
+      "official CO2 code's asynchronous path made deterministic: the averaged snapshot "
+      "overwrites θ --tau steps later) | eager | streaming | naive_delayed (the naive "
+      "one-step-delayed update, an ablation)");
   app.add_option("--outer", o.outer,
                  "outer step: nesterov (0.7, 0.9) | co2 (β 0.2, clip 1) | auto (co2 for the "
                  "co2 and naive_delayed rules, else nesterov)")
@@ -303,7 +305,10 @@ int main(int argc, char** argv) try {
   app.add_option("--compress", o.compress, "Δ compression (int8, bf16, topk:0.1 …; default fp32)");
   app.add_option("--rounds", o.rounds, "outer rounds")->check(CLI::Range(1, 100000));
   app.add_option("--inner", o.inner, "inner steps per round (H)")->check(CLI::Range(1, 1000000));
-  app.add_option("--tau", o.tau, "streaming: inner steps a sync runs behind (τ < H/P)");
+  app.add_option(
+      "--tau", o.tau,
+      "streaming: inner steps a sync runs behind (τ < H/P); co2_snapshot: steps before the "
+      "write-back (1 ≤ τ < H)");
   app.add_option("--alpha", o.alpha, "streaming: θ ← αθ + (1 − α)g on receipt");
   app.add_option("--block-fragments", o.block_fragments,
                  "streaming: fragments of the blocks (plus one of the rest)");

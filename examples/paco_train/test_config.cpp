@@ -138,6 +138,10 @@ TEST_CASE("load_config: the sync section and the throttle are checked by name",
               "sync.alpha must be in [0, 1]"));
   REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"streaming\"", "dipaco.inner_steps=99"}),
               "dipaco.inner_steps must be a multiple of the grid's 2 levels"));
+  REQUIRE(
+      load_config("", {"job.mode=dipaco", "sync.mode=\"co2_snapshot\"", "sync.overlap_steps=10"}));
+  REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"co2_snapshot\""}),
+              "sync.overlap_steps must be in [1, dipaco.inner_steps = 100)"));
   REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"streaming\"", "sync.train_budget_s=2"}),
               "sync.train_budget_s must be 0 with sync.mode = \"streaming\""));
   REQUIRE(load_config("", {"job.mode=dipaco", "dipaco.eval_split=\"test\""}));
@@ -165,7 +169,7 @@ TEST_CASE("load_config: the sync section and the throttle are checked by name",
   REQUIRE(load_config("", {"job.mode=dipaco", "train.device=\"cuda\"", "sync.train_budget_s=2",
                            "launch.throttle=\"1:2\""}));
   REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"fast\""}),
-              "is not one of blocking, streaming, co2, eager, naive_delayed"));
+              "is not one of blocking, streaming, co2, co2_snapshot, eager, naive_delayed"));
   REQUIRE(has(refusal({"job.mode=dipaco", "sync.mode=\"delayed\""}), "'naive_delayed'"));
   REQUIRE(load_config("", {"job.mode=\"dipaco\"", "sync.train_budget_s=2.5"}));
   REQUIRE(has(refusal({"job.mode=dipaco", "sync.train_budget_s=-1"}),

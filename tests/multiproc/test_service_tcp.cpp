@@ -41,7 +41,8 @@ TEST_CASE("every sync rule through the store over asio_tcp equals local_run's, b
   using namespace paco::train;
   for (sync_choice rule : {sync_choice(blocking{}), sync_choice(co2{}), sync_choice(eager{}),
                            sync_choice(naive_delayed{}), sync_choice(streaming{}),
-                           sync_choice(streaming{.overlap = 1, .alpha = 0.5f})}) {
+                           sync_choice(streaming{.overlap = 1, .alpha = 0.5f}),
+                           sync_choice(co2_snapshot{.overlap = 1})}) {
     INFO(rule.name());
     over_tcp(rule);
   }

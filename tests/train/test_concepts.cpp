@@ -163,7 +163,8 @@ TEST_CASE("the path-worker archetype is enough for the round loop", "[train][con
   // round once and end at the last.
   for (train::sync_choice rule :
        {train::sync_choice(train::co2{}), train::sync_choice(train::eager{}),
-        train::sync_choice(train::naive_delayed{}), train::sync_choice(train::streaming{})}) {
+        train::sync_choice(train::naive_delayed{}), train::sync_choice(train::streaming{}),
+        train::sync_choice(train::co2_snapshot{})}) {
     INFO(rule.name());
     testing::path_worker_archetype w2(4);
     store.round = 0;

@@ -357,7 +357,8 @@ TEST_CASE(
 
 TEST_CASE(
     "local_run under every rule: one worker, outer SGD at rate 1: co2 and eager are continuous "
-    "training, the naive delayed rule is not; streaming with τ = 0, α = 0 is blocking",
+    "training, the naive delayed rule is not; streaming with τ = 0, α = 0 is blocking; "
+    "co2_snapshot drops the steps before each write-back",
     "[dipaco][local_run][sync]") {
   // One worker trained rounds × H steps straight (no store, no outer step) is what co2 and eager
   // must give with one worker at outer SGD rate 1: its own Δ is applied before the mean (σ = 1)
@@ -415,6 +416,31 @@ TEST_CASE(
   // Streaming over the two levels with τ = 0 and α = 0 syncs each level at its slot: with one
   // worker at rate 1 every landing hands back the worker's own θ_l, so it is continuous too.
   REQUIRE(max_diff(run(train::streaming{}).data(), straight.data(), n) <= 1e-2 * moved);
+  // co2_snapshot with τ = 2 of H = 4: each round's averaged snapshot overwrites θ two steps
+  // after the push. With one worker at rate 1 the snapshot is the worker's own θ at the push, so
+  // the run is one worker that copies θ at each round's end, trains τ steps and goes back to the
+  // copy (its inner optimizer state and sampler going on) — trained here without a store or an
+  // outer step. It is not continuous training: the dropped steps show.
+  std::vector<float> snapshotted(n);
+  {
+    train::path_worker<nn::gpt, optim::adamw> w(0, model, levels, plan.path_modules(0), {}, cfg,
+                                                shard, 70);
+    auto th = w.state().get(plane::param);
+    std::copy(a0.get(plane::param).begin(), a0.get(plane::param).end(), th.begin());
+    const int tau = 2;
+    std::vector<float> snap(n);
+    for (int r = 0; r < rounds; ++r) {
+      w.train(r == 0 ? cfg.steps : cfg.steps - tau);
+      if (r + 1 == rounds) break;
+      std::copy(th.begin(), th.end(), snap.begin());
+      w.train(tau);
+      std::copy(snap.begin(), snap.end(), th.begin());
+    }
+    std::copy(th.begin(), th.end(), snapshotted.begin());
+  }
+  const auto snapshot_run = run(train::co2_snapshot{.overlap = 2});
+  REQUIRE(max_diff(snapshot_run.data(), snapshotted.data(), n) <= 1e-2 * moved);
+  REQUIRE(max_diff(snapshot_run.data(), straight.data(), n) >= 0.1 * moved);
   // A rule the levels cannot stream is refused by name.
   store::local_store<outer::sgd> store(plan.module_table(), outer::sgd{.lr = 1.0f});
   train::init_modules(store, plan, a0.get(plane::param).data());

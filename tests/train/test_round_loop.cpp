@@ -11,6 +11,7 @@
 // - the same run over inproc and over TCP with an injected latency gives the same bits.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <memory>
 #include <thread>
 
@@ -223,6 +224,67 @@ TEST_CASE("round_loop closed forms: DiLoCo, CO2 and eager updates with outer SGD
   }
 }
 
+TEST_CASE("round_loop closed forms under outer momentum: co2 and eager with Nesterov",
+          "[train][round_loop]") {
+  // With Nesterov (b ← μb + u, x ← x − η(u + μb)) the outer steps u_1 … u_S of a run give
+  //   x_S = x_0 − η Σ_j u_j (1 + μ(1 − μ^(S−j+1)) / (1 − μ))
+  // (sum the geometric series of each u_j's momentum). Under co2 (σ = 1) and eager (σ = 1/k)
+  // with Δ = H·c fixed per rank, rank r steps u_1 = σHc_r (its first send, nothing in flight),
+  // u_t = Hc̄ + σ(Hc_r − Hc_r) = Hc̄ for t = 2 … T, and finish lands the last mean with no fresh
+  // Δ: u_{T+1} = Hc̄ − σHc_r. The sum of the u is THc̄, as blocking's, but under momentum the
+  // order matters: the all-reduce form ends where blocking (u_t = Hc̄, t = 1 … T) does not.
+  // μ = ½ and dyadic c: every term is exact, so the comparisons are ==.
+  const int k = 2, h = 4, t = 3;
+  const double eta = 0.5, mu = 0.5;
+  const outer::nesterov nest{.lr = float(eta), .momentum = float(mu)};
+  std::vector<drift_learner> ls;
+  for (int r = 0; r < k; ++r) ls.emplace_back(r, h);
+  const auto x0 = ls[0].a.get(plane::param);
+  const std::size_t n = x0.size();
+  const auto closed = [&](const std::vector<double>& u, double x) {
+    const std::size_t steps = u.size();
+    for (std::size_t j = 0; j < steps; ++j)
+      x -= eta * u[j] * (1 + mu * (1 - std::pow(mu, double(steps - j))) / (1 - mu));
+    return float(x);
+  };
+  const auto expect = [&](int r, double share, bool finished) {
+    std::vector<float> e(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      double cbar = 0;
+      for (auto& l : ls) cbar += l.c[i];
+      cbar /= k;
+      const double own = ls[std::size_t(r)].c[i];
+      std::vector<double> u{share * h * own};
+      for (int s = 2; s <= t; ++s) u.push_back(h * cbar);
+      if (finished) u.push_back(h * cbar - share * h * own);
+      e[i] = closed(u, x0[i]);
+    }
+    return e;
+  };
+  for (double share : {1.0, 1.0 / k}) {
+    const train::sync_choice rule =
+        share == 1.0 ? train::sync_choice(train::co2{}) : train::sync_choice(train::eager{});
+    INFO(rule.name());
+    const auto mid = drift_run(k, h, t, nest, rule, false);
+    const auto end = drift_run(k, h, t, nest, rule, true);
+    for (int r = 0; r < k; ++r) {
+      REQUIRE(mid[std::size_t(r)] == expect(r, share, false));
+      REQUIRE(end[std::size_t(r)] == expect(r, share, true));
+    }
+  }
+  // Blocking under the same momentum: u_t = Hc̄ for t = 1 … T — not where co2 ends.
+  const auto blocking = drift_run(k, h, t, nest, train::blocking{}, true);
+  const auto co2_end = drift_run(k, h, t, nest, train::co2{}, true);
+  std::vector<float> want(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    double cbar = 0;
+    for (auto& l : ls) cbar += l.c[i];
+    want[i] = closed(std::vector<double>(std::size_t(t), h * cbar / k), x0[i]);
+  }
+  REQUIRE(blocking[0] == want);
+  REQUIRE(co2_end[0] != blocking[0]);
+}
+
 TEST_CASE("round_loop streaming: P = 3, τ = 1, α = ½ equals Streaming DiLoCo's recursion",
           "[train][round_loop][streaming]") {
   // Douillard et al. 2025, Algorithm 1, element by element, for k ranks with θ ← θ − c_m per
@@ -306,8 +368,19 @@ TEST_CASE("sync rules: plans, names and refusals", "[train][round_loop]") {
   REQUIRE(train::co2{}.plan(4, 1, 6)->own_share == 1.0f);
   REQUIRE(train::naive_delayed{}.plan(4, 1, 6)->identical());
   REQUIRE(!train::eager{}.plan(4, 1, 6)->identical());
-  for (const char* name : {"blocking", "streaming", "co2", "eager", "naive_delayed"})
+  for (const char* name :
+       {"blocking", "streaming", "co2", "co2_snapshot", "eager", "naive_delayed"})
     REQUIRE(train::parse_sync(name)->name() == name);
+  // co2_snapshot: one fragment, landing τ ∈ [1, H) steps late with α = 0 (θ overwritten).
+  REQUIRE(train::co2_snapshot{.overlap = 2}.plan(4, 1, 6)->lag == 2);
+  REQUIRE(train::co2_snapshot{.overlap = 2}.plan(4, 1, 6)->alpha == 0.0f);
+  REQUIRE(train::co2_snapshot{.overlap = 2}.plan(4, 1, 6)->identical());
+  REQUIRE(!train::co2_snapshot{.overlap = 6}.plan(4, 1, 6));
+  REQUIRE(!train::co2_snapshot{.overlap = 0}.plan(4, 1, 6));
+  REQUIRE(!train::co2_snapshot{}.plan(4, 2, 6));
+  REQUIRE(train::parse_sync("co2_snapshot", train::streaming{.overlap = 3})
+              ->get_if<train::co2_snapshot>()
+              ->overlap == 3);
   REQUIRE(!train::parse_sync("late"));
   const auto old = train::parse_sync("delayed");  // the old names say what became of them
   REQUIRE(!old);

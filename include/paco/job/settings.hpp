@@ -130,9 +130,11 @@ struct sync_section {
   // push overlaps its next round's inner steps and the store's outer step reaches it one round
   // late (train/worker_loop.hpp). streaming: Streaming DiLoCo with the path's modules as
   // fragments, level l synced in slot l of every H inner steps, each sync landing overlap_steps
-  // later, mixed in with alpha (no train budget). Host and device workers alike.
+  // later, mixed in with alpha (no train budget). co2_snapshot: the official CO2 code's
+  // asynchronous path made deterministic — the round's averaged modules overwrite θ
+  // overlap_steps (≥ 1) steps after the push. Host and device workers alike.
   std::string mode = "blocking";
-  int overlap_steps = 0;  // streaming: τ, in [0, H / levels)
+  int overlap_steps = 0;  // streaming: τ, in [0, H / levels); co2_snapshot: τ in [1, H)
   float alpha = 0.0f;     // streaming: θ ← α·θ + (1 − α)·G on landing, in [0, 1]
   // Workers of different speeds: each worker trains at most this long a round (0: H steps,
   // however long they take) and pushes what it trained, weighted by the share of H it reached,

@@ -310,6 +310,14 @@ status validate_dipaco(const settings& c, const M& model) {
                    "0 with sync.mode = \"streaming\" (a budget would break its schedule)")})
       if (!s) return s;
   }
+  if (rule->get_if<train::co2_snapshot>())
+    if (auto s = in_range(c.sync.overlap_steps >= 1 && c.sync.overlap_steps < d.inner_steps,
+                          "sync.overlap_steps",
+                          "in [1, dipaco.inner_steps = " + std::to_string(d.inner_steps) +
+                              ") with sync.mode = \"co2_snapshot\" (the steps its snapshot's "
+                              "write-back drops)");
+        !s)
+      return s;
   if (!(d.eval_split == "validation" || d.eval_split == "test"))
     return bad_setting("dipaco.eval_split: '" + d.eval_split + "' is not one of validation, test");
   if (!(d.outer == "nesterov" || d.outer == "co2"))

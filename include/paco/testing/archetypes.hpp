@@ -182,7 +182,7 @@ struct path_worker_archetype {
   train::path_buffers buf;
   train::path_buffers& buffers() { return buf; }
   double train(int) { return 0.0; }
-  int steps_per_round() const { return 1; }
+  int steps_per_round() const { return 2; }
   status prepare_level(std::size_t l) {
     buf.delta(l).assign(buf.levels()[l].size, 0.0f);
     return {};

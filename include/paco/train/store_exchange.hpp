@@ -2,8 +2,9 @@
 // store_exchange: the module store as the round body's Exchange (train/round_body.hpp), so that
 // a path worker runs the same round under every sync rule (train/sync.hpp) through the store
 // DiPaCo runs on as a DiLoCo rank runs it over the all-reduce. The fragments are the path's
-// modules: one fragment of every level (blocking, co2, eager, naive_delayed) or one per level
-// (streaming, level l's module synced in slot l of every cycle of H inner steps). For fragment p:
+// modules: one fragment of every level (blocking, co2, co2_snapshot, eager, naive_delayed) or one
+// per level (streaming, level l's module synced in slot l of every cycle of H inner steps). For
+// fragment p:
 //
 //   measure(p)              Δ of its levels' modules into the worker's buffers, encoded with
 //                           their codecs (prepare_level)
@@ -252,12 +253,13 @@ class store_exchange {
   const std::vector<char>& pending() const noexcept { return pending_; }
 
   // Whether the syncs due next are the run's last, for round_body::finish to send at once
-  // (blocking ends by done()): a one-round-late rule's flight carries the last round; with one
+  // (blocking ends by done()): a whole path's flight (one round or τ steps late) carries the last
+  // round, to land at once rather than after more steps the run would drop; with one
   // fragment per level, the level sent at the end of the round just run (fragment 0, slot 0 of
   // the next cycle) carried its last round and every other level is at its last — or, before any
   // round ran, every level is at its last and holds a resumed Δ (or reached the end).
   bool finish_due() const {
-    if (!per_level_) return next_round_ && in_flight() && flying_round_ + 1 >= o_->rounds;
+    if (!per_level_) return in_flight() && flying_round_ + 1 >= o_->rounds;
     for (std::size_t l = 0; l < next_.size(); ++l) {
       const long r = !fresh_start_ && l == 0 ? sent_round_ : next_[l];
       if (r + 1 < o_->rounds) return false;

@@ -31,6 +31,13 @@
 //                                                    blocks on a fresh mean; its asynchronous
 //                                                    path copies the averaged snapshot over the
 //                                                    live θ, dropping the steps taken meanwhile).
+//   co2_snapshot    P = 1, lag τ,   α = 0, σ = 0     the official CO2 code's asynchronous path
+//                                                    in its deterministic limit (a
+//                                                    reconstruction): the averaged snapshot of
+//                                                    θ taken at a round's end lands τ ≥ 1 steps
+//                                                    later and is copied over the live θ, the τ
+//                                                    steps taken meanwhile dropped — Streaming
+//                                                    DiLoCo with one fragment and α = 0
 //   eager           P = 1, lag H,   α = 0, σ = 1/k   eager updates (Kale et al. 2025, §6.3): the
 //                                                    own fresh Δ stands in for its share
 //   naive_delayed   P = 1, lag H,   α = 0, σ = 0     Kale et al.'s naïve one-step-delayed
@@ -43,9 +50,10 @@
 //
 // A rule is a type modelling Sync: it opts in with `using sync_tag = void;`, names itself and
 // gives its plan for k ranks and P fragments (errors: a parameter out of range, named). Models:
-// blocking, streaming, co2, eager, naive_delayed, and sync_choice (one of them, chosen at run
-// time: `parse_sync("co2")`).
+// blocking, streaming, co2, co2_snapshot, eager, naive_delayed, and sync_choice (one of them,
+// chosen at run time: `parse_sync("co2")`).
 
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <string>
@@ -134,6 +142,22 @@ struct co2 {
   }
 };
 
+// The official CO2 code's asynchronous path made deterministic (see above): a round's averaged
+// snapshot overwrites θ τ steps later.
+struct co2_snapshot {
+  using sync_tag = void;
+  int overlap = 1;  // τ: the inner steps between the snapshot and its write-back, in [1, H)
+  std::string name() const { return "co2_snapshot"; }
+  // Errors: invalid_argument unless P = 1 and 1 ≤ τ < H.
+  result<sync_plan> plan(int, std::size_t fragments, int steps_per_round) const {
+    if (overlap < 1 || overlap >= steps_per_round)
+      return error(errc::invalid_argument,
+                   "co2_snapshot: overlap (τ = " + std::to_string(overlap) +
+                       ") must be in [1, H = " + std::to_string(steps_per_round) + ")");
+    return detail::one_fragment("co2_snapshot", fragments, {.lag = overlap});
+  }
+};
+
 // Eager updates: the own fresh Δ stands in for its share 1/k of the mean until the mean lands.
 struct eager {
   using sync_tag = void;
@@ -177,16 +201,18 @@ class sync_choice {
   }
 
  private:
-  std::variant<blocking, streaming, co2, eager, naive_delayed> v_;
+  std::variant<blocking, streaming, co2, co2_snapshot, eager, naive_delayed> v_;
 };
 
-// "blocking" | "streaming" | "co2" | "eager" | "naive_delayed" (streaming with τ and α given).
+// "blocking" | "streaming" | "co2" | "co2_snapshot" | "eager" | "naive_delayed" (streaming with
+// τ and α given; co2_snapshot with st's τ, at least 1).
 // Errors: invalid_argument naming the accepted values (and, for "delayed" and "none", what
 // became of them).
 inline result<sync_choice> parse_sync(const std::string& s, streaming st = {}) {
   if (s == "blocking") return sync_choice(blocking{});
   if (s == "streaming") return sync_choice(st);
   if (s == "co2") return sync_choice(co2{});
+  if (s == "co2_snapshot") return sync_choice(co2_snapshot{.overlap = std::max(1, st.overlap)});
   if (s == "eager") return sync_choice(eager{});
   if (s == "naive_delayed") return sync_choice(naive_delayed{});
   if (s == "delayed")
@@ -197,11 +223,11 @@ inline result<sync_choice> parse_sync(const std::string& s, streaming st = {}) {
   if (s == "none")
     return error(errc::invalid_argument, "sync: 'none' is now 'blocking' (DiLoCo, no overlap)");
   return error(errc::invalid_argument, "sync: '" + s +
-                                           "' is not one of blocking, streaming, co2, eager, "
-                                           "naive_delayed");
+                                           "' is not one of blocking, streaming, co2, "
+                                           "co2_snapshot, eager, naive_delayed");
 }
 
-static_assert(Sync<blocking> && Sync<streaming> && Sync<co2> && Sync<eager> &&
+static_assert(Sync<blocking> && Sync<streaming> && Sync<co2> && Sync<co2_snapshot> && Sync<eager> &&
               Sync<naive_delayed> && Sync<sync_choice>);
 
 }  // namespace paco::train

@@ -13,6 +13,8 @@
 //                  lands: θ ← G_r − σ_l·Δ_r per level, θ_start ← θ (σ_l: the exchange's), and
 //                  round r flies; the first round lands on the modules pulled; after the last
 //                  push the worker waits for its flight and takes G
+//   co2_snapshot   the round's push, wait and fetch fly while τ more steps train; then θ,
+//                  θ_start ← G (the steps since the push dropped), and the round goes on
 //   streaming      the path's modules as fragments, level l's synced in slot l of every cycle of
 //                  H inner steps (c = H/L steps a slot; every worker of a module syncs it in the
 //                  same slot): Δ_l flies, τ more steps, G_l lands (θ_start,l ← G_l,
@@ -28,7 +30,8 @@
 //
 // Reports (on_round), each with the seconds since the last and the part of them not training:
 //   blocking       every round whose push was accepted and closed
-//   co2, …         every round once its flight landed, before it is applied: the caller
+//   co2, …         every round once its flight landed (co2_snapshot too), before it is applied: the
+//   caller
 //                  checkpoints θ and θ_start as trained, not landed, with the loss of the round
 //                  trained since (worker_round::pending_loss)
 //   streaming      every cycle whose syncs landed, at its end (nothing in flight), with the loss
@@ -208,7 +211,10 @@ status run_worker(W& w, Store& store, const worker_loop_options& o,
   double flying_loss = o.resumed_loss;
   long landed = 0;  // flights landed before this cycle (streaming)
   std::function<void(const round_end&)> ended;
-  if (plan->next_round()) {
+  // A whole-path rule whose sync lands after the round's end (one round late, or τ steps late):
+  // its rounds are reported as they land.
+  const bool lands_later = !per_level && (plan->next_round() || plan->lag > 0);
+  if (lands_later) {
     x.on_landed = [&](long round, bool) {
       return report({.round = round, .loss = flying_loss, .pending_loss = l.last_loss()});
     };
@@ -221,7 +227,7 @@ status run_worker(W& w, Store& store, const worker_loop_options& o,
     };
   }
   status reported;  // blocking: on_round's error of the round that just ended
-  if (!plan->next_round() && !per_level)
+  if (!lands_later && !per_level)
     ended = [&](const round_end&) {
       if (!x.last_refused()) reported = report({.round = x.last_round(), .loss = l.last_loss()});
     };
@@ -253,7 +259,7 @@ status run_worker(W& w, Store& store, const worker_loop_options& o,
       x.round_ran();
     }
     if (auto s = body.finish(o.round_deadline); !s) return s;
-    if (plan->next_round() || per_level) x.end();  // (blocking: θ = G since its last landing)
+    if (lands_later || per_level) x.end();  // (blocking: θ = G since its last landing)
     if (per_level) return report({.round = o.rounds - 1, .loss = flying_loss});
     return {};
   } catch (const error_exception& e) {  // (a flight in progress was waited for: ~exchange)
