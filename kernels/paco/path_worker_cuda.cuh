@@ -104,12 +104,7 @@ class path_worker_cuda {
   // spec and segments of make_codecs over this worker's level spans). Errors: mismatch if the
   // count or a codec's size differs from the levels'.
   status set_codecs(std::vector<device_codec> codecs) {
-    if (auto s = buf_.check_codecs(codecs); !s) return s;
-    for (auto& c : codecs)
-      if (c.error_feedback()) arena_.get(plane::residual);
-    codecs_ = std::move(codecs);
-    buf_.set_encoded(!codecs_.empty());
-    return {};
+    return train::adopt_codecs(buf_, arena_, codecs_, std::move(codecs));
   }
 
   // Runs n inner steps (H by default) on the device. Returns their mean loss.

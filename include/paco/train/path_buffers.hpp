@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "paco/core/arena.hpp"
 #include "paco/core/error.hpp"
 #include "paco/core/hash.hpp"
 #include "paco/path/level_map.hpp"
@@ -163,5 +164,20 @@ class path_buffers {
   double weight_ = 0;
   long round_ = 0;
 };
+
+// A worker's codecs set (one per level of buf's path, each with size() and error_feedback()):
+// checked against the levels (path_buffers::check_codecs), then mine ← given, the residual plane
+// of the worker's state allocated (zeros) when a codec keeps error feedback, and buf's pushes
+// encoded from now on (fp32 again with none). Errors: check_codecs's (nothing changed).
+template <class Codec, class State>
+status adopt_codecs(path_buffers& buf, State& state, std::vector<Codec>& mine,
+                    std::vector<Codec> given) {
+  if (auto s = buf.check_codecs(given); !s) return s;
+  for (auto& c : given)
+    if (c.error_feedback()) state.get(plane::residual);
+  mine = std::move(given);
+  buf.set_encoded(!mine.empty());
+  return {};
+}
 
 }  // namespace paco::train

@@ -105,12 +105,7 @@ class path_worker {
   // worker's level spans). Errors: mismatch if the count or a codec's size differs from the
   // levels'. Ensures: the residual plane is allocated (zeros) when a codec keeps one.
   status set_codecs(std::vector<compress::module_codec> codecs) {
-    if (auto s = buf_.check_codecs(codecs); !s) return s;
-    for (auto& c : codecs)
-      if (c.error_feedback()) arena_.get(plane::residual);
-    codecs_ = std::move(codecs);
-    buf_.set_encoded(!codecs_.empty());
-    return {};
+    return adopt_codecs(buf_, arena_, codecs_, std::move(codecs));
   }
   // Bytes of the payloads this worker encoded (without request headers), over its lifetime.
   std::size_t payload_bytes() const noexcept { return payload_bytes_; }

@@ -106,6 +106,30 @@ status push(W& w, Store& store) {
   return w.buffers().send(store);
 }
 
+// Waits until every module of w's path closed the round w pulled last, by `until`. Errors: the
+// store's (timeout, peer_lost …).
+template <PathWorker W, store::ModuleStore Store>
+status wait_round(W& w, Store& store, std::chrono::steady_clock::time_point until) {
+  for (int m : w.buffers().modules())
+    if (auto s = store.wait_closed(m, w.buffers().round(), until); !s) return s;
+  return {};
+}
+
+// One synchronous round of w with nothing around it (tests, a single worker): pull, H inner
+// steps, push, wait_round within round_deadline of the push. Errors: the pull's, the push's (a
+// late one included), the wait's, a device worker's failed CUDA call.
+template <PathWorker W, store::ModuleStore Store>
+status sync_round(W& w, Store& store, std::chrono::steady_clock::duration round_deadline) {
+  if (auto s = train::pull(w, store); !s) return s;
+  try {
+    w.train(w.steps_per_round());
+  } catch (const error_exception& e) {
+    return e.err;
+  }
+  if (auto s = train::push(w, store); !s) return s;
+  return wait_round(w, store, std::chrono::steady_clock::now() + round_deadline);
+}
+
 namespace detail {
 // get() (a pull or a fetch of a whole path), again every o.pull_retry while it fails with
 // mismatch (the path's modules sit at different rounds, as after a store restart), up to

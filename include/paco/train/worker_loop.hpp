@@ -65,36 +65,13 @@
 #include "paco/core/error.hpp"
 #include "paco/store/concepts.hpp"
 #include "paco/train/concepts.hpp"
+#include "paco/train/paced_learner.hpp"
 #include "paco/train/path_worker.hpp"
 #include "paco/train/round_body.hpp"
 #include "paco/train/store_exchange.hpp"
 #include "paco/train/sync.hpp"
 
 namespace paco::train {
-
-// Waits until every module of w's path closed the round w pulled last, by `until`. Errors: the
-// store's (timeout, peer_lost …).
-template <PathWorker W, store::ModuleStore Store>
-status wait_round(W& w, Store& store, std::chrono::steady_clock::time_point until) {
-  for (int m : w.buffers().modules())
-    if (auto s = store.wait_closed(m, w.buffers().round(), until); !s) return s;
-  return {};
-}
-
-// One synchronous round of w with nothing around it (tests, a single worker): pull, H inner
-// steps, push, wait_round within round_deadline of the push. Errors: the pull's, the push's (a
-// late one included), the wait's, a device worker's failed CUDA call.
-template <PathWorker W, store::ModuleStore Store>
-status sync_round(W& w, Store& store, std::chrono::steady_clock::duration round_deadline) {
-  if (auto s = train::pull(w, store); !s) return s;
-  try {
-    w.train(w.steps_per_round());
-  } catch (const error_exception& e) {
-    return e.err;
-  }
-  if (auto s = train::push(w, store); !s) return s;
-  return wait_round(w, store, std::chrono::steady_clock::now() + round_deadline);
-}
 
 // A completed round of the worker.
 struct worker_round {
@@ -110,61 +87,6 @@ struct worker_round {
   // false: a lockstep round its modules closed without this worker (trained, Δ dropped).
   bool pushed = true;
 };
-
-namespace detail {
-// One inner step of w, then (throttle − 1) times its duration asleep (experiments: a worker
-// `throttle` times slower); its loss.
-template <class W>
-double throttled_step(W& w, double throttle) {
-  using clock = std::chrono::steady_clock;
-  const auto s0 = clock::now();
-  const double loss = w.train(1);
-  if (throttle > 1)
-    std::this_thread::sleep_for(
-        std::chrono::duration_cast<clock::duration>((clock::now() - s0) * (throttle - 1)));
-  return loss;
-}
-
-// The worker as the round body's learner under o's budget and throttle: train(n) runs n inner
-// steps — with a budget as many as fit in it (checked after each step, at least one), with a
-// throttle each followed by (throttle − 1) times its duration asleep — and books their seconds
-// and their mean loss. Budget and throttle need a worker that trains step by step (train(1)).
-template <class W>
-class paced_learner {
- public:
-  paced_learner(W& w, const worker_loop_options& o) : w_(&w), o_(&o) {}
-  int steps_per_round() const noexcept { return w_->steps_per_round(); }
-  double train(int n) {
-    using clock = std::chrono::steady_clock;
-    const auto t0 = clock::now();
-    const bool budget = o_->train_budget > clock::duration::zero();
-    if (!budget && o_->throttle <= 1) {
-      last_ = w_->train(n);
-    } else {
-      double sum = 0;
-      int steps = 0;
-      while (steps < n) {
-        sum += throttled_step(*w_, o_->throttle);
-        ++steps;
-        if (budget && clock::now() - t0 >= o_->train_budget) break;
-      }
-      last_ = sum / steps;
-    }
-    train_s_ += std::chrono::duration<double>(clock::now() - t0).count();
-    return last_;
-  }
-  double last_loss() const noexcept { return last_; }
-  // The seconds trained since the last call.
-  double take_train_seconds() noexcept { return std::exchange(train_s_, 0.0); }
-
- private:
-  W* w_;
-  const worker_loop_options* o_;
-  double last_ = 0;
-  double train_s_ = 0;
-};
-
-}  // namespace detail
 
 // Runs w against store until the path's modules reach o.rounds, under o.sync (see the file
 // comment). on_round after every round the rule reports; on_refused with the store's refusal of
@@ -195,9 +117,9 @@ status run_worker(W& w, Store& store, const worker_loop_options& o,
   auto share = detail::own_shares(o, levels, h);
   if (!share) return share.error();
   using exchange = store_exchange<W, Store>;
-  detail::paced_learner<W> l(w, o);
+  paced_learner<W> l(w, o.train_budget, o.throttle);
   exchange x(w, store, o, std::move(*share), per_level, *plan, on_refused);
-  round_body<exchange, detail::paced_learner<W>> body(x, l, *plan, per_level ? levels : 1);
+  round_body<exchange, paced_learner<W>> body(x, l, *plan, per_level ? levels : 1);
 
   auto last = clock::now();
   const auto report = [&](worker_round r) -> status {

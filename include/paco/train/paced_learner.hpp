@@ -1,0 +1,61 @@
+#pragma once
+// paced_learner: a path worker as the round body's learner (train/round_body.hpp) under a train
+// budget and a throttle (worker_loop_options::train_budget, ::throttle; train/worker_loop.hpp).
+// train(n) runs n inner steps — with a budget as many as fit in it (checked after each step, at
+// least one), with a throttle each followed by (throttle − 1) times its duration asleep
+// (experiments: a worker `throttle` times slower) — and books their seconds and their mean loss.
+// Budget and throttle need a worker that trains step by step (train(1)); without either, train(n)
+// is the worker's own.
+//
+//   train::paced_learner<W> l(w, std::chrono::seconds(2), 1.0);
+//   train::round_body<X, train::paced_learner<W>> body(x, l, plan, fragments);
+
+#include <chrono>
+#include <thread>
+#include <utility>
+
+namespace paco::train {
+
+template <class W>
+class paced_learner {
+ public:
+  using clock = std::chrono::steady_clock;
+  // Requires: w outlives the learner; throttle ≥ 1 (1: none); budget zero: none.
+  paced_learner(W& w, clock::duration budget, double throttle)
+      : w_(&w), budget_(budget), throttle_(throttle) {}
+  int steps_per_round() const noexcept { return w_->steps_per_round(); }
+  double train(int n) {
+    const auto t0 = clock::now();
+    const bool budget = budget_ > clock::duration::zero();
+    if (!budget && throttle_ <= 1) {
+      last_ = w_->train(n);
+    } else {
+      double sum = 0;
+      int steps = 0;
+      while (steps < n) {
+        const auto s0 = clock::now();
+        sum += w_->train(1);
+        if (throttle_ > 1)
+          std::this_thread::sleep_for(
+              std::chrono::duration_cast<clock::duration>((clock::now() - s0) * (throttle_ - 1)));
+        ++steps;
+        if (budget && clock::now() - t0 >= budget_) break;
+      }
+      last_ = sum / steps;
+    }
+    train_s_ += std::chrono::duration<double>(clock::now() - t0).count();
+    return last_;
+  }
+  double last_loss() const noexcept { return last_; }
+  // The seconds trained since the last call.
+  double take_train_seconds() noexcept { return std::exchange(train_s_, 0.0); }
+
+ private:
+  W* w_;
+  clock::duration budget_;
+  double throttle_;
+  double last_ = 0;
+  double train_s_ = 0;
+};
+
+}  // namespace paco::train
