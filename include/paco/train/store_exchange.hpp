@@ -80,18 +80,24 @@ struct worker_loop_options {
   bool lockstep = false;
 };
 
+// θ, θ_start ← the modules of w's last whole-path fetch, on every level; the next push weighs the
+// steps trained from here. Throws a device worker's error_exception.
+template <PathWorker W>
+void take_fetched(W& w) {
+  for (std::size_t l = 0; l < w.buffers().levels().size(); ++l) w.land_level(l, true, 0.0f, 0.0f);
+  w.weigh_from_here();
+}
+
 // Pulls w's path: every module fetched into its buffers (hash-checked, all at one round), then
-// θ, θ_start ← them; the next push weighs the steps trained from here. Errors:
-// path_buffers::fetch's; a device worker's failed call.
+// taken (take_fetched). Errors: path_buffers::fetch's; a device worker's failed call.
 template <PathWorker W, store::ModuleStore Store>
 status pull(W& w, Store& store) {
   if (auto s = w.buffers().fetch(store); !s) return s;
   try {
-    for (std::size_t l = 0; l < w.buffers().levels().size(); ++l) w.land_level(l, true, 0.0f, 0.0f);
+    take_fetched(w);
   } catch (const error_exception& e) {
     return e.err;
   }
-  w.weigh_from_here();
   return {};
 }
 
@@ -259,8 +265,7 @@ class store_exchange {
         prefetched_ = true;
         return {};
       }
-      for (std::size_t l = 0; l < next_.size(); ++l) w_->land_level(l, true, 0.0f, 0.0f);
-      w_->weigh_from_here();
+      take_fetched(*w_);
       return {};
     }
     for (std::size_t l = 0; l < next_.size(); ++l) {

@@ -30,10 +30,9 @@
 //
 // Reports (on_round), each with the seconds since the last and the part of them not training:
 //   blocking       every round whose push was accepted and closed
-//   co2, …         every round once its flight landed (co2_snapshot too), before it is applied: the
-//   caller
-//                  checkpoints θ and θ_start as trained, not landed, with the loss of the round
-//                  trained since (worker_round::pending_loss)
+//   co2, …         every round once its flight landed (co2_snapshot too), before it is
+//                  applied: the caller checkpoints θ and θ_start as trained, not landed, with the
+//                  loss of the round trained since (worker_round::pending_loss)
 //   streaming      every cycle whose syncs landed, at its end (nothing in flight), with the loss
 //                  of the cycle that trained their Δ; its own is pending; and the last sends
 // An error on_round returns (a checkpoint that could not be written) ends the loop with it: a
