@@ -72,6 +72,7 @@ struct options {
   std::string transport = "tcp", coordinator, listen_host = "127.0.0.1", token;
   std::string sync = "blocking", outer = "auto", compress;
   int rounds = 10, inner = 60, tau = 1, block_fragments = 2;
+  int val_docs = 0;  // the validation documents rank 0 scores (0: the whole split)
   float alpha = 0.5f;
   int d = 64, ctx = 64, layers = 2, heads = 4, batch = 8;
   float lr = 2e-3f;
@@ -248,16 +249,21 @@ int train_ranks(const options& o, T& t, const nn::gpt& model,
 
   const auto theta = w.state().get(plane::param);
   if (lead) {
-    const auto val = route::scored_docs::of(corpus->subset(io::split::validation));
+    auto held_out = corpus->subset(io::split::validation);
+    if (o.val_docs > 0 && held_out.docs.size() > std::size_t(o.val_docs))
+      held_out.docs.resize(std::size_t(o.val_docs));
+    const auto val = route::scored_docs::of(held_out);
     auto ws = model.make_workspace({o.batch, o.ctx});
     const auto rule = route::sliding_window::make(o.ctx).value_or_throw();
     const std::vector<const float*> one{theta.data()};
     const double bpb =
         route::routed_nll(model, one, val.spans, std::vector<int>(val.size(), 0), rule, ws)
             .bits_per_token();
-    std::printf("validation: %.4f bits per byte (%s); %.1f s; %.2f MB sent by rank 0", bpb,
-                rule.name().c_str(), std::chrono::duration<double>(clk::now() - start).count(),
-                double(sent) / 1e6);
+    std::printf(
+        "validation: %.4f bits per byte (%s, %zu documents); %.1f s; %.2f MB sent by "
+        "rank 0",
+        bpb, rule.name().c_str(), held_out.docs.size(),
+        std::chrono::duration<double>(clk::now() - start).count(), double(sent) / 1e6);
     if (hidden >= 0) std::printf("; %.0f%% of the communication hidden", 100 * hidden);
     if (loop.state_bytes() > 0)
       std::printf("; %.2f MB of them optimizer states", double(loop.state_bytes()) / 1e6);
@@ -330,6 +336,9 @@ int main(int argc, char** argv) try {
   app.add_option("--sync-moment2", o.sync_moment2,
                  "average AdamW's second moment over the ranks every K rounds (0: never)")
       ->check(CLI::Range(0L, 1000000L));
+  app.add_option("--val-docs", o.val_docs,
+                 "rank 0 scores the first N validation documents (0: the whole split)")
+      ->check(CLI::Range(0, 1000000));
   app.add_option("--seed", o.seed);
   app.add_option("--deadline", o.deadline_s, "seconds a sync may take")
       ->check(CLI::Range(1, 86400));
@@ -348,6 +357,11 @@ int main(int argc, char** argv) try {
     return fail("--alpha must be a finite number in [0, 1], got " + shortest(o.alpha));
   if (o.resume && o.checkpoint_dir.empty())
     return fail("--resume needs --checkpoint-dir (where the checkpoints are)");
+  if (o.sync == "co2_snapshot" && o.tau < 1)  // parse_sync's default τ = 1 is not what was asked
+    return fail(
+        "--tau must be ≥ 1 with --sync co2_snapshot (the steps before the write-back), "
+        "got " +
+        std::to_string(o.tau));
   train::streaming st{.overlap = o.tau, .alpha = o.alpha};
   const auto rule = train::parse_sync(o.sync, st);
   if (!rule) return fail("--sync: " + rule.error().message);

@@ -3,7 +3,8 @@
 # within seconds (far below --deadline, 600 s by default), each naming the flag and both
 # values — first --compress (whose codecs would otherwise wait on each other's messages until
 # the deadline), then --inner (which would otherwise go unnoticed), then --streams (refused by the
-# transport's handshake). Each rank says which launch variables gave it its rank. Also: a non-finite --lr or --alpha is refused, the flag named.
+# transport's handshake). Each rank says which launch variables gave it its rank. Also: a non-finite --lr or --alpha is refused, the flag named,
+# and --sync co2_snapshot with --tau 0.
 set -euo pipefail
 bin="$1"
 tmp="$(mktemp -d)"
@@ -87,3 +88,13 @@ for bad in "--lr nan" "--lr inf" "--alpha nan" "--alpha -inf"; do
   fi
 done
 echo "ok: non-finite --lr and --alpha refused: $(cat "$tmp/bad.out")"
+
+# --sync co2_snapshot needs τ ≥ 1 steps before its write-back: --tau 0 is refused, not run as 1.
+st=0
+"$bin" --rank 0 --size 1 "${model[@]}" --sync co2_snapshot --tau 0 >"$tmp/tau.out" 2>&1 || st=$?
+if [[ $st -eq 0 ]] || ! grep -q "^example_diloco_ranks: --tau must be ≥ 1 with --sync co2_snapshot" "$tmp/tau.out"; then
+  echo "FAIL: --sync co2_snapshot --tau 0 was not refused (exit $st):" >&2
+  cat "$tmp/tau.out" >&2
+  exit 1
+fi
+echo "ok: --sync co2_snapshot --tau 0 refused: $(cat "$tmp/tau.out")"

@@ -5,7 +5,7 @@
 #include <string>
 #include <utility>
 
-#include "device_lm.hpp"
+#include "device.hpp"
 #include "paco/arena_cuda.cuh"
 #include "paco/inner_loop_cuda.cuh"
 

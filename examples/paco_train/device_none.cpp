@@ -1,7 +1,6 @@
 // paco_train built without nvcc: there is no device trainer or device path worker; asking for
 // one says why.
-#include "device_lm.hpp"
-#include "device_worker.hpp"
+#include "device.hpp"
 
 namespace paco_train {
 

@@ -6,8 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "device_lm.hpp"
-#include "device_worker.hpp"
+#include "device.hpp"
 #include "paco/arena_cuda.cuh"
 #include "paco/path_worker_cuda.cuh"
 

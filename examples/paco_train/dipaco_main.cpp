@@ -8,7 +8,7 @@
 
 namespace paco_train {
 
-int run_dipaco(const train_config& cfg, const dipaco_request& r) {
+int run_dipaco(const gpt_settings& cfg, const dipaco_request& r) {
   try {
     // A new run keeps its configuration (the file was read before: it can be read again).
     const auto src = job::config_source::read(r.roles.config_path, r.roles.overrides);

@@ -3,8 +3,8 @@
 // layer's roles instantiated for the GPT are half of paco_train's compile time, and two units
 // build on two cores side by side.
 
-#include "config.hpp"
 #include "paco/job/command_line.hpp"
+#include "paco/job/gpt_settings.hpp"
 
 namespace paco_train {
 
@@ -20,6 +20,6 @@ struct dipaco_request {
 
 // Runs the requested role of cfg's DiPaCo job (job::run_role); returns the process's exit code
 // (job/dipaco_job.hpp). Requires: cfg.job.mode == "dipaco".
-int run_dipaco(const train_config& cfg, const dipaco_request& r);
+int run_dipaco(const paco::job::gpt_settings& cfg, const dipaco_request& r);
 
 }  // namespace paco_train

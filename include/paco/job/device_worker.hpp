@@ -1,4 +1,9 @@
 #pragma once
+// Workers on a device behind plain C++ virtual calls, so that a job's translation units need no
+// device headers and the device's own need no Asio:
+//   device_path_worker  a DiPaCo worker's path (job.mode = "dipaco")
+//   device_lm           the LM job's one model (job.mode = "lm", job/lm_job.hpp)
+//
 // device_path_worker: a path worker on a device behind plain C++ virtual calls, so that a job's
 // translation units need no device headers and the device's own need no Asio. It models
 // train::PathWorker itself (its store traffic goes through its host-side path_buffers, which
@@ -11,6 +16,7 @@
 
 #include "paco/core/arena.hpp"
 #include "paco/core/error.hpp"
+#include "paco/optim/adamw.hpp"
 #include "paco/train/path_buffers.hpp"
 
 namespace paco::job {
@@ -32,6 +38,20 @@ class device_path_worker {
   // layout: its checkpoint and its resume.
   virtual status download(arena<host>& a) = 0;
   virtual status restore(const arena<host>& a) = 0;
+  virtual std::string describe() const = 0;
+};
+
+// device_lm: the LM job's inner loop on a device (paco_train's: kernels::inner_loop_cuda), sampling
+// its shard as train::inner_loop does. A job makes one through its dipaco_job::make_device_lm.
+class device_lm {
+ public:
+  virtual ~device_lm() = default;
+  // One inner step at learning rate lr on the device's θ; returns the batch's mean loss.
+  virtual double step(const optim::adamw& opt, float lr) = 0;
+  // θ and the AdamW moments between the host arena and the device (whole planes).
+  virtual status upload(const arena<host>& a) = 0;
+  virtual status download(arena<host>& a) = 0;
+  // The device's name and the GEMM arithmetic, for the job's banner.
   virtual std::string describe() const = 0;
 };
 

@@ -102,6 +102,14 @@ using device_factory = std::function<result<std::unique_ptr<device_path_worker>>
     optim::adamw opt, const train::inner_config& cfg, const io::token_stream& shard,
     std::uint64_t seed, const store::compression& compression)>;
 
+// The LM job's inner loop on a device (job/device_worker.hpp, job/lm_job.hpp): the model (which
+// outlives it), the loop's settings, the shard it samples and the sampler's seed. Errors:
+// unsupported (no device, naming why).
+template <class Model>
+using lm_device_factory = std::function<result<std::unique_ptr<device_lm>>(
+    const Model& model, const train::inner_config& cfg, const io::token_stream& shard,
+    std::uint64_t seed)>;
+
 // Writes one exported model (a path's θ, or the base model's) as out/<stem>…; meta: where it
 // came from (source, path, grid, round). Errors name the file.
 template <class Model>
@@ -112,7 +120,8 @@ using model_writer =
 // A DiPaCo job: the settings (every section), the model, and what the job cannot know of it.
 // The model's blocks are cut into the grid's levels (path::split_gpt_levels: the embedding with
 // the first level, the final norm and head with the last), so Model is a BlockModel
-// (nn::block_lm of any block, or nn::gpt).
+// (nn::block_lm of any block, or nn::gpt). The same job runs the model as one (job.mode = "lm",
+// job/lm_job.hpp) or cut into pipeline stages (job/pipeline_job.hpp).
 template <nn::BlockModel Model>
 struct dipaco_job : settings {
   Model model;
@@ -133,6 +142,8 @@ struct dipaco_job : settings {
   std::vector<std::string> child_args;
   // train.device = "cuda": the device worker (empty: only host workers).
   device_factory<Model> make_device_worker;
+  // train.device = "cuda" in the LM job (job/lm_job.hpp; empty: the host only).
+  lm_device_factory<Model> make_device_lm;
   // --export: how a model is written (empty: write_safetensors_model).
   model_writer<Model> write_model;
   // The program's configuration as it was given (paco_train: its config file and every --set, as
