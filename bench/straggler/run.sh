@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# about: one DiPaCo worker throttled 4x: the others' throughput with and without a quorum
-# Invoked by `bench/run straggler [--rounds R] [--factor F] [--quorum-wait S]` (PACO_ROOT,
+# about: one DiPaCo worker throttled 4x: the others' throughput blocking, with a train budget,
+# and with rounds closing on a quorum and late work merged
+# Invoked by `bench/run straggler [--rounds R] [--factor F] [--budget B]` (PACO_ROOT,
 # PACO_BUILD_DIR set, cmake configured). Last line: one JSON object.
 set -euo pipefail
 cmake --build "$PACO_BUILD_DIR" --target bench_straggler paco_train >&2

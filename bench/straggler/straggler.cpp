@@ -9,16 +9,24 @@
 //                     median training time a round: every worker trains at most that long and
 //                     pushes what it trained, weighted by the share of H it reached, so worker 4
 //                     takes part in every round with about 1/F of the steps
+//   throttled_quorum  the same throttle, rounds closing on a quorum (sync.quorum = one less than
+//                     each module's workers: 1 of 2 in the grid, 3 of 4 with --diloco;
+//                     sync.grace = 0.5) and late work merged
+//                     (sync.max_staleness = 2): a module's round waits for its slow partner
+//                     only a grace window past its first push, and the slow worker's pushes,
+//                     up to 2 rounds behind, join a later round at weight 1/(1+s)
 // Per run: the others' throughput (workers 1-3: rounds per second, 1 / median round_s from
-// their logs) and its ratio to the even run's, worker 4's, the rounds closed by deadline, the
-// longest a round stayed open (store.log), the late pushes dropped (the store's count), the
-// routed validation bits/byte of the results table, and the run's wall time.
+// their logs) and its ratio to the even run's, worker 4's, the rounds closed by deadline and by
+// quorum, the longest a round stayed open (store.log), the late pushes merged and dropped (the
+// store's counts), the routed validation bits/byte of the results table, and the wall time.
 //
 //   bench_straggler [--rounds R (40)] [--factor F (4)] [--budget B (1.2)]
-//                   [--round-timeout S (60)] [--keep]
+//                   [--round-timeout S (60)] [--diloco] [--keep]
+// --diloco: DiLoCo with P = 4 (dipaco.grid = [1], workers_per_path = 4: one module, four
+// workers) instead of the 2x2 grid.
 // LAST line: {"bench":"straggler","rows":[{"name":..,"others_rounds_per_s":..,
-// "others_ratio":..,"slow_rounds_per_s":..,"deadline_closes":..,
-// "max_open_s":..,"late":..,"bpb":..,"wall_s":..},..],"factor":F,"rounds":R}.
+// "others_ratio":..,"slow_rounds_per_s":..,"deadline_closes":..,"quorum_closes":..,
+// "max_open_s":..,"late":..,"merged":..,"bpb":..,"wall_s":..},..],"factor":F,"rounds":R}.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -40,9 +48,9 @@ namespace {
 struct row {
   std::string name;
   double others_rounds_per_s = 0, others_ratio = 0, slow_rounds_per_s = 0;
-  int deadline_closes = 0;
+  int deadline_closes = 0, quorum_closes = 0;
   double max_open_s = 0, median_round_s = 0, median_train_s = 0, bpb = 0, wall_s = 0;
-  long late = 0;
+  long late = 0, merged = 0;
 };
 
 double median(std::vector<double> v) {
@@ -75,7 +83,9 @@ std::string run(row& r, int rounds, double round_timeout_s, const std::vector<st
   r.slow_rounds_per_s = median(rep.round_s[3]) > 0 ? 1.0 / median(rep.round_s[3]) : 0;
   r.max_open_s = rep.max_open_s;
   r.deadline_closes = rep.deadline_closes;
+  r.quorum_closes = rep.quorum_closes;
   r.late = rep.late;
+  r.merged = rep.merged;
   r.bpb = rep.bpb;
   return "";
 }
@@ -86,7 +96,7 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   int rounds = 40;
   double factor = 4, budget_frac = 1.2, round_timeout_s = 60;
-  bool keep = false;
+  bool keep = false, diloco = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -106,10 +116,12 @@ int main(int argc, char** argv) {
       budget_frac = std::atof(next().c_str());
     else if (a == "--keep")
       keep = true;
+    else if (a == "--diloco")
+      diloco = true;
     else {
       std::fprintf(stderr,
                    "usage: bench_straggler [--rounds R] [--factor F] [--budget B] "
-                   "[--round-timeout S] [--keep]\n");
+                   "[--round-timeout S] [--diloco] [--keep]\n");
       return 2;
     }
   }
@@ -121,35 +133,52 @@ int main(int argc, char** argv) {
   }
   std::ostringstream f;
   f << factor;
+  // Every row's settings begin with the trainer's.
+  const std::vector<std::string> trainer =
+      diloco ? std::vector<std::string>{"dipaco.grid=[1]", "dipaco.workers_per_path=4"}
+             : std::vector<std::string>{};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), trainer.begin(), trainer.end());
+    return extra;
+  };
   const std::string throttle = "launch.throttle=\"4:" + f.str() + "\"";
-  std::vector<row> rows{{"even"}, {"throttled"}, {"throttled_budget"}};
-  if (auto e = run(rows[0], rounds, round_timeout_s, {}, keep); !e.empty())
+  std::vector<row> rows{{"even"}, {"throttled"}, {"throttled_budget"}, {"throttled_quorum"}};
+  if (auto e = run(rows[0], rounds, round_timeout_s, with({}), keep); !e.empty())
     return std::fprintf(stderr, "bench_straggler: even: %s\n", e.c_str()), 1;
-  if (auto e = run(rows[1], rounds, round_timeout_s, {throttle}, keep); !e.empty())
+  if (auto e = run(rows[1], rounds, round_timeout_s, with({throttle}), keep); !e.empty())
     return std::fprintf(stderr, "bench_straggler: throttled: %s\n", e.c_str()), 1;
   std::ostringstream budget;
   budget << std::max(0.001, budget_frac * rows[0].median_train_s);
   if (auto e = run(rows[2], rounds, round_timeout_s,
-                   {throttle, "sync.train_budget_s=" + budget.str()}, keep);
+                   with({throttle, "sync.train_budget_s=" + budget.str()}), keep);
       !e.empty())
     return std::fprintf(stderr, "bench_straggler: throttled_budget: %s\n", e.c_str()), 1;
+  if (auto e = run(rows[3], rounds, round_timeout_s,
+                   with({throttle, diloco ? "sync.quorum=3" : "sync.quorum=1", "sync.grace=0.5",
+                         "sync.max_staleness=2"}),
+                   keep);
+      !e.empty())
+    return std::fprintf(stderr, "bench_straggler: throttled_quorum: %s\n", e.c_str()), 1;
   json out{{"bench", "straggler"},
+           {"trainer", diloco ? "diloco_p4" : "dipaco_2x2"},
            {"factor", factor},
            {"rounds", rounds},
            {"train_budget_s", std::stod(budget.str())}};
-  std::printf("\n%-18s %12s %8s %12s %9s %8s %5s %7s %7s\n", "run", "others r/s", "ratio",
-              "slow r/s", "deadline", "max open", "late", "bpb", "wall s");
+  std::printf("\n%-18s %12s %8s %12s %9s %7s %8s %5s %7s %7s %7s\n", "run", "others r/s", "ratio",
+              "slow r/s", "deadline", "quorum", "max open", "late", "merged", "bpb", "wall s");
   for (auto& r : rows) {
     r.others_ratio =
         rows[0].others_rounds_per_s > 0 ? r.others_rounds_per_s / rows[0].others_rounds_per_s : 0;
-    std::printf("%-18s %12.3f %8.3f %12.3f %9d %8.2f %5ld %7.4f %7.1f\n", r.name.c_str(),
+    std::printf("%-18s %12.3f %8.3f %12.3f %9d %7d %8.2f %5ld %7ld %7.4f %7.1f\n", r.name.c_str(),
                 r.others_rounds_per_s, r.others_ratio, r.slow_rounds_per_s, r.deadline_closes,
-                r.max_open_s, r.late, r.bpb, r.wall_s);
+                r.quorum_closes, r.max_open_s, r.late, r.merged, r.bpb, r.wall_s);
     out["rows"].push_back({{"name", r.name},
                            {"others_rounds_per_s", r.others_rounds_per_s},
                            {"others_ratio", r.others_ratio},
                            {"slow_rounds_per_s", r.slow_rounds_per_s},
                            {"deadline_closes", r.deadline_closes},
+                           {"quorum_closes", r.quorum_closes},
+                           {"merged", r.merged},
                            {"max_open_s", r.max_open_s},
                            {"late", r.late},
                            {"bpb", r.bpb},

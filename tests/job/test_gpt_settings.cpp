@@ -192,6 +192,15 @@ TEST_CASE("load_gpt_settings: the sync section and the throttle are checked by n
                    "sync.train_budget_s must be in [0, launch.round_timeout_s)"));
   REQUIRE(mentions(gpt_refusal({"job.mode=dipaco", "sync.train_budget_s=120"}),
                    "sync.train_budget_s must be in [0, launch.round_timeout_s)"));
+  // Rounds that close on a quorum, late work merged: each setting checked by name.
+  REQUIRE(load_gpt_settings(
+      "", {"job.mode=dipaco", "sync.quorum=2", "sync.grace=0.25", "sync.max_staleness=2"}));
+  REQUIRE(mentions(gpt_refusal({"job.mode=dipaco", "sync.quorum=-1"}), "sync.quorum must be in"));
+  REQUIRE(mentions(gpt_refusal({"job.mode=dipaco", "sync.grace=-1"}), "sync.grace must be in"));
+  REQUIRE(mentions(gpt_refusal({"job.mode=dipaco", "sync.max_staleness=65"}),
+                   "sync.max_staleness must be in [0, 64]"));
+  REQUIRE(mentions(gpt_refusal({"job.mode=dipaco", "sync.mode=co2", "sync.max_staleness=1"}),
+                   "sync.mode must be \"blocking\" with sync.quorum or sync.max_staleness"));
   REQUIRE(load_gpt_settings("", {"job.mode=\"dipaco\"", "launch.throttle=\"4:4,1:1.5\""}));
   for (const char* bad : {"5:2", "0:2", "4:0.5", "4", "4:x", "4:2,4:3", "a:2", "4:inf"})
     REQUIRE(

@@ -8,6 +8,7 @@
 // the store side of every rule, bit for bit).
 // No test framework here: callers check what run_rank and reference_hashes return.
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -47,6 +48,11 @@ struct service_setup {
   store::module_store<outer::nesterov> store;
   std::optional<store::compression> comp;  // none: fp32 pushes
   std::optional<train::sync_choice> rule;  // none: synchronous rounds (train::sync_round)
+  // The store's options (codecs aside), and the workers' loop options of path p, set before
+  // each worker runs (set: every worker runs train::run_worker, blocking unless `rule`).
+  store::server_options server_opts;
+  std::function<void(train::worker_loop_options&, int p)> tune;
+  std::vector<store::round_summary> store_history;  // the store rank's, after it served
 
   service_setup() : store(plan.module_table(), outer::nesterov{}) {
     model.init(a0, 5);
@@ -83,7 +89,7 @@ struct service_setup {
     if (r == 0) {
       std::map<int, std::vector<int>> by_rank;
       for (int p = 0; p < 4; ++p) by_rank[p + 1] = plan.path_modules(p);
-      store::server_options o;
+      store::server_options o = server_opts;
       if (comp) {
         auto c = store::make_codecs(*comp, model, module_spans());
         if (!c) return c.error();
@@ -91,6 +97,7 @@ struct service_setup {
       }
       store::server<T, outer::nesterov> server(t, store, by_rank, std::move(o));
       server.serve();
+      store_history = server.history();
       return {};
     }
     const int p = r - 1;
@@ -104,13 +111,14 @@ struct service_setup {
       if (auto st = w.set_codecs(std::move(*c)); !st) return st;
     }
     status s;
-    if (rule) {
+    if (rule || tune) {
       train::worker_loop_options o{.rounds = rounds, .round_deadline = std::chrono::seconds(30)};
-      o.sync = *rule;
+      if (rule) o.sync = *rule;
       for (int m : plan.path_modules(p)) o.sharing.push_back(store.info(m).paths_through);
+      if (tune) tune(o, p);
       s = train::run_worker(w, client, o);
     }
-    for (int k = 0; k < rounds && s.ok() && !rule; ++k)
+    for (int k = 0; k < rounds && s.ok() && !rule && !tune; ++k)
       s = train::sync_round(w, client, std::chrono::seconds(30));
     if (sent) *sent = client.bytes_sent();
     if (s.ok()) s = client.bye();

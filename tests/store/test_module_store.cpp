@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <limits>
 
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -51,6 +52,54 @@ TEST_CASE("module_store: weighted mean of arrived deltas, outer step, hash, late
   REQUIRE(r1.arrived == 0);
   REQUIRE(st.hash(1) == before);
   REQUIRE(st.round(1) == 1);
+}
+
+TEST_CASE("module_store merge_late: a push s rounds late joins the open round at weight 1/(1+s)",
+          "[store]") {
+  // Outer SGD at rate 1 (θ ← θ − Δ), two paths of equal shard weight through one module.
+  store::module_store<outer::sgd> st({{0, 2, 2}}, outer::sgd{.lr = 1.0f}, {});
+  st.merge_late(1);
+  st.set(0, std::vector<float>{10, 20});
+  // Round 0: path 0 alone (path 1 is slow); θ1 = θ0 − Δ_a.
+  REQUIRE(st.push(0, 0, 0, std::vector<float>{1, 2}, 1.0).ok());
+  REQUIRE(st.close(0).late_merged == 0);
+  // Round 1: path 1's Δ_b from base 0 (s = 1, weight ½) and path 0's Δ_c from base 1.
+  REQUIRE(st.push(0, 1, 0, std::vector<float>{6, 3}, 1.0).ok());
+  REQUIRE(st.pushed(0) == 1);
+  REQUIRE(st.pushed_on_time(0) == 0);
+  REQUIRE_FALSE(st.has_pushed(0, 1));  // not from this round's base
+  REQUIRE(st.push(0, 1, 0, std::vector<float>{6, 3}, 1.0).error().code == errc::mismatch);
+  REQUIRE(st.push(0, 0, 1, std::vector<float>{3, 0}, 1.0).ok());
+  const auto r = st.close(0);
+  REQUIRE(r.arrived == 2);
+  REQUIRE(r.late_merged == 1);
+  // Closed form: θ2 = θ1 − (1·Δ_c + ½·Δ_b) / (1 + ½) = (9, 18) − ((3, 0) + (3, 1.5)) / 1.5
+  //            = (9, 18) − (4, 1) = (5, 17).
+  std::vector<float> th(2);
+  REQUIRE(st.pull(0, th).first == 2);
+  REQUIRE(th[0] == Approx(5.0f).epsilon(1e-6));
+  REQUIRE(th[1] == Approx(17.0f).epsilon(1e-6));
+  // Two rounds late is beyond max_staleness = 1: refused, naming both rounds and the limit.
+  REQUIRE(st.push(0, 0, 2, std::vector<float>{1, 1}, 1.0).ok());
+  st.close(0);
+  st.close(0);
+  const auto far = st.push(0, 1, 2, std::vector<float>{1, 1}, 1.0);
+  REQUIRE(far.error().code == errc::mismatch);
+  REQUIRE_THAT(far.error().message, Catch::Contains("of module 0 whose open round is 4 (more "
+                                                    "than max_staleness 1 rounds late)"));
+  REQUIRE(
+      st.push(0, 1, std::numeric_limits<long>::min(), std::vector<float>{1, 1}, 1.0).error().code ==
+      errc::mismatch);  // no overflow measuring how late
+  // The fold of s = 0 is a normal push: the same bits as a store without merging.
+  store::module_store<outer::sgd> a({{0, 2, 2}}, outer::sgd{.lr = 1.0f}, {}),
+      b({{0, 2, 2}}, outer::sgd{.lr = 1.0f}, {});
+  b.merge_late(2);
+  for (auto* x : {&a, &b}) {
+    x->set(0, std::vector<float>{0.1f, 0.2f});
+    REQUIRE(x->push(0, 0, 0, std::vector<float>{0.3f, 0.7f}, 2.0).ok());
+    REQUIRE(x->push(0, 1, 0, std::vector<float>{0.5f, 0.11f}, 3.0).ok());
+  }
+  REQUIRE(a.close(0).hash == b.close(0).hash);
 }
 
 TEST_CASE("module_store snapshot round-trips θ, outer state and round", "[store]") {

@@ -168,6 +168,101 @@ TEST_CASE("a partner that dies after its push does not close the round before th
   for (float v : theta) REQUIRE(v == Approx(1.0f - 2.0f));  // θ − mean(1, 3)
 }
 
+TEST_CASE("a quorum closes rounds without the slow worker, and its late push is merged",
+          "[dipaco][service]") {
+  // Store + 2 workers through one module of 2 floats; outer SGD at rate 1; quorum 1, no grace;
+  // a push one round late is merged at weight ½.
+  auto world = net::inproc::world(3);
+  store::module_store<outer::sgd> store({{0, 2, 2}}, outer::sgd{.lr = 1.0f},
+                                        {.weight_by_shard = false});
+  store.merge_late(1);
+  store.set(0, std::vector<float>{10, 20});
+  store::server server(
+      world[0], store, {{1, {0}}, {2, {0}}},
+      {.round_timeout = std::chrono::milliseconds(20000), .quorum = 1, .grace = 0});
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread st([&] { server.serve(); });
+  status s1, s2;
+  std::atomic<int> step{0};
+  const auto until = [] { return net::after(std::chrono::seconds(20)); };
+  std::thread t1([&] {  // the fast worker
+    store::client c(world[1], store::store_layout{{0}}, 1);
+    s1 = c.push(0, 1, 0, std::vector<float>{1, 2}, 1.0);  // closes round 0 (quorum 1)
+    if (s1) s1 = c.wait_closed(0, 0, until());
+    while (s1 && step.load() < 1) std::this_thread::yield();      // the slow push is in round 1
+    if (s1) s1 = c.push(0, 1, 1, std::vector<float>{3, 0}, 1.0);  // closes round 1
+    if (s1) s1 = c.wait_closed(0, 1, until());
+    c.bye();
+  });
+  std::thread t2([&] {  // the slow worker: its push from round 0 comes after round 0 closed
+    store::client c(world[2], store::store_layout{{0}}, 2);
+    s2 = c.wait_closed(0, 0, until());
+    if (s2) s2 = c.push(0, 2, 0, std::vector<float>{6, 3}, 1.0);  // merged into round 1
+    step = 1;
+    if (s2) s2 = c.wait_closed(0, 1, until());
+    c.bye();
+  });
+  t1.join();
+  t2.join();
+  st.join();
+  REQUIRE(s1.ok());
+  REQUIRE(s2.ok());
+  const auto took = std::chrono::steady_clock::now() - t0;
+  REQUIRE(took < std::chrono::seconds(10));  // neither round waited for its deadline (20 s)
+  const auto h = server.history();
+  REQUIRE(h.size() == 2);
+  REQUIRE(h[0].by_quorum);
+  REQUIRE(h[0].arrived == 1);
+  REQUIRE(h[1].by_quorum);
+  REQUIRE(h[1].arrived == 2);
+  REQUIRE(h[1].late_merged == 1);
+  REQUIRE_FALSE(h[1].by_deadline);
+  REQUIRE(server.late_merged() == 1);
+  REQUIRE(server.late_refused() == 0);
+  // θ1 = (10, 20) − (1, 2) = (9, 18); θ2 = θ1 − (1·(3, 0) + ½·(6, 3)) / 1.5 = (5, 17).
+  std::vector<float> theta(2);
+  store.pull(0, theta);
+  REQUIRE(theta[0] == Approx(5.0f).epsilon(1e-6));
+  REQUIRE(theta[1] == Approx(17.0f).epsilon(1e-6));
+}
+
+TEST_CASE("DiPaCo 2x2 with a 4x slow worker: rounds close on a quorum, its late work is merged",
+          "[dipaco][service]") {
+  // Each module has two paths through it; quorum 1 with no grace closes a round as soon as one
+  // of them pushed, so the slow worker's modules may sit at different rounds (it pulls them as
+  // they are) and its pushes, up to 2 rounds behind, are merged at weight 1/(1+s).
+  auto world = net::inproc::world(testing::service_setup::ranks);
+  testing::service_setup s;
+  s.store.merge_late(2);
+  s.server_opts = {.round_timeout = std::chrono::milliseconds(20000),
+                   .rounds = testing::service_setup::rounds,
+                   .quorum = 1,
+                   .grace = 0};
+  s.tune = [](train::worker_loop_options& o, int p) {
+    o.mixed_rounds = true;
+    if (p == 3) o.throttle = 4;
+  };
+  std::vector<status> errs(testing::service_setup::ranks);
+  std::vector<std::thread> th;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < testing::service_setup::ranks; ++r)
+    th.emplace_back([&, r] { errs[std::size_t(r)] = s.run_rank(world[std::size_t(r)], r); });
+  for (auto& t : th) t.join();
+  for (auto& e : errs) REQUIRE(e.ok());
+  REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(15));
+  for (int m = 0; m < 4; ++m) REQUIRE(s.store.round(m) == testing::service_setup::rounds);
+  long quorum = 0, merged = 0;
+  for (const auto& h : s.store_history) {
+    REQUIRE_FALSE(h.by_deadline);  // no round waited for its deadline
+    quorum += h.by_quorum;
+    merged += h.late_merged;
+  }
+  INFO("rounds closed by quorum " << quorum << ", late pushes merged " << merged);
+  REQUIRE(s.store_history.size() == 4 * testing::service_setup::rounds);
+  REQUIRE(quorum > 0);
+  REQUIRE(merged > 0);  // the slow worker's work reached the model (4 to 6 of its pushes here)
+}
+
 TEST_CASE("a rejoining worker pulls its path at one round although a module of it lagged",
           "[dipaco][service]") {
   // Module 0 is shared by workers 1 and 2; module 1 is worker 1's own, module 2 worker 2's.

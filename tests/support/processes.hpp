@@ -192,15 +192,16 @@ inline std::vector<double> worker_log_values(const std::filesystem::path& dir, i
 
 // What a finished paco_train DiPaCo run left, for benchmarks: per worker (index w − 1) its log's
 // round_s and sync_s (every record) and its pushes (store::metered's [start_s, end_s, bytes]);
-// from store.log the rounds closed by their deadline, the longest a round stayed open and the
-// late pushes dropped; from the launcher's output the routed bits/byte and the bytes of the
-// results table, and the bytes a data-parallel run of the same steps would send per worker.
+// from store.log the rounds closed by their deadline or by a quorum, the longest a round stayed
+// open and the late pushes merged and dropped; from the launcher's output the routed bits/byte and
+// the bytes of the results table, and the bytes a data-parallel run of the same steps would send
+// per worker.
 struct job_report {
   std::vector<std::vector<double>> round_s, sync_s;
   std::vector<std::vector<store::push_record>> pushes;
   double bpb = 0, bytes = 0, dp_bytes_per_worker = 0, max_open_s = 0;
-  int deadline_closes = 0;
-  long late = 0;
+  int deadline_closes = 0, quorum_closes = 0;
+  long late = 0, merged = 0;  // late pushes dropped; merged into a later round
 };
 
 // The report of the run in `dir` with `workers` workers whose launcher printed `out`. Errors:
@@ -221,18 +222,19 @@ inline result<job_report> read_job(const std::filesystem::path& dir, const std::
             {p.at(0).get<double>(), p.at(1).get<double>(), p.at(2).get<std::size_t>()});
     }
   }
-  // store.log: "module M round R closed with a/b pushes after X s[ (deadline)], …"
+  // store.log: "module M round R closed with a/b pushes after X s[ (deadline)|( quorum)], …"
   static const std::regex close_re(
-      R"(closed with \d+/\d+ pushes after ([0-9.]+) s( \(deadline\))?)");
+      R"(closed with \d+/\d+ pushes after ([0-9.]+) s( \((deadline|quorum)\))?)");
   const std::string log = slurp(dir / "store.log");
   for (auto it = std::sregex_iterator(log.begin(), log.end(), close_re);
        it != std::sregex_iterator(); ++it) {
     r.max_open_s = std::max(r.max_open_s, std::stod((*it)[1]));
-    if ((*it)[2].matched) ++r.deadline_closes;
+    if ((*it)[3] == "deadline") ++r.deadline_closes;
+    if ((*it)[3] == "quorum") ++r.quorum_closes;
   }
   std::smatch m;
-  static const std::regex late_re(R"((\d+) late pushes dropped)");
-  if (std::regex_search(log, m, late_re)) r.late = std::stol(m[1]);
+  static const std::regex late_re(R"((\d+) late pushes merged, (\d+) dropped)");
+  if (std::regex_search(log, m, late_re)) r.merged = std::stol(m[1]), r.late = std::stol(m[2]);
   // "| all (routed) |  61 |  3.8265 |  4.217 MB |"
   static const std::regex all_re(
       R"(all \(routed\) *\| *[0-9]+ *\| *([0-9]+\.[0-9]+|-?nan|-?inf) *\| *([0-9.]+) MB)");

@@ -69,7 +69,9 @@ class store_metrics {
                           .Register(*reg_)),
         pushes_(prometheus::BuildCounter()
                     .Name("paco_store_pushes_total")
-                    .Help("Pushes by result: accepted, late (their round had closed), refused")
+                    .Help("Pushes by result: accepted, merged_late (into a later round, "
+                          "discounted), late "
+                          "(their round had closed: dropped), refused")
                     .Register(*reg_)),
         bytes_(prometheus::BuildCounter()
                    .Name("paco_store_bytes_total")
@@ -109,10 +111,12 @@ class store_metrics {
     const std::string w = std::to_string(t.worker);
     switch (t.what) {
       case k::push_accepted:
+      case k::push_merged:
       case k::push_late:
       case k::push_refused:
         pushes_
             .Add({{"result", t.what == k::push_accepted ? "accepted"
+                             : t.what == k::push_merged ? "merged_late"
                              : t.what == k::push_late   ? "late"
                                                         : "refused"}})
             .Increment();

@@ -142,6 +142,15 @@ struct sync_section {
   // reaches a round that closed without it is dropped, counted in the worker's log ("late")
   // and the store's.
   double train_budget_s = 0;
+  // Rounds that close on a quorum (store/server.hpp): a module's round closes once `quorum` of
+  // its workers pushed and `grace` × the median push spread of its recent rounds passed after
+  // the quorum's last push (0: when every worker pushed, or at launch.round_timeout_s).
+  int quorum = 0;
+  double grace = 0.5;
+  // Late work merged (store/module_store.hpp merge_late): a push s ≤ max_staleness rounds
+  // behind its module's open round joins it with its weight × 1/(1+s) (0: dropped, as above).
+  // quorum and max_staleness: sync.mode = "blocking" (for now).
+  int max_staleness = 0;
 };
 
 struct launch_section {

@@ -254,6 +254,9 @@ inline void add_settings(setting_fields& f, settings& s) {
   f.add("sync.train_budget_s", s.sync.train_budget_s);
   f.add("sync.overlap_steps", s.sync.overlap_steps);
   f.add("sync.alpha", s.sync.alpha);
+  f.add("sync.quorum", s.sync.quorum);
+  f.add("sync.grace", s.sync.grace);
+  f.add("sync.max_staleness", s.sync.max_staleness);
   auto& p = s.pipeline;
   f.add("pipeline.stages", p.stages);
   f.add("pipeline.split", p.split);

@@ -61,10 +61,11 @@ class status_board {
     std::lock_guard lk(mu_);
     module_round_[std::size_t(r.module)] = r.round + 1;
     ++closed_;
-    if (r.by_deadline)
+    if (r.by_deadline || r.by_quorum)
       event("module " + std::to_string(r.module) + " round " + std::to_string(r.round) +
-            " closed by its deadline with " + std::to_string(r.arrived) + " of " +
-            std::to_string(r.expected) + " pushes");
+            " closed by its " + (r.by_deadline ? "deadline" : "quorum") + " with " +
+            std::to_string(r.arrived) + " of " + std::to_string(r.expected) + " pushes" +
+            (r.late_merged > 0 ? " (" + std::to_string(r.late_merged) + " merged late)" : ""));
   }
   void on_traffic(const store::traffic& t) {
     std::lock_guard lk(mu_);
@@ -89,6 +90,7 @@ class status_board {
       event(w.who.name + "'s push to module " + std::to_string(t.module) + " round " +
             std::to_string(t.round) + " came late (the round had closed): dropped");
     }
+    if (t.what == k::push_merged) ++w.merged;
   }
   // Requires: a report the store checked (a round of the run).
   // Ensures: the worker's curve holds at most curve_rounds points, the latest rounds.
@@ -171,7 +173,9 @@ class status_board {
            (w.curve.empty() ? "" : fmt(w.curve.back().second, 3)) + "</td><td>" +
            sparkline(w.curve) + "</td><td>" + fmt(w.tokens_per_s, 0) + "</td><td>" +
            fmt(double(w.bytes_in) / 1e6, 2) + "</td><td>" + fmt(double(w.bytes_out) / 1e6, 2) +
-           "</td><td>" + std::to_string(w.late) + "</td><td class=\"" +
+           "</td><td>" + std::to_string(w.late) +
+           (w.merged > 0 ? " (" + std::to_string(w.merged) + " merged)" : "") +
+           "</td><td class=\"" +
            (health == "live"   ? "live"
             : health == "gone" ? "gone"
                                : "wait") +
@@ -213,7 +217,8 @@ class status_board {
     long round = -1;
     double tokens_per_s = 0;
     std::size_t bytes_in = 0, bytes_out = 0;
-    long late = 0;
+    long late = 0;    // pushes dropped: their round had closed
+    long merged = 0;  // pushes merged late into a later round (store::module_store::merge_late)
     std::vector<std::pair<double, double>> curve;  // (round, bits/byte), the last curve_rounds
     long left_out = 0;                             // earlier rounds dropped from curve
   };

@@ -61,6 +61,7 @@ int run_store(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool
       g.module_table(), outer_of(cfg),
       {.weight_by_shard = cfg.dipaco.weight_by_shard,
        .rescale = *outer::parse_path_rescale(cfg.dipaco.path_rescale)});
+  store.merge_late(cfg.sync.max_staleness);
   const bool have = fs::exists(rd.store());
   if (have && !resume && !fresh)
     return std::fprintf(stderr,
@@ -203,10 +204,16 @@ int run_store(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool
              }
              if (watched) metrics.on_close(r), board.on_close(r);
              std::printf(
-                 "store: module %d round %ld closed with %d/%d pushes after %.2f s%s, |Δ| "
+                 "store: module %d round %ld closed with %d/%d pushes after %.2f s%s%s, |Δ| "
                  "%.4g, hash %016llx\n",
                  r.module, r.round, r.arrived, r.expected, r.open_s,
-                 r.by_deadline ? " (deadline)" : "", r.delta_norm, (unsigned long long)r.hash);
+                 r.by_deadline ? " (deadline)"
+                 : r.by_quorum ? " (quorum)"
+                               : "",
+                 r.late_merged > 0
+                     ? (" (" + std::to_string(r.late_merged) + " merged late)").c_str()
+                     : "",
+                 r.delta_norm, (unsigned long long)r.hash);
              if (bar) {
                long closed = 0;
                for (int m = 0; m < g.modules(); ++m) closed += store.round(m);
@@ -217,6 +224,8 @@ int run_store(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool
        .on_refuse =
            [](const std::string& why) { std::fprintf(stderr, "store: %s\n", why.c_str()); },
        .rounds = cfg.dipaco.rounds,
+       .quorum = cfg.sync.quorum,
+       .grace = cfg.sync.grace,
        .describe = [&] { return describe_run(cfg, *routing, g, store); },
        .on_traffic =
            [&](const store::traffic& t) {
@@ -263,8 +272,10 @@ int run_store(const dipaco_job<Model>& cfg, const run_dir& rd, bool resume, bool
                         "closed)\n",
                         cfg.dipaco.rounds, server.history().size()),
            exit_link_lost;
-  std::printf("store: done; %zu rounds closed, %.1f MB received, %zu late pushes dropped\n",
-              server.history().size(), server.bytes_received() / 1e6, server.late_refused());
+  std::printf(
+      "store: done; %zu rounds closed, %.1f MB received, %zu late pushes merged, %zu dropped\n",
+      server.history().size(), server.bytes_received() / 1e6, server.late_merged(),
+      server.late_refused());
   return 0;
 }
 

@@ -292,6 +292,19 @@ status validate_dipaco(const settings& c, const M& model) {
     if (!s) return s;
   auto rule = train::parse_sync(c.sync.mode);
   if (!rule) return bad_setting("sync.mode: " + rule.error().message);
+  for (const auto& s :
+       {in_range(c.sync.quorum >= 0 && c.sync.quorum <= 1000000, "sync.quorum",
+                 "in [0, 1000000] (workers; 0: every worker)"),
+        in_range(std::isfinite(c.sync.grace) && c.sync.grace >= 0 && c.sync.grace <= 1000,
+                 "sync.grace", "in [0, 1000] (× the median push spread)"),
+        in_range(c.sync.max_staleness >= 0 && c.sync.max_staleness <= 64, "sync.max_staleness",
+                 "in [0, 64] (rounds; 0: late pushes dropped)"),
+        in_range((c.sync.quorum == 0 && c.sync.max_staleness == 0) || c.sync.mode == "blocking",
+                 "sync.mode",
+                 "\"blocking\" with sync.quorum or sync.max_staleness (a late push "
+                 "merged into a later round would break an overlapped rule's "
+                 "landing, which counts the worker's own Δ in the mean it fetches)")})
+    if (!s) return s;
   if (auto s = validate_dipaco_stages(c, model); !s) return s;
   if (rule->get_if<train::streaming>()) {
     const int levels = int(d.grid.size());

@@ -5,8 +5,13 @@
 // when the round closes (all expected paths pushed, or the caller decides the deadline passed)
 // the store combines what arrived (outer/delta.hpp), applies the outer optimizer, advances the
 // round and re-hashes θ_m. A late push for a closed round is refused (errc::mismatch), so a
-// slow or dead path is left out of that round, as in DiLoCo's dropout robustness. A push that
-// was accepted stays in its round even if its path dies before the round closes (valid work).
+// slow or dead path is left out of that round, as in DiLoCo's dropout robustness — unless late
+// work is merged (merge_late(s_max)): a push whose base round (the round of the θ it trained
+// from) is s ≤ s_max rounds behind the open round joins the open round with its weight times
+// 1/(1+s) (a staleness discount), and only pushes further behind are refused. Each path's
+// pushes to a module carry increasing base rounds (a repeat is refused, never counted twice).
+// A push that was accepted stays in its round even if its path dies before the round closes
+// (valid work).
 // Every value of a push is checked before it is used: the round, the size, every element of Δ
 // and the shard weight (finite, > 0, at most max_push_weight).
 //
@@ -20,6 +25,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "paco/core/buffer.hpp"
@@ -48,7 +54,14 @@ struct round_summary {
   std::uint64_t hash = 0;    // hash of θ after the outer step
   double open_s = 0;         // seconds the round was open (set by a server that times rounds)
   bool by_deadline = false;  // closed by its deadline rather than by every contributor
+  bool by_quorum = false;    // closed by a quorum and its grace window (store/server.hpp)
+  int late_merged = 0;       // of `arrived`, pushes from an earlier base round (merge_late)
 };
+
+// The weight factor of a push s rounds late (merge_late): 1/(1+s).
+inline double staleness_weight(long s) {
+  return 1.0 / (1.0 + double(s));
+}
 
 template <class OuterOpt>
 class module_store {
@@ -74,6 +87,15 @@ class module_store {
     }
   }
   module_store(module_store&&) = delete;
+
+  // Pushes up to max_staleness rounds behind a module's open round join it, weighted by
+  // staleness_weight (0, the default: every late push is refused, the protocol before late
+  // merging). Requires: max_staleness ≥ 0; called before any push.
+  void merge_late(int max_staleness) {
+    PACO_ASSERT(max_staleness >= 0, "merge_late: max_staleness must be >= 0");
+    max_staleness_ = max_staleness;
+  }
+  int max_staleness() const noexcept { return max_staleness_; }
 
   int module_count() const noexcept { return int(slots_.size()); }
   const module_info& info(int m) const { return slots_.at(m).info; }
@@ -107,10 +129,12 @@ class module_store {
     return s.hash;
   }
 
-  // Adds path `path`'s Δ_m for `round` with shard weight w. Errors: invalid_argument for a
-  // module id out of range, a wrong size, a non-finite Δ, or a weight that is not finite, not
-  // > 0 or above max_push_weight (never applied); mismatch if the round is not the module's
-  // open round (late or early), or the path already pushed this round.
+  // Adds path `path`'s Δ_m trained from base round `round` with shard weight w to the open
+  // round (times staleness_weight(s) when s = open − round > 0 rounds late, s ≤ max_staleness).
+  // Errors: invalid_argument for a module id out of range, a wrong size, a non-finite Δ, or a
+  // weight that is not finite, not > 0 or above max_push_weight (never applied); mismatch if
+  // the round is ahead of the open round, or more than max_staleness behind it, or the path
+  // already pushed this base round or a later one.
   status push(int m, int path, long round, std::span<const float> delta, double w) {
     if (m < 0 || m >= module_count())
       return {errc::invalid_argument, "push to module " + std::to_string(m) + " of a store of " +
@@ -122,49 +146,65 @@ class module_store {
                   " (must be finite, > 0 and <= " + std::to_string(max_push_weight) + ")"};
     auto& s = slot(m);
     std::lock_guard lk(s.mu);
-    if (round != s.round)
-      return {errc::mismatch, "push for round " + std::to_string(round) + " of module " +
-                                  std::to_string(m) + " whose open round is " +
-                                  std::to_string(s.round)};
+    // (Compared before subtracting: a hostile frame's round may be any long.)
+    if (round > s.round || round < s.round - max_staleness_)
+      return {
+          errc::mismatch,
+          "push for round " + std::to_string(round) + " of module " + std::to_string(m) +
+              " whose open round is " + std::to_string(s.round) +
+              (round < s.round && max_staleness_ > 0
+                   ? " (more than max_staleness " + std::to_string(max_staleness_) + " rounds late)"
+                   : std::string())};
+    const long late = s.round - round;
     if (delta.size() != s.info.size)
       return {errc::invalid_argument, "push of " + std::to_string(delta.size()) +
                                           " elements to module " + std::to_string(m) + " of " +
                                           std::to_string(s.info.size)};
-    if (s.pushed.count(path))
+    if (auto last = s.last_base.find(path); last != s.last_base.end() && last->second >= round)
       return {errc::mismatch, "path " + std::to_string(path) + " already pushed round " +
-                                  std::to_string(round) + " of module " + std::to_string(m)};
+                                  std::to_string(last->second) + " of module " + std::to_string(m)};
     for (float v : delta)
       if (!std::isfinite(v))
         return {errc::invalid_argument, "non-finite pseudo-gradient from path " +
                                             std::to_string(path) + " for module " +
                                             std::to_string(m)};
-    auto& d = s.pushed[path];
-    d.weight = delta_.weight_by_shard ? w : 1.0;
+    auto& d = s.pushed[{path, round}];
+    d.weight = (delta_.weight_by_shard ? w : 1.0) * (late > 0 ? staleness_weight(late) : 1.0);
     d.delta.assign(delta.begin(), delta.end());
+    s.last_base[path] = round;
+    if (late == 0) ++s.on_time;
     return {};
   }
 
+  // Pushes in module m's open round, late ones merged into it included.
   int pushed(int m) const {
     auto& s = slot(m);
     std::lock_guard lk(s.mu);
     return int(s.pushed.size());
   }
-  bool complete(int m) const { return pushed(m) >= info(m).paths_through; }
-  // Whether path (or worker) `path` pushed to module m's open round.
+  // Pushes in module m's open round from that round's own base (on time).
+  int pushed_on_time(int m) const {
+    auto& s = slot(m);
+    std::lock_guard lk(s.mu);
+    return s.on_time;
+  }
+  bool complete(int m) const { return pushed_on_time(m) >= info(m).paths_through; }
+  // Whether path (or worker) `path` pushed to module m's open round from its base.
   bool has_pushed(int m, int path) const {
     auto& s = slot(m);
     std::lock_guard lk(s.mu);
-    return s.pushed.count(path) > 0;
+    return s.pushed.count({path, s.round}) > 0;
   }
 
   // Closes module m's open round: Δ = s·Σ w_i Δ_i / Σ w_i over what arrived, θ ← OuterOpt(θ, Δ).
-  // The sum runs in ascending path order whatever order the pushes arrived in, so the result is
-  // bit-identical across transports and timings. With no push the round still advances and θ
-  // is unchanged (every path was lost).
+  // The sum runs in ascending (path, base round) order whatever order the pushes arrived in, so
+  // the result is bit-identical across transports and timings. With no push the round still
+  // advances and θ is unchanged (every path was lost).
   round_summary close(int m) {
     auto& s = slot(m);
     std::lock_guard lk(s.mu);
     round_summary r{m, s.round, int(s.pushed.size()), s.info.paths_through, 0, 0};
+    r.late_merged = int(s.pushed.size()) - s.on_time;
     if (!s.pushed.empty()) {
       std::vector<double> w;
       for (auto& [p, d] : s.pushed) w.push_back(d.weight);
@@ -184,6 +224,7 @@ class module_store {
                                  std::span<float>(s.state.data(), s.state.size()));
     }
     s.pushed.clear();
+    s.on_time = 0;
     ++s.round;
     s.hash = hash64(s.theta.data(), s.theta.size() * sizeof(float));
     r.hash = s.hash;
@@ -209,6 +250,8 @@ class module_store {
     std::copy(snap.state.begin(), snap.state.end(), s.state.data());
     s.round = snap.round;
     s.pushed.clear();
+    s.last_base.clear();
+    s.on_time = 0;
     s.hash = hash64(s.theta.data(), s.theta.size() * sizeof(float));
     return {};
   }
@@ -229,7 +272,10 @@ class module_store {
       double weight = 0;
       std::vector<float> delta;
     };
-    std::map<int, contribution> pushed;  // by path (or worker) id: combined in id order
+    // By (path (or worker) id, base round): combined in that order.
+    std::map<std::pair<int, long>, contribution> pushed;
+    int on_time = 0;                // of `pushed`, from the open round's base
+    std::map<int, long> last_base;  // per path, the base round of its last accepted push
     mutable std::mutex mu;
   };
   slot_t& slot(int m) { return slots_.at(std::size_t(m)); }
@@ -237,6 +283,7 @@ class module_store {
 
   std::vector<OuterOpt> opts_;  // one per module
   outer::delta_options delta_;
+  int max_staleness_ = 0;
   std::deque<slot_t> slots_;
 };
 

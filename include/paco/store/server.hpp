@@ -24,6 +24,13 @@
 // within round_timeout of its round opening) or late; ontime_refused() counts the former,
 // late_refused() every push whose round had closed (dropped: the worker goes on with the next
 // round, as DiLoCo's dropout robustness intends).
+// With a quorum (server_options::quorum = q > 0) a round also closes once q of its contributors
+// pushed from its base and a grace window has passed since the q-th push: grace × the median
+// push spread (first to last on-time push) of the module's recent rounds, so a round waits for
+// a partner near the pack and not for one far behind. With late merging
+// (module_store::merge_late) a late push s ≤ s_max rounds behind joins the open round,
+// discounted (traffic kind push_merged; late_merged()); so the slow worker behind a quorum is
+// not starved. q = 0 and s_max = 0 (the defaults) are the protocol without either.
 // With server_options::rounds = R > 0 the run has an end: no module closes a round past R (a
 // push for round R or later is refused, no empty round closes by deadline), and once every
 // module reached R serve() returns when every worker said bye or died, or io_timeout later.
@@ -52,12 +59,13 @@
 
 namespace paco::store {
 
-// What moved through a store (server_options::on_traffic): a push accepted, refused because its
-// round had closed without it (late), or refused otherwise (a bad payload, a duplicate, past the
+// What moved through a store (server_options::on_traffic): a push accepted, accepted into a
+// later round than its base (merged late, discounted), refused because its round had closed
+// without it (late), or refused otherwise (a bad payload, a duplicate, past the
 // run's end); a pull; or the live workers changed. bytes: the payload (a push as received, a
 // pull's θ as sent).
 struct traffic {
-  enum class kind { push_accepted, push_late, push_refused, pull, live };
+  enum class kind { push_accepted, push_merged, push_late, push_refused, pull, live };
   kind what = kind::live;
   int worker = -1, module = -1;
   long round = 0;
@@ -85,6 +93,12 @@ struct server_options {
   // Called with the reason whenever a push is refused (bad payload), on the serving thread.
   std::function<void(const std::string&)> on_refuse = {};
   long rounds = 0;  // the run's number of rounds: no module goes past it (0: no end)
+  // A round closes once `quorum` of its contributors pushed from its base and the grace window
+  // passed (0: only when every contributor pushed, or at round_timeout).
+  int quorum = 0;
+  // The grace window after the quorum's last push, as a multiple of the median push spread of
+  // the module's last rounds (the current round's first-to-quorum spread before any). ≥ 0.
+  double grace = 0.5;
   // The answer to a worker's describe request (client::describe), made on the serving thread
   // when asked: what a worker that starts from nothing needs to know of the run. Empty: the
   // store refuses describe (unsupported).
@@ -144,8 +158,11 @@ class server {
   std::size_t finished() const { return finished_.size(); }
   // Pushes refused although they arrived within round_timeout of their round opening.
   std::size_t ontime_refused() const { return ontime_refused_; }
-  // Pushes refused because their round had closed without them.
+  // Pushes refused because their round had closed without them (beyond the store's
+  // max_staleness).
   std::size_t late_refused() const { return late_refused_; }
+  // Pushes from an earlier base round merged into a module's open round.
+  std::size_t late_merged() const { return late_merged_; }
 
   // Runs until stop(), or no worker is left (all said bye or died). Errors: none (failures of
   // single workers are handled by leaving them out).
@@ -279,8 +296,7 @@ class server {
       alive_.insert(w);
       auto s = push_within_run(m, w, rq.round, rq.weight);
       if (s.ok()) {
-        note({traffic::kind::push_accepted, w, m, rq.round, n * sizeof(float)});
-        check_complete(m);
+        accepted(w, m, rq.round, n * sizeof(float));
       } else {
         refuse_push(w, m, rq.round, s, n * sizeof(float));
       }
@@ -325,8 +341,7 @@ class server {
     } else {
       s = push_within_run(m, w, rq.round, rq.weight);
       if (s.ok()) {
-        note({traffic::kind::push_accepted, w, m, rq.round, rq.count});
-        check_complete(m);
+        accepted(w, m, rq.round, rq.count);
       } else {
         refuse_push(w, m, rq.round, s, rq.count);
       }
@@ -339,6 +354,20 @@ class server {
       return {errc::mismatch, "module " + std::to_string(m) + " finished the run's " +
                                   std::to_string(o_.rounds) + " rounds"};
     return store_.push(m, w, round, buf_, weight);
+  }
+  // A push the module store took (into its open round: on time, or merged late).
+  void accepted(int w, int m, long round, std::size_t bytes) {
+    const bool late = round < store_.round(m);
+    if (late) ++late_merged_;
+    note({late ? traffic::kind::push_merged : traffic::kind::push_accepted, w, m, round, bytes});
+    if (!late) {
+      const auto now = clock::now();
+      auto& q = open_[m];
+      if (q.on_time++ == 0) q.first = now;
+      q.last = now;
+      if (o_.quorum > 0 && q.on_time == o_.quorum) q.quorum_at = now;
+    }
+    check_complete(m);
   }
   // A push the module store refused: on time if its round opened less than round_timeout ago
   // (it closed early without this worker), late otherwise (or a duplicate, or early).
@@ -418,18 +447,42 @@ class server {
   void check_complete(int m) {
     if (store_.pushed(m) == 0) return;
     for (int w : alive_)
-      if (workers_.count(w) && takes_part(w, m) && !store_.has_pushed(m, w)) return;
+      if (workers_.count(w) && takes_part(w, m) && !store_.has_pushed(m, w)) {
+        if (quorum_due(m)) close(m, false, true);
+        return;
+      }
     close(m, false);
+  }
+  // Whether module m's open round reached its quorum and the grace window after it passed.
+  bool quorum_due(int m) const {
+    const auto it = open_.find(m);
+    if (o_.quorum <= 0 || it == open_.end() || it->second.on_time < o_.quorum) return false;
+    const open_round& q = it->second;
+    std::vector<double> spreads = spreads_.count(m) ? spreads_.at(m) : std::vector<double>{};
+    if (spreads.empty())
+      spreads.push_back(std::chrono::duration<double>(q.quorum_at - q.first).count());
+    std::nth_element(spreads.begin(), spreads.begin() + long(spreads.size() / 2), spreads.end());
+    const double window = o_.grace * spreads[spreads.size() / 2];
+    return std::chrono::duration<double>(clock::now() - q.quorum_at).count() >= window;
   }
   void check_complete_all() {
     for (int m = 0; m < store_.module_count(); ++m) check_complete(m);
   }
-  void close(int m, bool by_deadline) {
+  void close(int m, bool by_deadline, bool by_quorum = false) {
     if (ended(m)) return;  // the run's end
     const auto now = clock::now();
     history_.push_back(store_.close(m));
     history_.back().open_s = std::chrono::duration<double>(now - opened_[m]).count();
     history_.back().by_deadline = by_deadline;
+    history_.back().by_quorum = by_quorum;
+    if (auto q = open_.find(m); q != open_.end()) {  // the round's push spread, for grace windows
+      if (q->second.on_time > 1) {
+        auto& sp = spreads_[m];
+        sp.push_back(std::chrono::duration<double>(q->second.last - q->second.first).count());
+        if (sp.size() > spread_rounds) sp.erase(sp.begin());
+      }
+      open_.erase(q);
+    }
     prev_opened_[m] = opened_[m];
     opened_[m] = now;
     if (o_.on_close) o_.on_close(history_.back());
@@ -440,6 +493,12 @@ class server {
     for (auto& [m, t0] : opened_)
       if (now - t0 > o_.round_timeout && !ended(m)) due.push_back(m);
     for (int m : due) close(m, true);
+    if (o_.quorum > 0) {
+      due.clear();
+      for (auto& [m, q] : open_)
+        if (quorum_due(m)) due.push_back(m);
+      for (int m : due) check_complete(m);
+    }
   }
   // Answers every wait whose round has closed. A worker whose reply fails is marked dead after
   // the walk (mark_dead drops its waits and may close rounds: it must not run while waits_ is
@@ -494,8 +553,17 @@ class server {
   std::atomic<bool> rejoins_{false};
   std::map<int, clock::time_point> opened_;       // when each module's open round opened
   std::map<int, clock::time_point> prev_opened_;  // when its last closed round had opened
+  // The on-time pushes of a module's open round: how many, the first and last, the quorum's.
+  struct open_round {
+    int on_time = 0;
+    clock::time_point first, last, quorum_at;
+  };
+  static constexpr std::size_t spread_rounds = 8;  // rounds whose push spread sets the grace
+  std::map<int, open_round> open_;
+  std::map<int, std::vector<double>> spreads_;  // per module, its last rounds' push spreads
   std::size_t ontime_refused_ = 0;
   std::size_t late_refused_ = 0;
+  std::size_t late_merged_ = 0;
   std::vector<wait_t> waits_;
   std::vector<float> buf_;
   std::vector<std::byte> bytes_;  // an encoded payload

@@ -44,6 +44,14 @@ class path_buffers {
   const std::vector<int>& modules() const noexcept { return modules_; }
   // The round of the path's last pull or fetch (of a level: the lowest of the levels').
   long round() const noexcept { return round_; }
+  // The round of level l's module at its last fetch: the base round its next push carries.
+  long level_round(std::size_t l) const {
+    return level_round_.empty() ? round_ : level_round_.at(l);
+  }
+  // Whether fetch takes a path whose modules sit at different rounds (rounds that close on a
+  // quorum: a module may close without this worker while another of its path waits for it);
+  // each level's push then carries its own module's round. Off: fetch refuses them.
+  void accept_mixed_rounds(bool on) noexcept { mixed_ = on; }
 
   // What level l's next push sends: the fp32 Δ (fp32 pushes), or the codec's payload (encoded
   // ones). The worker fills one of them; weight is the push's.
@@ -83,13 +91,14 @@ class path_buffers {
     return std::span<const float>(fetched_).subspan(levels_[l].offset, levels_[l].size);
   }
 
-  // Pushes what was measured into the buffers, every level for round(): every module is tried
-  // even if one push fails (e.g. its round closed without us); the first error is returned.
+  // Pushes what was measured into the buffers, every level for its round (level_round): every
+  // module is tried even if one push fails (e.g. its round closed without us); the first error
+  // is returned.
   template <store::ModuleStore Store>
   status send(Store& store) const {
     status first;
     for (std::size_t l = 0; l < levels_.size(); ++l)
-      if (auto s = send_level(store, l, round_); !s && first.ok()) first = s;
+      if (auto s = send_level(store, l, level_round(l)); !s && first.ok()) first = s;
     return first;
   }
   // Level l's push alone, for `round` (under Streaming DiLoCo a path's modules sit at different
@@ -108,9 +117,10 @@ class path_buffers {
     }
   }
 
-  // Pulls every module of the path into the fetch buffer. Errors: the store's; mismatch for a
-  // copy whose hash differs from the store's, or modules at different rounds (every module is
-  // pulled, so that a retry sees their rounds move).
+  // Pulls every module of the path into the fetch buffer; round() becomes the lowest of their
+  // rounds. Errors: the store's; mismatch for a copy whose hash differs from the store's, or
+  // (unless accept_mixed_rounds) modules at different rounds (every module is pulled, so that a
+  // retry sees their rounds move).
   template <store::ModuleStore Store>
   status fetch(Store& store) {
     std::vector<long> rounds;
@@ -119,10 +129,11 @@ class path_buffers {
       if (!r) return r.error();
       rounds.push_back(*r);
     }
-    if (std::adjacent_find(rounds.begin(), rounds.end(), std::not_equal_to<>()) != rounds.end())
+    if (!mixed_ &&
+        std::adjacent_find(rounds.begin(), rounds.end(), std::not_equal_to<>()) != rounds.end())
       return store::rounds_differ(id_, modules_, rounds);
-    round_ = rounds.empty() ? -1 : rounds.front();
-    level_round_.assign(levels_.size(), round_);
+    round_ = rounds.empty() ? -1 : *std::min_element(rounds.begin(), rounds.end());
+    level_round_ = std::move(rounds);
     return {};
   }
   // Level l's module alone into the fetch buffer; returns its round, and round() becomes the
@@ -161,6 +172,7 @@ class path_buffers {
   std::vector<float> fetched_;     // the modules of the last fetch (the plane's layout)
   std::vector<long> level_round_;  // per level, the round of its last fetch (none: empty)
   bool encoded_ = false;
+  bool mixed_ = false;  // accept_mixed_rounds
   double weight_ = 0;
   long round_ = 0;
 };

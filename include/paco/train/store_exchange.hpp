@@ -78,6 +78,11 @@ struct worker_loop_options {
   // stages of a path cut across processes need this: each feeds or waits for its neighbours'
   // activations of every step (train/stage_worker.hpp).
   bool lockstep = false;
+  // Rounds that close on a quorum (store/server.hpp), blocking rule: the path's modules may sit
+  // at different rounds (one closed without this worker while another waited for it); the
+  // worker takes them as they are and pushes each with its own round as its base
+  // (path_buffers::accept_mixed_rounds), and the store merges a late one (merge_late).
+  bool mixed_rounds = false;
 };
 
 // θ, θ_start ← the modules of w's last whole-path fetch, on every level; the next push weighs the
@@ -112,12 +117,13 @@ status push(W& w, Store& store) {
   return w.buffers().send(store);
 }
 
-// Waits until every module of w's path closed the round w pulled last, by `until`. Errors: the
+// Waits until every module of w's path closed the round w pulled it at, by `until`. Errors: the
 // store's (timeout, peer_lost …).
 template <PathWorker W, store::ModuleStore Store>
 status wait_round(W& w, Store& store, std::chrono::steady_clock::time_point until) {
-  for (int m : w.buffers().modules())
-    if (auto s = store.wait_closed(m, w.buffers().round(), until); !s) return s;
+  const auto& buf = w.buffers();
+  for (std::size_t l = 0; l < buf.modules().size(); ++l)
+    if (auto s = store.wait_closed(buf.modules()[l], buf.level_round(l), until); !s) return s;
   return {};
 }
 
@@ -248,6 +254,7 @@ class store_exchange {
   // is behind the checkpoint (store_behind).
   status begin(long completed = -1) {
     pending_.assign(frags(), 0);
+    w_->buffers().accept_mixed_rounds(o_->mixed_rounds && !per_level_);
     if (!per_level_ && (completed < 0 || !next_round_)) {
       if (auto s = detail::pull_path(*w_, *store_, *o_); !s) return s;
       std::fill(next_.begin(), next_.end(), w_->buffers().round());
@@ -385,7 +392,10 @@ class store_exchange {
       if (!f.pushed && f.pushed.error().code != errc::mismatch) return f;
       const auto until = std::chrono::steady_clock::now() + deadline;
       for_levels(p, [&](std::size_t l) {
-        if (f.after) f.after = store_->wait_closed(buf.modules()[l], round, until);
+        // (With mixed rounds a module may have reached the run's last round: nothing to wait for.)
+        const long r = per_level_ ? round : buf.level_round(l);
+        if (f.after && (per_level_ || r < o_->rounds))
+          f.after = store_->wait_closed(buf.modules()[l], r, until);
       });
       if (!f.after) return f;
     }
