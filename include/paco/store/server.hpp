@@ -360,12 +360,13 @@ class server {
     const bool late = round < store_.round(m);
     if (late) ++late_merged_;
     note({late ? traffic::kind::push_merged : traffic::kind::push_accepted, w, m, round, bytes});
-    if (!late) {
+    if (!late) {  // (the store counts the round's on-time pushes; this keeps their times)
       const auto now = clock::now();
+      const int on_time = store_.pushed_on_time(m);
       auto& q = open_[m];
-      if (q.on_time++ == 0) q.first = now;
+      if (on_time == 1) q.first = now;
       q.last = now;
-      if (o_.quorum > 0 && q.on_time == o_.quorum) q.quorum_at = now;
+      if (on_time == o_.quorum) q.quorum_at = now;
     }
     check_complete(m);
   }
@@ -456,13 +457,13 @@ class server {
   // Whether module m's open round reached its quorum and the grace window after it passed.
   bool quorum_due(int m) const {
     const auto it = open_.find(m);
-    if (o_.quorum <= 0 || it == open_.end() || it->second.on_time < o_.quorum) return false;
+    if (o_.quorum <= 0 || it == open_.end() || store_.pushed_on_time(m) < o_.quorum) return false;
     const open_round& q = it->second;
-    std::vector<double> spreads = spreads_.count(m) ? spreads_.at(m) : std::vector<double>{};
-    if (spreads.empty())
-      spreads.push_back(std::chrono::duration<double>(q.quorum_at - q.first).count());
-    std::nth_element(spreads.begin(), spreads.begin() + long(spreads.size() / 2), spreads.end());
-    const double window = o_.grace * spreads[spreads.size() / 2];
+    const auto spread = median_spread_.find(m);
+    const double window =
+        o_.grace * (spread != median_spread_.end()
+                        ? spread->second
+                        : std::chrono::duration<double>(q.quorum_at - q.first).count());
     return std::chrono::duration<double>(clock::now() - q.quorum_at).count() >= window;
   }
   void check_complete_all() {
@@ -471,15 +472,19 @@ class server {
   void close(int m, bool by_deadline, bool by_quorum = false) {
     if (ended(m)) return;  // the run's end
     const auto now = clock::now();
+    const int on_time = store_.pushed_on_time(m);
     history_.push_back(store_.close(m));
     history_.back().open_s = std::chrono::duration<double>(now - opened_[m]).count();
     history_.back().by_deadline = by_deadline;
     history_.back().by_quorum = by_quorum;
     if (auto q = open_.find(m); q != open_.end()) {  // the round's push spread, for grace windows
-      if (q->second.on_time > 1) {
+      if (on_time > 1) {
         auto& sp = spreads_[m];
         sp.push_back(std::chrono::duration<double>(q->second.last - q->second.first).count());
         if (sp.size() > spread_rounds) sp.erase(sp.begin());
+        auto sorted = sp;
+        std::nth_element(sorted.begin(), sorted.begin() + long(sorted.size() / 2), sorted.end());
+        median_spread_[m] = sorted[sorted.size() / 2];
       }
       open_.erase(q);
     }
@@ -497,7 +502,7 @@ class server {
       due.clear();
       for (auto& [m, q] : open_)
         if (quorum_due(m)) due.push_back(m);
-      for (int m : due) check_complete(m);
+      for (int m : due) close(m, false, true);
     }
   }
   // Answers every wait whose round has closed. A worker whose reply fails is marked dead after
@@ -553,14 +558,14 @@ class server {
   std::atomic<bool> rejoins_{false};
   std::map<int, clock::time_point> opened_;       // when each module's open round opened
   std::map<int, clock::time_point> prev_opened_;  // when its last closed round had opened
-  // The on-time pushes of a module's open round: how many, the first and last, the quorum's.
+  // The times of a module's open round's on-time pushes: the first, the last, the quorum's.
   struct open_round {
-    int on_time = 0;
     clock::time_point first, last, quorum_at;
   };
   static constexpr std::size_t spread_rounds = 8;  // rounds whose push spread sets the grace
   std::map<int, open_round> open_;
   std::map<int, std::vector<double>> spreads_;  // per module, its last rounds' push spreads
+  std::map<int, double> median_spread_;         // per module, the median of spreads_ (set)
   std::size_t ontime_refused_ = 0;
   std::size_t late_refused_ = 0;
   std::size_t late_merged_ = 0;
