@@ -10,7 +10,7 @@
 // the wire (the fp32 ring all-reduce, or the all-gather of every rank's encoded Δ, plus the
 // state averages and the hash checks); `payload_bytes` is its encoded Δ alone (what it would
 // push to a module store).
-// LAST line: {"bench":"inner","rows":[{"name","optimizer","bits","desloc_period","bpb",
+// LAST line: {"bench":"inner","rows":[{"name","optimizer","bits","codec","desloc_period","bpb",
 // "val_bpb","bytes","payload_bytes","state_bytes","wall_s"},..],"targets":{..},"config":{..}}.
 #include <chrono>
 #include <cmath>
@@ -54,7 +54,8 @@ struct options {
   // name:optimizer:codec:period (period in rounds between state averages, 0 = never)
   std::string rows =
       "adamw:adamw:fp32:0,adamw_int2:adamw:int2:0,muon:muon:fp32:0,muon_int4:muon:int4:0,"
-      "muon_int2:muon:int2:0,adamw_desloc_H:adamw:fp32:1,adamw_desloc_4H:adamw:fp32:4,"
+      "muon_int2:muon:int2:0,muon_int2_minmax:muon:int2:minmax:0,adamw_desloc_H:adamw:fp32:1,adamw_"
+      "desloc_4H:adamw:fp32:4,"
       "muon_desloc_4H:muon:fp32:4";
 };
 
@@ -85,15 +86,17 @@ result<std::vector<row_spec>> parse_rows(const std::string& text) {
   std::vector<row_spec> out;
   for (auto& r : split(text, ',')) {
     if (r.empty()) continue;
-    auto f = split(r, ':');
-    if (f.size() != 4)
+    auto f = split(r, ':');  // the codec may hold colons itself (int2:minmax)
+    if (f.size() < 4)
       return error(errc::invalid_argument,
                    "--rows: '" + r + "' is not name:optimizer:codec:period");
     char* end = nullptr;
-    const long k = std::strtol(f[3].c_str(), &end, 10);
+    const long k = std::strtol(f.back().c_str(), &end, 10);
     if (*end != '\0' || k < 0)
       return error(errc::invalid_argument, "--rows: '" + r + "': period must be rounds ≥ 0");
-    out.push_back({f[0], f[1], f[2], k});
+    std::string codec = f[2];
+    for (std::size_t i = 3; i + 1 < f.size(); ++i) codec += ":" + f[i];
+    out.push_back({f[0], f[1], codec, k});
   }
   if (out.empty()) return error(errc::invalid_argument, "--rows is empty");
   return out;
@@ -268,6 +271,7 @@ int main(int argc, char** argv) {
     jr.push_back({{"name", r.spec.name},
                   {"optimizer", r.spec.optimizer},
                   {"bits", r.bits},
+                  {"codec", r.spec.codec},
                   {"desloc_period", r.spec.period == 0 ? nlohmann::json("inf")
                                                        : nlohmann::json(r.spec.period * o.inner)},
                   {"bpb", std::round(r.bpb * 1e5) / 1e5},
@@ -294,15 +298,17 @@ int main(int argc, char** argv) {
     target("muon_le_adamw", m->bpb <= a->bpb,
            fmt("Muon %.4f vs AdamW %.4f test bpb (%+.2f%%)", m->bpb, a->bpb,
                100 * (m->bpb - a->bpb) / a->bpb));
-  if (auto* q = find("muon_int2"), *m = find("muon"); q && m) {
-    const double rel = (q->bpb - m->bpb) / m->bpb, enc = m->payload / q->payload,
-                 wire = m->bytes / q->bytes;
-    target("muon_int2_within_1pct", rel <= 0.01, fmt("%+.2f%% test bpb vs Muon fp32", 100 * rel));
-    target("muon_int2_14x_fewer_bytes", enc >= 14,
-           fmt("encoded Δ %.2fx fewer (on the wire %.2fx: an all-gather of %d payloads against a "
-               "ring all-reduce)",
-               enc, wire, K));
-  }
+  for (const std::string name : {"muon_int2", "muon_int2_minmax"})
+    if (auto* q = find(name), *m = find("muon"); q && m) {
+      const double rel = (q->bpb - m->bpb) / m->bpb, enc = m->payload / q->payload,
+                   wire = m->bytes / q->bytes;
+      target((name + "_within_1pct").c_str(), rel <= 0.01,
+             fmt("%+.2f%% test bpb vs Muon fp32", 100 * rel));
+      target((name + "_14x_fewer_bytes").c_str(), enc >= 14,
+             fmt("encoded Δ %.2fx fewer (on the wire %.2fx: an all-gather of %d payloads against "
+                 "a ring all-reduce)",
+                 enc, wire, K));
+    }
   if (auto* d = find("adamw_desloc_4H"), *a = find("adamw"); d && a)
     target("desloc_4H_le_never_at_1.5x_bytes", d->bpb <= a->bpb && d->bytes <= 1.5 * a->bytes,
            fmt("%.4f vs %.4f test bpb, %.2fx the bytes", d->bpb, a->bpb, d->bytes / a->bytes));

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # about: DiLoCo P=4 on Brown at equal tokens: AdamW vs Muon inner (MuLoCo), 2/4-bit EF deltas, states synced every H / 4H / never (DES-LOC)
 # Rows (--rows name:optimizer:codec:period,...): adamw, adamw_int2, muon, muon_int4, muon_int2,
-# adamw_desloc_H, adamw_desloc_4H, muon_desloc_4H. LAST line: {"bench":"inner","rows":[{"name",
-# "optimizer","bits","desloc_period","bpb","val_bpb","bytes","payload_bytes",...}],"targets":{...}}.
+# muon_int2_minmax (4 levels per block: a scale and a minimum), adamw_desloc_H, adamw_desloc_4H, muon_desloc_4H. LAST line: {"bench":"inner","rows":[{"name",
+# "optimizer","bits","codec","desloc_period","bpb","val_bpb","bytes","payload_bytes",...}],"targets":{...}}.
 # Usage: bench/run inner [--rounds 8] [--inner 50] [--pretrain 300] [--base-lr 2e-3] [--lr 2e-3]
 #        [--muon-lr 0.02] [--muon-adamw-lr 0 (= --lr)] [--rows ...]
 set -euo pipefail

@@ -42,11 +42,12 @@ class device_codec {
   // invalid_argument for segments that do not tile [0, n) in order.
   static result<device_codec> make(const compress::compress_spec& spec,
                                    std::vector<compress::segment> segs) {
-    if (spec.kind != compress::codec_kind::quantize || spec.lgreco ||
+    if (spec.kind != compress::codec_kind::quantize || spec.lgreco || spec.minmax ||
         (spec.bits != 2 && spec.bits != 4 && spec.bits != 8))
-      return error(errc::unsupported,
-                   "device_codec: compress = \"" + compress::to_string(spec) +
-                       "\" has no device kernels (int8, int4 and int2 do; or train on the host)");
+      return error(
+          errc::unsupported,
+          "device_codec: compress = \"" + compress::to_string(spec) +
+              "\" has no device kernels (int8, int4 and int2 do, absmax; or train on the host)");
     device_codec c;
     c.spec_ = spec;
     c.cfg_ = {.bits = spec.bits};

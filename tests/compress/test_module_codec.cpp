@@ -3,8 +3,10 @@
 // PowerSGD rounds, and the config strings' canonical form.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "paco/compress/compress.hpp"
@@ -100,6 +102,37 @@ TEST_CASE("module_codec payloads: exact size, round trip, error feedback, levels
       REQUIRE(std::all_of(res.begin(), res.end(), [](float v) { return v == 0.0f; }));
     }
   }
+}
+
+TEST_CASE("int2:minmax has four levels per block, from its minimum to its maximum",
+          "[compress][module]") {
+  // A block of 256 holding -1, -1/3, 1/3 and 1: the four levels lo + q (hi - lo) / 3, so
+  // min-max 2-bit codes carry it (to float rounding); absmax 2-bit codes have three levels
+  // (-s, 0, s) and miss +-1/3 by a third.
+  const auto segs = pc::whole_span(256);
+  std::vector<float> x(256);
+  for (std::size_t i = 0; i < 256; ++i) x[i] = -1.0f + 2.0f * float(i % 4) / 3.0f;
+  for (const char* text : {"int2:minmax", "int2"}) {
+    INFO(text);
+    auto c = codec_of(text, segs);
+    std::vector<float> res(256, 0.0f), y(256);
+    std::vector<std::byte> out;
+    REQUIRE(c.encode(cv(x), mv(res), out).ok());
+    const bool mm = std::string(text) == "int2:minmax";
+    REQUIRE(out.size() == c.header_bytes() + (mm ? 8 : 4) + 64);  // scale (+ minimum), codes
+    REQUIRE(codec_of(text, segs).decode(out, mv(y)).ok());
+    double worst = 0;
+    for (std::size_t i = 0; i < 256; ++i) worst = std::max(worst, double(std::abs(y[i] - x[i])));
+    if (mm)
+      CHECK(worst < 1e-6);
+    else
+      CHECK(worst == Approx(1.0 / 3).margin(1e-6));
+  }
+  auto s = pc::parse_compress_spec("int2:minmax");
+  REQUIRE(s);
+  CHECK((s->minmax && s->bits == 2 && pc::to_string(*s) == "int2:minmax"));
+  CHECK_FALSE(pc::parse_compress_spec("lgreco:int2:minmax"));
+  CHECK_FALSE(pc::parse_compress_spec("int2:absmin"));
 }
 
 TEST_CASE("module_codec refuses damaged, foreign and truncated payloads", "[compress][module]") {

@@ -73,8 +73,10 @@ class module_codec {
             std::vector<int>{16}, nullptr);
         break;
       case codec_kind::quantize:
-        c.msg_ = std::make_unique<detail::message_of<quantize>>(quantize({.bits = spec.bits}),
-                                                                c.segs_, lgreco_bits(), adapt);
+        c.msg_ = std::make_unique<detail::message_of<quantize>>(
+            quantize({.bits = spec.bits,
+                      .scale = spec.minmax ? scale_mode::minmax : scale_mode::absmax}),
+            c.segs_, lgreco_bits(), adapt);
         break;
       case codec_kind::topk:
         c.msg_ = std::make_unique<detail::message_of<topk>>(

@@ -5,6 +5,8 @@
 //   "fp32" | "identity"          no compression                          (summed)
 //   "bf16" | "fp16"              cast                                    (summed)
 //   "int8" .. "int2"             blockwise absmax quantisation to 8..2 bits, block 256 (gathered)
+//   "int8:minmax" .. "int2:minmax"  the same with a scale and a minimum per block (2^bits levels
+//                                from the block's minimum to its maximum; int2 has 4, absmax 3)
 //   "topk:D"                     top-k at density D ∈ (0, 1]             (all-gathered)
 //   "sign_prune:P" | "ties:P"    TIES pruning of the fraction P ∈ [0,1)  (all-gathered, TIES merge)
 //   "powersgd:R"                 rank-R PowerSGD, R >= 1                 (summed, two rounds)
@@ -30,6 +32,7 @@ enum class codec_kind { identity, bf16, fp16, quantize, topk, sign_prune, powers
 struct compress_spec {
   codec_kind kind = codec_kind::identity;
   int bits = 8;                // quantize
+  bool minmax = false;         // quantize: a scale and a minimum per block (else absmax)
   double density = 0.01;       // topk
   double prune = 0.5;          // sign_prune
   int rank = 4;                // powersgd
@@ -53,7 +56,8 @@ inline result<compress_spec> parse_compress_spec(std::string_view text) {
     return result<compress_spec>(
         errc::invalid_argument,
         "compress = \"" + std::string(text) + "\": " + why +
-            "; accepted fp32, bf16, fp16, int8 .. int2, topk:D (0<D<=1), sign_prune:P "
+            "; accepted fp32, bf16, fp16, int8 .. int2 (each optionally :minmax), topk:D (0<D<=1), "
+            "sign_prune:P "
             "(0<=P<1), powersgd:R (R>=1), lgreco:int, lgreco:topk:D, lgreco:powersgd:R, "
             "optionally followed by +noef");
   };
@@ -77,9 +81,10 @@ inline result<compress_spec> parse_compress_spec(std::string_view text) {
   } else if ((head == "bf16" || head == "fp16") && arg.empty() && !s.lgreco) {
     s.kind = head == "bf16" ? codec_kind::bf16 : codec_kind::fp16;
   } else if (head.size() == 4 && head.substr(0, 3) == "int" && head[3] >= '2' && head[3] <= '8' &&
-             arg.empty()) {
+             (arg.empty() || (arg == "minmax" && !s.lgreco))) {
     s.kind = codec_kind::quantize;
     s.bits = head[3] - '0';
+    s.minmax = !arg.empty();
   } else if (head == "topk") {
     if (!detail::parse_number(arg, v) || !(v > 0 && v <= 1)) return bad("density out of (0, 1]");
     s.kind = codec_kind::topk;
@@ -131,6 +136,7 @@ inline std::string to_string(const compress_spec& s) {
     case codec_kind::fp16: t = "fp16"; break;
     case codec_kind::quantize:
       t = s.lgreco && s.bits == 4 ? "int" : "int" + std::to_string(s.bits);
+      if (s.minmax) t += ":minmax";
       break;
     case codec_kind::topk: t = "topk:" + num(s.density); break;
     case codec_kind::sign_prune: t = "sign_prune:" + num(s.prune); break;
