@@ -18,7 +18,8 @@
 // Per run: the others' throughput (workers 1-3: rounds per second, 1 / median round_s from
 // their logs) and its ratio to the even run's, worker 4's, the rounds closed by deadline and by
 // quorum, the longest a round stayed open (store.log), the late pushes merged and dropped (the
-// store's counts), the routed validation bits/byte of the results table, and the wall time.
+// store's counts; slow_merged: those the slow worker's log counts as its own), the routed
+// validation bits/byte of the results table, and the wall time.
 //
 //   bench_straggler [--rounds R (40)] [--factor F (4)] [--budget B (1.2)]
 //                   [--round-timeout S (60)] [--diloco] [--keep]
@@ -26,7 +27,7 @@
 // workers) instead of the 2x2 grid.
 // LAST line: {"bench":"straggler","rows":[{"name":..,"others_rounds_per_s":..,
 // "others_ratio":..,"slow_rounds_per_s":..,"deadline_closes":..,"quorum_closes":..,
-// "max_open_s":..,"late":..,"merged":..,"bpb":..,"wall_s":..},..],"factor":F,"rounds":R}.
+// "max_open_s":..,"late":..,"merged":..,"slow_merged":..,"bpb":..,"wall_s":..},..],"factor":F,"rounds":R}.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -50,7 +51,7 @@ struct row {
   double others_rounds_per_s = 0, others_ratio = 0, slow_rounds_per_s = 0;
   int deadline_closes = 0, quorum_closes = 0;
   double max_open_s = 0, median_round_s = 0, median_train_s = 0, bpb = 0, wall_s = 0;
-  long late = 0, merged = 0;
+  long late = 0, merged = 0, slow_merged = 0;  // slow_merged: the slow worker's own log's count
 };
 
 double median(std::vector<double> v) {
@@ -86,6 +87,7 @@ std::string run(row& r, int rounds, double round_timeout_s, const std::vector<st
   r.quorum_closes = rep.quorum_closes;
   r.late = rep.late;
   r.merged = rep.merged;
+  r.slow_merged = rep.worker_merged[3];
   r.bpb = rep.bpb;
   return "";
 }
@@ -179,6 +181,7 @@ int main(int argc, char** argv) {
                            {"deadline_closes", r.deadline_closes},
                            {"quorum_closes", r.quorum_closes},
                            {"merged", r.merged},
+                           {"slow_merged", r.slow_merged},
                            {"max_open_s", r.max_open_s},
                            {"late", r.late},
                            {"bpb", r.bpb},

@@ -183,6 +183,7 @@ TEST_CASE("a quorum closes rounds without the slow worker, and its late push is 
   const auto t0 = std::chrono::steady_clock::now();
   std::thread st([&] { server.serve(); });
   status s1, s2;
+  long merged1 = -1, merged2 = -1;  // each worker's count of its pushes merged late
   std::atomic<int> step{0};
   const auto until = [] { return net::after(std::chrono::seconds(20)); };
   std::thread t1([&] {  // the fast worker
@@ -192,6 +193,7 @@ TEST_CASE("a quorum closes rounds without the slow worker, and its late push is 
     while (s1 && step.load() < 1) std::this_thread::yield();      // the slow push is in round 1
     if (s1) s1 = c.push(0, 1, 1, std::vector<float>{3, 0}, 1.0);  // closes round 1
     if (s1) s1 = c.wait_closed(0, 1, until());
+    merged1 = c.merged_late();
     c.bye();
   });
   std::thread t2([&] {  // the slow worker: its push from round 0 comes after round 0 closed
@@ -200,6 +202,7 @@ TEST_CASE("a quorum closes rounds without the slow worker, and its late push is 
     if (s2) s2 = c.push(0, 2, 0, std::vector<float>{6, 3}, 1.0);  // merged into round 1
     step = 1;
     if (s2) s2 = c.wait_closed(0, 1, until());
+    merged2 = c.merged_late();
     c.bye();
   });
   t1.join();
@@ -219,6 +222,10 @@ TEST_CASE("a quorum closes rounds without the slow worker, and its late push is 
   REQUIRE_FALSE(h[1].by_deadline);
   REQUIRE(server.late_merged() == 1);
   REQUIRE(server.late_refused() == 0);
+  // The workers know which of their pushes were merged late (the fast one's pushes closed their
+  // rounds on time, though the store's round had moved on when it replied).
+  REQUIRE(merged1 == 0);
+  REQUIRE(merged2 == 1);
   // θ1 = (10, 20) − (1, 2) = (9, 18); θ2 = θ1 − (1·(3, 0) + ½·(6, 3)) / 1.5 = (5, 17).
   std::vector<float> theta(2);
   store.pull(0, theta);

@@ -191,7 +191,9 @@ inline std::vector<double> worker_log_values(const std::filesystem::path& dir, i
 }
 
 // What a finished paco_train DiPaCo run left, for benchmarks: per worker (index w − 1) its log's
-// round_s and sync_s (every record) and its pushes (store::metered's [start_s, end_s, bytes]);
+// round_s and sync_s (every record), its pushes (store::metered's [start_s, end_s, bytes]) and
+// how many of them the store merged late (the largest "merged" of its records: a restarted
+// worker counts again from 0);
 // from store.log the rounds closed by their deadline or by a quorum, the longest a round stayed
 // open and the late pushes merged and dropped; from the launcher's output the routed bits/byte and
 // the bytes of the results table, and the bytes a data-parallel run of the same steps would send
@@ -201,7 +203,8 @@ struct job_report {
   std::vector<std::vector<store::push_record>> pushes;
   double bpb = 0, bytes = 0, dp_bytes_per_worker = 0, max_open_s = 0;
   int deadline_closes = 0, quorum_closes = 0;
-  long late = 0, merged = 0;  // late pushes dropped; merged into a later round
+  long late = 0, merged = 0;        // late pushes dropped; merged into a later round
+  std::vector<long> worker_merged;  // per worker, its log's count of its pushes merged late
 };
 
 // The report of the run in `dir` with `workers` workers whose launcher printed `out`. Errors:
@@ -213,10 +216,13 @@ inline result<job_report> read_job(const std::filesystem::path& dir, const std::
     r.round_s.push_back(worker_log_values(dir, w, "round_s"));
     r.sync_s.push_back(worker_log_values(dir, w, "sync_s"));
     auto& pushes = r.pushes.emplace_back();
+    long& merged = r.worker_merged.emplace_back(0);
     std::ifstream f(dir / ("worker-" + std::to_string(w) + ".jsonl"));
     for (std::string line; std::getline(f, line);) {
       const auto j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded() || !j.contains("pushes")) continue;
+      if (j.is_discarded()) continue;
+      if (j.contains("merged")) merged = std::max(merged, j["merged"].get<long>());
+      if (!j.contains("pushes")) continue;
       for (const auto& p : j["pushes"])
         pushes.push_back(
             {p.at(0).get<double>(), p.at(1).get<double>(), p.at(2).get<std::size_t>()});

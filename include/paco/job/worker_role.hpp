@@ -466,6 +466,7 @@ int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool
                                {"round_s", r.seconds},
                                {"sync_s", r.sync_s},
                                {"late", late},
+                               {"merged", client->merged_late()},
                                {"pushes", pushes}});
           },
           write_tries);
@@ -488,11 +489,13 @@ int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool
     const double per_round =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_loop).count() /
         double(rounds_here);
+    const long merged = client->merged_late();
     std::printf(
         "worker %d: round %ld of %d %s: loss %.4f (%.3f bits/byte), %.0f tokens/s, sync %.2f s, "
-        "%.2f MB sent; eta %s\n",
+        "%.2f MB sent%s; eta %s\n",
         w, r.round + 1, cfg.dipaco.rounds, r.pushed ? "pushed" : "trained (closed without it)",
         r.loss, r.loss / ln2, train_s > 0 ? tokens / train_s : 0.0, r.sync_s, double(sent) / 1e6,
+        merged > 0 ? (", " + std::to_string(merged) + " pushes merged late").c_str() : "",
         io::hms(per_round * double(std::max(0L, long(cfg.dipaco.rounds) - 1 - r.round))).c_str());
     return s;
   };

@@ -40,6 +40,9 @@ class client {
 
   std::size_t bytes_sent() const noexcept { return bytes_out_; }
   std::size_t bytes_received() const noexcept { return bytes_in_; }
+  // Pushes the store took into a later round than their base: merged late, at a staleness
+  // weight (server_options::max_staleness); the reply carries the push's staleness.
+  long merged_late() const noexcept { return merged_late_; }
 
   // Announces this worker to every store (after a start or a restart).
   status hello() {
@@ -133,6 +136,7 @@ class client {
       return error(static_cast<errc>(rp.status), "store refused the push of module " +
                                                      std::to_string(m) + " for round " +
                                                      std::to_string(round));
+    if (rp.count > 0) ++merged_late_;  // its staleness
     return {};
   }
 
@@ -157,6 +161,7 @@ class client {
       return error(static_cast<errc>(rp.status),
                    "store " + std::to_string(s) + " refused the encoded push of module " +
                        std::to_string(m) + " for round " + std::to_string(round));
+    if (rp.count > 0) ++merged_late_;  // its staleness
     return {};
   }
 
@@ -193,6 +198,7 @@ class client {
   std::chrono::milliseconds io_;
   std::map<int, worker_link<T>> stores_;
   std::size_t bytes_out_ = 0, bytes_in_ = 0;
+  long merged_late_ = 0;
 };
 
 }  // namespace paco::store

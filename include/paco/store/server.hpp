@@ -295,12 +295,14 @@ class server {
       bytes_in_ += n * sizeof(float);
       alive_.insert(w);
       auto s = push_within_run(m, w, rq.round, rq.weight);
+      long stale = 0;
       if (s.ok()) {
-        accepted(w, m, rq.round, n * sizeof(float));
+        stale = accepted(w, m, rq.round, n * sizeof(float));
       } else {
         refuse_push(w, m, rq.round, s, n * sizeof(float));
       }
-      return send_reply(w, {s.ok() ? 0 : s.error().code.value(), m, store_.round(m), 0, 0});
+      return send_reply(
+          w, {s.ok() ? 0 : s.error().code.value(), m, store_.round(m), 0, std::uint64_t(stale)});
     }
     if (k == wire::kind::push_encoded) return push_encoded(w, rq);
     if (k == wire::kind::wait) {
@@ -335,18 +337,20 @@ class server {
     buf_.resize(store_.info(m).size);
     status s = (*o_.codecs)[std::size_t(m)].decode(std::span<const std::byte>(bytes_),
                                                    slice<float>(buf_.data(), buf_.size()));
+    long stale = 0;
     if (!s) {
       refuse(w, m, s.error().what());
       note({traffic::kind::push_refused, w, m, rq.round, rq.count});
     } else {
       s = push_within_run(m, w, rq.round, rq.weight);
       if (s.ok()) {
-        accepted(w, m, rq.round, rq.count);
+        stale = accepted(w, m, rq.round, rq.count);
       } else {
         refuse_push(w, m, rq.round, s, rq.count);
       }
     }
-    return send_reply(w, {s.ok() ? 0 : s.error().code.value(), m, store_.round(m), 0, 0});
+    return send_reply(
+        w, {s.ok() ? 0 : s.error().code.value(), m, store_.round(m), 0, std::uint64_t(stale)});
   }
   // buf_ pushed to module m's round, unless the run's last round has closed.
   status push_within_run(int m, int w, long round, double weight) {
@@ -356,8 +360,10 @@ class server {
     return store_.push(m, w, round, buf_, weight);
   }
   // A push the module store took (into its open round: on time, or merged late).
-  void accepted(int w, int m, long round, std::size_t bytes) {
-    const bool late = round < store_.round(m);
+  // Ensures: its staleness, the open round less its base round (0 on time).
+  long accepted(int w, int m, long round, std::size_t bytes) {
+    const long stale = store_.round(m) - round;
+    const bool late = stale > 0;
     if (late) ++late_merged_;
     note({late ? traffic::kind::push_merged : traffic::kind::push_accepted, w, m, round, bytes});
     if (!late) {  // (the store counts the round's on-time pushes; this keeps their times)
@@ -369,6 +375,7 @@ class server {
       if (on_time == o_.quorum) q.quorum_at = now;
     }
     check_complete(m);
+    return stale;  // (a push the store took is at most max_staleness rounds behind)
   }
   // A push the module store refused: on time if its round opened less than round_timeout ago
   // (it closed early without this worker), late otherwise (or a duplicate, or early).

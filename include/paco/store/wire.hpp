@@ -6,6 +6,8 @@
 //   push_encoded:  request, then count bytes (a module_codec   tag payload_tag
 //                  payload: header, levels, bodies)
 //   store → worker: reply{status, module, round, hash, count}  tag reply_tag
+//   push, push_encoded: reply{count = the push's staleness: 0 on time, s when merged s rounds
+//          late into the open round (server_options::max_staleness)}
 //   pull:  reply, then count floats (θ)                         tag data_tag
 //   wait:  reply once the round is closed (or the request's deadline passed)
 //   describe: reply{count = bytes, hash = hash64 of them}, then the store's description of its
