@@ -591,3 +591,46 @@ TEST_CASE("a reply to a wait that fails mid-list or at its end loses no other wa
     replies_fail_at(3);
   }
 }
+
+TEST_CASE("a worker and a store of different protocol versions refuse each other by name",
+          "[store][service]") {
+  const auto soon = [] { return net::after(std::chrono::seconds(20)); };
+  {  // A worker of an older paco (its hello carries no version) is refused by a store.
+    auto world = net::inproc::world(2);
+    store::module_store<outer::sgd> store({{0, 2, 1}}, outer::sgd{.lr = 1.0f});
+    store::server server(world[0], store, {{1, {0}}},
+                         {.round_timeout = std::chrono::milliseconds(20000)});
+    std::thread st([&] { server.serve(); });
+    store::wire::request hello{std::uint32_t(store::wire::kind::hello), -1, 0, 1, 0, 0, 0};
+    REQUIRE_FALSE(world[1].send(0, store::wire::request_tag, store::wire::bytes_of(hello), soon())
+                      .wait());
+    store::wire::reply rp{};
+    REQUIRE_FALSE(
+        world[1].recv(0, store::wire::reply_tag, store::wire::bytes_of(rp), soon()).wait());
+    CHECK(rp.status == int(errc::version));
+    CHECK(rp.count == store::wire::protocol_version);
+    store::client c(world[1], store::store_layout{{0}}, 1);  // this paco's worker is welcome
+    REQUIRE(c.hello().ok());
+    c.bye();
+    st.join();
+    REQUIRE(server.refusals().size() == 1);
+    CHECK(server.refusals()[0].find("speaks store protocol 0, this store 2") != std::string::npos);
+  }
+  {  // A store of an older paco (its hello reply carries no version) is refused by a worker.
+    auto world = net::inproc::world(2);
+    std::thread old_store([&] {
+      store::wire::request rq{};
+      if (world[0].recv(1, store::wire::request_tag, store::wire::bytes_of(rq), soon()).wait())
+        return;
+      store::wire::reply rp{0, -1, 0, 0, 0};
+      (void)world[0].send(1, store::wire::reply_tag, store::wire::bytes_of(rp), soon()).wait();
+    });
+    store::client c(world[1], store::store_layout{{0}}, 1);
+    auto s = c.hello();
+    old_store.join();
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.error().code == make_error_code(errc::version));
+    CHECK(s.error().message.find("store 0 speaks store protocol 0, this worker 2") !=
+          std::string::npos);
+  }
+}

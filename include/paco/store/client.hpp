@@ -44,11 +44,28 @@ class client {
   // weight (server_options::max_staleness); the reply carries the push's staleness.
   long merged_late() const noexcept { return merged_late_; }
 
-  // Announces this worker to every store (after a start or a restart).
+  // Announces this worker to every store (after a start or a restart). Errors: version when a
+  // store speaks another store protocol (wire::protocol_version; a store of an older paco
+  // answers 0), naming both; the transport's.
   status hello() {
     for (int s : layout_.store_ranks) {
-      wire::request rq{std::uint32_t(wire::kind::hello), -1, 0, worker_, 0, 0, 0};
-      if (auto st = call(s, rq); !st) return st.error();
+      wire::request rq{
+          std::uint32_t(wire::kind::hello), -1, 0, worker_, wire::protocol_version, 0, 0};
+      auto& l = stores_.at(s);
+      auto h = l.t->send(l.peer, wire::request_tag, wire::bytes_of(rq), deadline());
+      if (auto ec = h.wait()) return error(ec, "hello to store " + std::to_string(s));
+      wire::reply rp{};
+      auto r = l.t->recv(l.peer, wire::reply_tag, wire::bytes_of(rp), deadline());
+      if (auto ec = r.wait()) return error(ec, "hello reply from store " + std::to_string(s));
+      if (rp.count != wire::protocol_version || rp.status == int(errc::version))
+        return error(errc::version,
+                     "store " + std::to_string(s) + " speaks store protocol " +
+                         std::to_string(rp.count) + ", this worker " +
+                         std::to_string(wire::protocol_version) +
+                         " (the worker and the store are different paco versions)");
+      if (rp.status != 0)
+        return error(static_cast<errc>(rp.status),
+                     "store " + std::to_string(s) + " refused this worker's hello");
     }
     return {};
   }

@@ -251,8 +251,16 @@ class server {
       return false;
     }
     if (k == wire::kind::hello) {
+      if (rq.reserved != wire::protocol_version) {  // another paco: refused by name
+        refusals_.push_back("worker " + std::to_string(w) + " refused: it speaks store protocol " +
+                            std::to_string(rq.reserved) + ", this store " +
+                            std::to_string(wire::protocol_version) +
+                            " (the worker and the store are different paco versions)");
+        if (o_.on_refuse) o_.on_refuse(refusals_.back());
+        return send_reply(w, {int(errc::version), -1, 0, 0, wire::protocol_version});
+      }
       if (!alive_.count(w)) join(w);
-      return send_reply(w, {0, -1, 0, 0, 0});
+      return send_reply(w, {0, -1, 0, 0, wire::protocol_version});
     }
     if (k == wire::kind::report) {
       if (o_.on_report) o_.on_report({w, rq.round, rq.weight, double(rq.count)});

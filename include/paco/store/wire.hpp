@@ -14,6 +14,8 @@
 //          run (server_options::describe: text, e.g. a job's routing and module rounds)
 //                                                               tag data_tag
 //   report: request{round, weight = the round's loss, count = tokens per second}; no reply
+//   hello: request{reserved = protocol_version}, reply{count = the store's protocol_version};
+//          each side refuses a peer of another version by name (errc::version)
 // local_store counts the same bytes for its in-process pushes (push_bytes).
 
 #include <cstddef>
@@ -23,6 +25,10 @@
 #include "paco/net/concepts.hpp"
 
 namespace paco::store::wire {
+
+// The store protocol's version, exchanged in hello. 2: a push carries the round its Δ started
+// from and its reply the push's staleness (quorum, late work merged); 0: before versions.
+inline constexpr std::uint32_t protocol_version = 2;
 
 inline constexpr net::tag_t request_tag = 0x53100001u;
 inline constexpr net::tag_t payload_tag = 0x53100002u;
