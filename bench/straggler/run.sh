@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # about: one DiPaCo worker throttled 4x: the others' throughput blocking, with a train budget,
-# and with rounds closing on a quorum and late work merged
-# Invoked by `bench/run straggler [--rounds R] [--factor F] [--budget B]` (PACO_ROOT,
+# with rounds closing on a quorum and late work merged, paced by the store's measured push pace
+# Invoked by `bench/run straggler [--rounds R] [--factor F] [--budget B] [--diloco] [--rows a,b]` (PACO_ROOT,
 # PACO_BUILD_DIR set, cmake configured). Last line: one JSON object.
 set -euo pipefail
 cmake --build "$PACO_BUILD_DIR" --target bench_straggler paco_train >&2

@@ -1,6 +1,6 @@
 // bench_straggler: workers of different speeds in the multi-process DiPaCo job (paco_train,
 // job.mode = "dipaco", grid 2x2: four workers, each module shared by two paths, one store, all
-// over TCP on this machine). Three runs of the same small job (testing::small_dipaco_job):
+// over TCP on this machine). Runs of the same small job (testing::small_dipaco_job):
 //   even              no throttle
 //   throttled         worker 4 runs --factor times slower (launch.throttle), blocking rounds:
 //                     every module waits for its slowest contributor, and through the shared
@@ -15,6 +15,10 @@
 //                     (sync.max_staleness = 2): a module's round waits for its slow partner
 //                     only a grace window past its first push, and the slow worker's pushes,
 //                     up to 2 rounds behind, join a later round at weight 1/(1+s)
+//   throttled_paced   the same throttle, blocking rounds, sync.pace = "measured": a worker
+//                     slower than its modules' push pace (how long after a round opens their
+//                     faster workers push, as the store reports it) trains within 1.05 × it
+//   throttled_paced_quorum  paced, and the quorum and late merging of throttled_quorum
 // Per run: the others' throughput (workers 1-3: rounds per second, 1 / median round_s from
 // their logs) and its ratio to the even run's, worker 4's, the rounds closed by deadline and by
 // quorum, the longest a round stayed open (store.log), the late pushes merged and dropped (the
@@ -22,7 +26,8 @@
 // validation bits/byte of the results table, and the wall time.
 //
 //   bench_straggler [--rounds R (40)] [--factor F (4)] [--budget B (1.2)]
-//                   [--round-timeout S (60)] [--diloco] [--keep]
+//                   [--round-timeout S (60)] [--diloco] [--rows a,b (all)] [--keep]
+// --rows: only these rows besides even (every ratio is to even's throughput).
 // --diloco: DiLoCo with P = 4 (dipaco.grid = [1], workers_per_path = 4: one module, four
 // workers) instead of the 2x2 grid.
 // LAST line: {"bench":"straggler","rows":[{"name":..,"others_rounds_per_s":..,
@@ -33,6 +38,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -99,6 +105,7 @@ int main(int argc, char** argv) {
   int rounds = 40;
   double factor = 4, budget_frac = 1.2, round_timeout_s = 60;
   bool keep = false, diloco = false;
+  std::set<std::string> only;  // --rows: these rows (and even, the reference) only
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -120,10 +127,13 @@ int main(int argc, char** argv) {
       keep = true;
     else if (a == "--diloco")
       diloco = true;
-    else {
+    else if (a == "--rows") {
+      std::stringstream names(next());
+      for (std::string n; std::getline(names, n, ',');) only.insert(n);
+    } else {
       std::fprintf(stderr,
                    "usage: bench_straggler [--rounds R] [--factor F] [--budget B] "
-                   "[--round-timeout S] [--diloco] [--keep]\n");
+                   "[--round-timeout S] [--diloco] [--rows a,b] [--keep]\n");
       return 2;
     }
   }
@@ -144,34 +154,42 @@ int main(int argc, char** argv) {
     return extra;
   };
   const std::string throttle = "launch.throttle=\"4:" + f.str() + "\"";
-  std::vector<row> rows{{"even"}, {"throttled"}, {"throttled_budget"}, {"throttled_quorum"}};
-  if (auto e = run(rows[0], rounds, round_timeout_s, with({}), keep); !e.empty())
-    return std::fprintf(stderr, "bench_straggler: even: %s\n", e.c_str()), 1;
-  if (auto e = run(rows[1], rounds, round_timeout_s, with({throttle}), keep); !e.empty())
-    return std::fprintf(stderr, "bench_straggler: throttled: %s\n", e.c_str()), 1;
+  const std::vector<std::string> quorum{diloco ? "sync.quorum=3" : "sync.quorum=1",
+                                        "sync.grace=0.5", "sync.max_staleness=2"};
+  const std::string paced = "sync.pace=\"measured\"";
+  // Each row's settings besides the trainer's; throttled_budget's budget is set from even's.
+  std::vector<std::pair<std::string, std::vector<std::string>>> table{
+      {"even", {}},
+      {"throttled", {throttle}},
+      {"throttled_budget", {throttle}},
+      {"throttled_quorum", {throttle}},
+      {"throttled_paced", {throttle, paced}},
+      {"throttled_paced_quorum", {throttle, paced}}};
+  for (auto& [name, extra] : table)
+    if (name.ends_with("quorum")) extra.insert(extra.end(), quorum.begin(), quorum.end());
   std::ostringstream budget;
-  budget << std::max(0.001, budget_frac * rows[0].median_train_s);
-  if (auto e = run(rows[2], rounds, round_timeout_s,
-                   with({throttle, "sync.train_budget_s=" + budget.str()}), keep);
-      !e.empty())
-    return std::fprintf(stderr, "bench_straggler: throttled_budget: %s\n", e.c_str()), 1;
-  if (auto e = run(rows[3], rounds, round_timeout_s,
-                   with({throttle, diloco ? "sync.quorum=3" : "sync.quorum=1", "sync.grace=0.5",
-                         "sync.max_staleness=2"}),
-                   keep);
-      !e.empty())
-    return std::fprintf(stderr, "bench_straggler: throttled_quorum: %s\n", e.c_str()), 1;
+  std::vector<row> rows;
+  for (auto& [name, extra] : table) {
+    if (name != "even" && !only.empty() && !only.count(name)) continue;
+    if (name == "throttled_budget") {
+      budget << std::max(0.001, budget_frac * rows[0].median_train_s);
+      extra.push_back("sync.train_budget_s=" + budget.str());
+    }
+    auto& r = rows.emplace_back(row{name});
+    if (auto e = run(r, rounds, round_timeout_s, with(extra), keep); !e.empty())
+      return std::fprintf(stderr, "bench_straggler: %s: %s\n", name.c_str(), e.c_str()), 1;
+  }
   json out{{"bench", "straggler"},
            {"trainer", diloco ? "diloco_p4" : "dipaco_2x2"},
            {"factor", factor},
            {"rounds", rounds},
-           {"train_budget_s", std::stod(budget.str())}};
-  std::printf("\n%-18s %12s %8s %12s %9s %7s %8s %5s %7s %7s %7s\n", "run", "others r/s", "ratio",
+           {"train_budget_s", budget.str().empty() ? 0.0 : std::stod(budget.str())}};
+  std::printf("\n%-22s %12s %8s %12s %9s %7s %8s %5s %7s %7s %7s\n", "run", "others r/s", "ratio",
               "slow r/s", "deadline", "quorum", "max open", "late", "merged", "bpb", "wall s");
   for (auto& r : rows) {
     r.others_ratio =
         rows[0].others_rounds_per_s > 0 ? r.others_rounds_per_s / rows[0].others_rounds_per_s : 0;
-    std::printf("%-18s %12.3f %8.3f %12.3f %9d %7d %8.2f %5ld %7ld %7.4f %7.1f\n", r.name.c_str(),
+    std::printf("%-22s %12.3f %8.3f %12.3f %9d %7d %8.2f %5ld %7ld %7.4f %7.1f\n", r.name.c_str(),
                 r.others_rounds_per_s, r.others_ratio, r.slow_rounds_per_s, r.deadline_closes,
                 r.quorum_closes, r.max_open_s, r.late, r.merged, r.bpb, r.wall_s);
     out["rows"].push_back({{"name", r.name},

@@ -192,6 +192,18 @@ TEST_CASE("load_gpt_settings: the sync section and the throttle are checked by n
                    "sync.train_budget_s must be in [0, launch.round_timeout_s)"));
   REQUIRE(mentions(gpt_refusal({"job.mode=dipaco", "sync.train_budget_s=120"}),
                    "sync.train_budget_s must be in [0, launch.round_timeout_s)"));
+  // Pace: from a budget (the default), measured from the store's push pace, or none.
+  REQUIRE(load_gpt_settings("", {"job.mode=dipaco", "sync.pace=\"measured\""}));
+  REQUIRE(load_gpt_settings(
+      "", {"job.mode=dipaco", "sync.pace=\"measured\"", "sync.quorum=1", "sync.max_staleness=2"}));
+  REQUIRE(mentions(gpt_refusal({"job.mode=dipaco", "sync.pace=\"fast\""}),
+                   "sync.pace must be \"budget\", \"measured\" or \"none\""));
+  REQUIRE(
+      mentions(gpt_refusal({"job.mode=dipaco", "sync.pace=\"measured\"", "sync.train_budget_s=2"}),
+               "sync.train_budget_s must be 0 with sync.pace = \"measured\""));
+  REQUIRE(mentions(
+      gpt_refusal({"job.mode=dipaco", "sync.pace=\"measured\"", "sync.mode=\"streaming\""}),
+      "sync.pace must be \"budget\" or \"none\" with sync.mode = \"streaming\""));
   // Rounds that close on a quorum, late work merged: each setting checked by name.
   REQUIRE(load_gpt_settings(
       "", {"job.mode=dipaco", "sync.quorum=2", "sync.grace=0.25", "sync.max_staleness=2"}));
@@ -271,6 +283,8 @@ TEST_CASE("load_gpt_settings: a DiPaCo job's paths cut into stages are checked",
   REQUIRE(mentions(gpt_refusal({d, "dipaco.stages=2", "pipeline.head=deep"}), "pipeline.head"));
   REQUIRE(mentions(gpt_refusal({d, "dipaco.stages=2", "sync.train_budget_s=1"}),
                    "sync.train_budget_s"));
+  REQUIRE(mentions(gpt_refusal({d, "dipaco.stages=2", "sync.pace=\"measured\""}),
+                   "sync.pace: must not be \"measured\" with dipaco.stages > 1"));
 }
 
 TEST_CASE("load_gpt_settings: train.optimizer names Muon's settings and where it runs",

@@ -71,7 +71,7 @@ TEST_CASE("settings_file: the file, then each --set in order, onto the fields", 
   CHECK(listing.find("  dipaco.grid = [1, 4]\n") != std::string::npos);
   CHECK(listing.find("  launch.mode = \"manual\"\n") != std::string::npos);
   CHECK(listing.find("  launch.tls = true\n") != std::string::npos);
-  CHECK(f.names().size() == 84);  // every field of job::settings
+  CHECK(f.names().size() == 85);  // every field of job::settings
 }
 
 TEST_CASE("settings_file: unknown keys and values that do not fit their field are named",

@@ -15,6 +15,7 @@
 #include "paco/store/local_store.hpp"
 #include "paco/store/metered.hpp"
 #include "paco/store/module_store.hpp"
+#include "paco/store/push_pace.hpp"
 #include "paco/store/store_file.hpp"
 
 using namespace paco;
@@ -100,6 +101,28 @@ TEST_CASE("module_store merge_late: a push s rounds late joins the open round at
     REQUIRE(x->push(0, 1, 0, std::vector<float>{0.5f, 0.11f}, 3.0).ok());
   }
   REQUIRE(a.close(0).hash == b.close(0).hash);
+}
+
+TEST_CASE("push_pace: the lower median of each round's push times, then of the last rounds'",
+          "[store]") {
+  store::push_pace p(3);
+  CHECK(p.seconds(0) == 0.0);  // nothing closed yet
+  p.pushed(0, 1.9);
+  p.pushed(0, 8.0);  // a slow worker: of two, the faster sets the pace
+  p.closed(0);
+  CHECK(p.seconds(0) == 1.9);
+  p.closed(0);  // a round closed without an on-time push changes nothing
+  CHECK(p.seconds(0) == 1.9);
+  p.pushed(0, 3.0);
+  p.closed(0);  // rounds {1.9, 3.0}: 1.9
+  CHECK(p.seconds(0) == 1.9);
+  for (double t : {2.6, 2.4, 2.5}) p.pushed(0, t);
+  p.closed(0);  // rounds {1.9, 3.0, 2.5}: 2.5
+  CHECK(p.seconds(0) == 2.5);
+  p.pushed(0, 4.0);
+  p.closed(0);  // a window of 3: {3.0, 2.5, 4.0}: 3.0
+  CHECK(p.seconds(0) == 3.0);
+  CHECK(p.seconds(1) == 0.0);  // modules apart
 }
 
 TEST_CASE("module_store snapshot round-trips θ, outer state and round", "[store]") {

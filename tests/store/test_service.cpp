@@ -184,6 +184,7 @@ TEST_CASE("a quorum closes rounds without the slow worker, and its late push is 
   std::thread st([&] { server.serve(); });
   status s1, s2;
   long merged1 = -1, merged2 = -1;  // each worker's count of its pushes merged late
+  double pace1 = -1;                // the fast worker's push pace, from its last wait reply
   std::atomic<int> step{0};
   const auto until = [] { return net::after(std::chrono::seconds(20)); };
   std::thread t1([&] {  // the fast worker
@@ -194,6 +195,7 @@ TEST_CASE("a quorum closes rounds without the slow worker, and its late push is 
     if (s1) s1 = c.push(0, 1, 1, std::vector<float>{3, 0}, 1.0);  // closes round 1
     if (s1) s1 = c.wait_closed(0, 1, until());
     merged1 = c.merged_late();
+    pace1 = c.push_time_s(0);
     c.bye();
   });
   std::thread t2([&] {  // the slow worker: its push from round 0 comes after round 0 closed
@@ -226,6 +228,9 @@ TEST_CASE("a quorum closes rounds without the slow worker, and its late push is 
   // rounds on time, though the store's round had moved on when it replied).
   REQUIRE(merged1 == 0);
   REQUIRE(merged2 == 1);
+  // The wait replies carry the store's push pace (on-time pushes only: the fast worker's).
+  REQUIRE(server.push_time_s(0) > 0);
+  REQUIRE(pace1 == Approx(server.push_time_s(0)).margin(1e-6));
   // θ1 = (10, 20) − (1, 2) = (9, 18); θ2 = θ1 − (1·(3, 0) + ½·(6, 3)) / 1.5 = (5, 17).
   std::vector<float> theta(2);
   store.pull(0, theta);
@@ -602,8 +607,8 @@ TEST_CASE("a worker and a store of different protocol versions refuse each other
                          {.round_timeout = std::chrono::milliseconds(20000)});
     std::thread st([&] { server.serve(); });
     store::wire::request hello{std::uint32_t(store::wire::kind::hello), -1, 0, 1, 0, 0, 0};
-    REQUIRE_FALSE(world[1].send(0, store::wire::request_tag, store::wire::bytes_of(hello), soon())
-                      .wait());
+    REQUIRE_FALSE(
+        world[1].send(0, store::wire::request_tag, store::wire::bytes_of(hello), soon()).wait());
     store::wire::reply rp{};
     REQUIRE_FALSE(
         world[1].recv(0, store::wire::reply_tag, store::wire::bytes_of(rp), soon()).wait());

@@ -389,3 +389,58 @@ TEST_CASE("run_worker: a throttled worker within a train budget holds no round o
   REQUIRE(w1.inner_step() >= rounds);                     // (at least one a round)
   REQUIRE(w0.inner_step() == long(rounds) * icfg.steps);  // the fast one trained its H
 }
+
+TEST_CASE(
+    "run_worker paced by measurement: a slow worker trains what fits its partner's pace; "
+    "equal workers train H with the bits of an unpaced run",
+    "[train][worker_loop]") {
+  const int rounds = 4;
+  const auto run = [&](one_module<outer::nesterov>& f, double throttle1, bool paced,
+                       double factor) {
+    std::atomic<int> refused{0};
+    status r0, r1;
+    auto opts = [&](double throttle) {
+      return train::worker_loop_options{.rounds = rounds,
+                                        .round_deadline = std::chrono::seconds(30),
+                                        .throttle = throttle,
+                                        .pace_measured = paced,
+                                        .pace_factor = factor};
+    };
+    std::thread t0([&] {
+      r0 = train::run_worker(f.w0, f.store, opts(1), {}, [&](const error&) { ++refused; });
+    });
+    std::thread t1([&] {
+      r1 = train::run_worker(f.w1, f.store, opts(throttle1), {}, [&](const error&) { ++refused; });
+    });
+    t0.join();
+    t1.join();
+    REQUIRE(r0.ok());
+    REQUIRE(r1.ok());
+    REQUIRE(refused == 0);
+  };
+  SECTION("worker 1 400 times slower: after the first round, one step a round") {
+    one_module<outer::nesterov> f(2, outer::nesterov{});
+    run(f, 400, true, 1.05);
+    // Round 0 before the store knows a pace: H steps; then the pace (worker 0's push, a few
+    // milliseconds after the round opened) holds less than one of worker 1's steps: one each.
+    // Worker 0 sets the pace and is never budgeted.
+    CHECK(f.w1.inner_step() == icfg.steps + (rounds - 1));
+    CHECK(f.w0.inner_step() == long(rounds) * icfg.steps);  // the fast one trained its H
+    CHECK(f.store.push_time_s(0) > 0);
+  }
+  SECTION("equal workers: H steps every round and the same θ as without pacing") {
+    // The faster of the two sets the pace and trains unbudgeted; the other, if it trained longer
+    // than the pace, within 4 times it: equal workers sharing two cores with the store never
+    // differ by that much, so no step is cut.
+    one_module<outer::nesterov> paced(2, outer::nesterov{}), plain(2, outer::nesterov{});
+    run(paced, 1, true, 4.0);
+    run(plain, 1, false, 1.05);
+    CHECK(paced.w0.inner_step() == long(rounds) * icfg.steps);
+    CHECK(paced.w1.inner_step() == long(rounds) * icfg.steps);
+    CHECK(paced.store.push_time_s(0) > 0);
+    std::vector<float> a(paced.levels[0].size), b(a.size());
+    REQUIRE(paced.store.pull(0, a));
+    REQUIRE(plain.store.pull(0, b));
+    CHECK(a == b);
+  }
+}

@@ -142,6 +142,11 @@ struct sync_section {
   // reaches a round that closed without it is dropped, counted in the worker's log ("late")
   // and the store's.
   double train_budget_s = 0;
+  // How a worker's training time per round is set: "budget" (train_budget_s; 0: H steps),
+  // "measured" (a worker slower than the store's push pace of its modules — how long after a
+  // round opens their faster workers push — trains within 1.05 × that pace;
+  // train/worker_loop.hpp pace_measured), "none" (H steps).
+  std::string pace = "budget";
   // Rounds that close on a quorum (store/server.hpp): a module's round closes once `quorum` of
   // its workers pushed and `grace` × the median push spread of its recent rounds passed after
   // the quorum's last push (0: when every worker pushed, or at launch.round_timeout_s).

@@ -252,6 +252,7 @@ inline void add_settings(setting_fields& f, settings& s) {
   f.add("dipaco.stage_split", d.stage_split);
   f.add("sync.mode", s.sync.mode);
   f.add("sync.train_budget_s", s.sync.train_budget_s);
+  f.add("sync.pace", s.sync.pace);
   f.add("sync.overlap_steps", s.sync.overlap_steps);
   f.add("sync.alpha", s.sync.alpha);
   f.add("sync.quorum", s.sync.quorum);

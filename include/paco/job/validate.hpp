@@ -209,6 +209,10 @@ status validate_dipaco_stages(const settings& c, const M& model) {
     return bad_setting(
         "sync.train_budget_s: must be 0 with dipaco.stages > 1 (a budget would cut the "
         "stages of a path at different steps)");
+  if (c.sync.pace == "measured")
+    return bad_setting(
+        "sync.pace: must not be \"measured\" with dipaco.stages > 1 (a budget would cut the "
+        "stages of a path at different steps)");
   long workers = d.workers_per_path;
   for (int e : d.grid) workers *= e;
   if (p.base_port < 0 || p.base_port + workers * d.stages > 65535)
@@ -299,6 +303,13 @@ status validate_dipaco(const settings& c, const M& model) {
                  "sync.grace", "in [0, 1000] (× the median push spread)"),
         in_range(c.sync.max_staleness >= 0 && c.sync.max_staleness <= 64, "sync.max_staleness",
                  "in [0, 64] (rounds; 0: late pushes dropped)"),
+        in_range(c.sync.pace == "budget" || c.sync.pace == "measured" || c.sync.pace == "none",
+                 "sync.pace", "\"budget\", \"measured\" or \"none\""),
+        in_range(c.sync.pace == "budget" || c.sync.train_budget_s == 0, "sync.train_budget_s",
+                 "0 with sync.pace = \"" + c.sync.pace + "\" (a budget is sync.pace = \"budget\")"),
+        in_range(c.sync.pace != "measured" || !rule->get_if<train::streaming>(), "sync.pace",
+                 "\"budget\" or \"none\" with sync.mode = \"streaming\" (its staggered syncs "
+                 "keep every worker on one schedule)"),
         in_range((c.sync.quorum == 0 && c.sync.max_staleness == 0) || c.sync.mode == "blocking",
                  "sync.mode",
                  "\"blocking\" with sync.quorum or sync.max_staleness (a late push "

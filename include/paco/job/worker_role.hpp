@@ -431,7 +431,8 @@ int run_worker_life(const dipaco_job<Model>& cfg, const run_dir& rd, int w, bool
       .resumed_loss = saved && saved->metadata.count("pending_loss")
                           ? std::stod(saved->metadata.at("pending_loss"))
                           : 0.0,
-      .mixed_rounds = cfg.sync.quorum > 0 || cfg.sync.max_staleness > 0};
+      .mixed_rounds = cfg.sync.quorum > 0 || cfg.sync.max_staleness > 0,
+      .pace_measured = cfg.sync.pace == "measured"};
   // After each round: its checkpoint, then its log record, each retried, each fatal when it
   // cannot be written (the loop stops with the error; the process exits 4).
   bool write_failed = false;

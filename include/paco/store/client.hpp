@@ -43,14 +43,20 @@ class client {
   // Pushes the store took into a later round than their base: merged late, at a staleness
   // weight (server_options::max_staleness); the reply carries the push's staleness.
   long merged_late() const noexcept { return merged_late_; }
+  // Module m's push pace as the store last reported it in a wait reply (store/push_pace.hpp:
+  // how long after a round opens its on-time pushes arrive); 0 before any.
+  double push_time_s(int m) const {
+    const auto it = pace_.find(m);
+    return it == pace_.end() ? 0.0 : it->second;
+  }
 
   // Announces this worker to every store (after a start or a restart). Errors: version when a
   // store speaks another store protocol (wire::protocol_version; a store of an older paco
   // answers 0), naming both; the transport's.
   status hello() {
     for (int s : layout_.store_ranks) {
-      wire::request rq{
-          std::uint32_t(wire::kind::hello), -1, 0, worker_, wire::protocol_version, 0, 0};
+      wire::request rq{std::uint32_t(wire::kind::hello), -1, 0, worker_,
+                       wire::protocol_version,           0,  0};
       auto& l = stores_.at(s);
       auto h = l.t->send(l.peer, wire::request_tag, wire::bytes_of(rq), deadline());
       if (auto ec = h.wait()) return error(ec, "hello to store " + std::to_string(s));
@@ -58,11 +64,10 @@ class client {
       auto r = l.t->recv(l.peer, wire::reply_tag, wire::bytes_of(rp), deadline());
       if (auto ec = r.wait()) return error(ec, "hello reply from store " + std::to_string(s));
       if (rp.count != wire::protocol_version || rp.status == int(errc::version))
-        return error(errc::version,
-                     "store " + std::to_string(s) + " speaks store protocol " +
-                         std::to_string(rp.count) + ", this worker " +
-                         std::to_string(wire::protocol_version) +
-                         " (the worker and the store are different paco versions)");
+        return error(errc::version, "store " + std::to_string(s) + " speaks store protocol " +
+                                        std::to_string(rp.count) + ", this worker " +
+                                        std::to_string(wire::protocol_version) +
+                                        " (the worker and the store are different paco versions)");
       if (rp.status != 0)
         return error(static_cast<errc>(rp.status),
                      "store " + std::to_string(s) + " refused this worker's hello");
@@ -193,6 +198,7 @@ class client {
     if (auto ec = r.wait())
       return error(
           ec, "waiting for round " + std::to_string(round) + " of module " + std::to_string(m));
+    if (rp.status == 0) pace_[m] = double(rp.count) / 1e6;
     return {};
   }
 
@@ -216,6 +222,7 @@ class client {
   std::map<int, worker_link<T>> stores_;
   std::size_t bytes_out_ = 0, bytes_in_ = 0;
   long merged_late_ = 0;
+  std::map<int, double> pace_;  // per module, the push pace of its last wait reply
 };
 
 }  // namespace paco::store

@@ -6,7 +6,8 @@
 //   wait_closed(m, round, until)    blocks until module m's `round` closed (or until passes)
 // Opt in with `using module_store_tag = void;`. Models: local_store (threads of one process),
 // client (a store service over any Transport). EncodedModuleStore adds push_encoded (a
-// codec's payload instead of fp32 Δ). rounds_differ: the error of a path pulled at different
+// codec's payload instead of fp32 Δ); PacedModuleStore adds push_time_s (the module's push
+// pace). rounds_differ: the error of a path pulled at different
 // rounds.
 
 #include <chrono>
@@ -48,6 +49,13 @@ concept ModuleStore = requires(S& s, int m, int worker, long round, std::span<fl
   { s.pull(m, dst) } -> std::same_as<result<pulled>>;
   { s.push(m, worker, round, delta, weight) } -> std::same_as<status>;
   { s.wait_closed(m, round, until) } -> std::same_as<status>;
+};
+
+// A store that reports each module's push pace (store/push_pace.hpp), which a worker paced by
+// measurement trains within (worker_loop_options::pace_measured).
+template <class S>
+concept PacedModuleStore = ModuleStore<S> && requires(const S& s, int m) {
+  { s.push_time_s(m) } -> std::same_as<double>;
 };
 
 template <class S>

@@ -19,6 +19,7 @@
 #include "paco/store/compression.hpp"
 #include "paco/store/concepts.hpp"
 #include "paco/store/module_store.hpp"
+#include "paco/store/push_pace.hpp"
 #include "paco/store/wire.hpp"
 
 namespace paco::store {
@@ -112,6 +113,12 @@ class local_store {
     return {};
   }
 
+  // Module m's push pace (store/push_pace.hpp); 0 before any round closed with a push.
+  double push_time_s(int m) const {
+    std::lock_guard lk(mu_);
+    return pace_.seconds(m);
+  }
+
   // Summaries of every closed round, in closing order.
   std::vector<store::round_summary> history() const {
     std::lock_guard lk(mu_);
@@ -129,15 +136,25 @@ class local_store {
  private:
   status push_locked(int m, int worker, long round, std::span<const float> delta, double weight) {
     auto s = store_.push(m, worker, round, delta, weight);
+    if (s.ok() && round == store_.round(m))
+      pace_.pushed(m, std::chrono::duration<double>(clock::now() - opened(m)).count());
     if (s.ok() && store_.complete(m)) close_locked(m);
     return s;
   }
   void close_locked(int m) {
     history_.push_back(store_.close(m));
+    pace_.closed(m);
+    opened_[m] = clock::now();
     cv_.notify_all();
   }
+  using clock = std::chrono::steady_clock;
+  // When module m's open round opened (the first: when the store was made).
+  clock::time_point opened(int m) { return opened_.try_emplace(m, made_).first->second; }
   store::module_store<OuterOpt> store_;
   mutable std::mutex mu_;
+  push_pace pace_;
+  std::chrono::steady_clock::time_point made_ = std::chrono::steady_clock::now();
+  std::map<int, std::chrono::steady_clock::time_point> opened_;
   std::condition_variable cv_;
   std::vector<store::round_summary> history_;
   compression compression_{};

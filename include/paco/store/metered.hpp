@@ -62,6 +62,8 @@ class metered {
     return inner_.wait_closed(m, round, until);
   }
 
+  double push_time_s(int m) const requires PacedModuleStore<S> { return inner_.push_time_s(m); }
+
   // The pushes recorded since the last take, oldest first; clears them.
   std::vector<push_record> take() {
     std::lock_guard lock(mu_);

@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -55,6 +56,7 @@
 #include "paco/net/concepts.hpp"
 #include "paco/store/link.hpp"
 #include "paco/store/module_store.hpp"
+#include "paco/store/push_pace.hpp"
 #include "paco/store/wire.hpp"
 
 namespace paco::store {
@@ -163,6 +165,10 @@ class server {
   std::size_t late_refused() const { return late_refused_; }
   // Pushes from an earlier base round merged into a module's open round.
   std::size_t late_merged() const { return late_merged_; }
+  // The pace of module m's workers (store/push_pace.hpp): the median time its on-time pushes
+  // arrived after their round opened, over its last 8 rounds; 0 before any. Wait replies carry
+  // it (in microseconds) to workers paced by measurement.
+  double push_time_s(int m) const { return pace_.seconds(m); }
 
   // Runs until stop(), or no worker is left (all said bye or died). Errors: none (failures of
   // single workers are handled by leaving them out).
@@ -377,6 +383,7 @@ class server {
     if (!late) {  // (the store counts the round's on-time pushes; this keeps their times)
       const auto now = clock::now();
       const int on_time = store_.pushed_on_time(m);
+      pace_.pushed(m, std::chrono::duration<double>(now - opened_[m]).count());
       auto& q = open_[m];
       if (on_time == 1) q.first = now;
       q.last = now;
@@ -503,6 +510,7 @@ class server {
       }
       open_.erase(q);
     }
+    pace_.closed(m);
     prev_opened_[m] = opened_[m];
     opened_[m] = now;
     if (o_.on_close) o_.on_close(history_.back());
@@ -520,6 +528,9 @@ class server {
       for (int m : due) close(m, false, true);
     }
   }
+  std::uint64_t pace_micros(int m) const {
+    return std::uint64_t(std::llround(std::max(0.0, pace_.seconds(m)) * 1e6));
+  }
   // Answers every wait whose round has closed. A worker whose reply fails is marked dead after
   // the walk (mark_dead drops its waits and may close rounds: it must not run while waits_ is
   // being walked); its other waits in this walk are dropped unanswered.
@@ -532,8 +543,8 @@ class server {
       if (std::find(failed.begin(), failed.end(), x.worker) != failed.end()) continue;
       if (store_.round(x.module) <= x.round) {
         open.push_back(x);
-      } else if (!send_reply(x.worker,
-                             {0, x.module, store_.round(x.module), store_.hash(x.module), 0})) {
+      } else if (!send_reply(x.worker, {0, x.module, store_.round(x.module), store_.hash(x.module),
+                                        pace_micros(x.module)})) {
         failed.push_back(x.worker);
       }
     }
@@ -581,6 +592,7 @@ class server {
   std::map<int, open_round> open_;
   std::map<int, std::vector<double>> spreads_;  // per module, its last rounds' push spreads
   std::map<int, double> median_spread_;         // per module, the median of spreads_ (set)
+  push_pace pace_;  // when on-time pushes arrive after their round opened (wait replies carry it)
   std::size_t ontime_refused_ = 0;
   std::size_t late_refused_ = 0;
   std::size_t late_merged_ = 0;

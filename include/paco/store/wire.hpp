@@ -9,7 +9,8 @@
 //   push, push_encoded: reply{count = the push's staleness: 0 on time, s when merged s rounds
 //          late into the open round (server_options::max_staleness)}
 //   pull:  reply, then count floats (θ)                         tag data_tag
-//   wait:  reply once the round is closed (or the request's deadline passed)
+//   wait:  reply once the round is closed (or the request's deadline passed), count = the
+//          module's push pace in microseconds (store/push_pace.hpp; 0: not yet known)
 //   describe: reply{count = bytes, hash = hash64 of them}, then the store's description of its
 //          run (server_options::describe: text, e.g. a job's routing and module rounds)
 //                                                               tag data_tag

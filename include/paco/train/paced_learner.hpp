@@ -1,7 +1,8 @@
 #pragma once
 // paced_learner: a path worker as the round body's learner (train/round_body.hpp) under a train
 // budget and a throttle (worker_loop_options::train_budget, ::throttle; train/worker_loop.hpp).
-// train(n) runs n inner steps — with a budget as many as fit in it (checked after each step, at
+// train(n) runs n inner steps — with a budget as many as fit in it (checked before each step: the
+// next one is taken if the time trained plus the round's mean step so far stays within it; at
 // least one), with a throttle each followed by (throttle − 1) times its duration asleep
 // (experiments: a worker `throttle` times slower) — and books their seconds and their mean loss.
 // Budget and throttle need a worker that trains step by step (train(1)); without either, train(n)
@@ -24,6 +25,9 @@ class paced_learner {
   paced_learner(W& w, clock::duration budget, double throttle)
       : w_(&w), budget_(budget), throttle_(throttle) {}
   int steps_per_round() const noexcept { return w_->steps_per_round(); }
+  // The budget of the next rounds (zero: none).
+  void set_budget(clock::duration budget) noexcept { budget_ = budget; }
+  clock::duration budget() const noexcept { return budget_; }
   double train(int n) {
     const auto t0 = clock::now();
     const bool budget = budget_ > clock::duration::zero();
@@ -39,7 +43,8 @@ class paced_learner {
           std::this_thread::sleep_for(
               std::chrono::duration_cast<clock::duration>((clock::now() - s0) * (throttle_ - 1)));
         ++steps;
-        if (budget && clock::now() - t0 >= budget_) break;
+        const auto spent = clock::now() - t0;
+        if (budget && spent + spent / steps > budget_) break;  // the next step would not fit
       }
       last_ = sum / steps;
     }

@@ -83,6 +83,13 @@ struct worker_loop_options {
   // worker takes them as they are and pushes each with its own round as its base
   // (path_buffers::accept_mixed_rounds), and the store merges a late one (merge_late).
   bool mixed_rounds = false;
+  // Paced by measurement (no train_budget): a worker whose last round trained longer than the
+  // slowest push pace among its path's modules as the store reports it
+  // (store::PacedModuleStore: how long after a round opens the modules' faster workers push)
+  // trains its next round within pace_factor × that pace, so it finishes with its partners;
+  // one at the pace (it sets it) and every worker before the store knows a pace take H steps.
+  bool pace_measured = false;
+  double pace_factor = 1.05;
 };
 
 // θ, θ_start ← the modules of w's last whole-path fetch, on every level; the next push weighs the

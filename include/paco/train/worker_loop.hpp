@@ -5,8 +5,9 @@
 // (train/store_exchange.hpp) under any sync rule (worker_loop_options::sync, train/sync.hpp):
 //
 //   blocking       each round: H inner steps (train::inner_loop: the worker's optimizer state
-//                  carries on), or as many as fit in train_budget (its push then weighs the share
-//                  of H it trained); push Δ of every module; wait until every module's round
+//                  carries on), or as many as fit in train_budget or, paced by measurement, in
+//                  the store's push pace of its modules (pace_measured; its push then weighs the
+//                  share of H it trained); push Δ of every module; wait until every module's round
 //                  closed (or round_deadline passed); take the store's new modules G
 //   co2, eager,    the round's push, wait and fetch fly on a background thread while the next
 //   naive_delayed  round trains from the live θ; at the end of round r the flight of round r−1
@@ -109,10 +110,14 @@ status run_worker(W& w, Store& store, const worker_loop_options& o,
   const int h = w.steps_per_round();
   auto plan = detail::store_plan(o.sync, levels, h);
   if (!plan) return plan.error();
-  if (per_level && o.train_budget > clock::duration::zero())
+  if (per_level && (o.train_budget > clock::duration::zero() || o.pace_measured))
     return {errc::unsupported,
             "streaming through the store keeps every worker on one schedule of staggered "
             "syncs: a train budget would cut it (use co2, eager or blocking)"};
+  if (o.pace_measured && !store::PacedModuleStore<Store>)
+    return {errc::unsupported,
+            "worker_loop_options::pace_measured: this store reports no push pace "
+            "(store::PacedModuleStore: the store service's client, local_store)"};
   auto share = detail::own_shares(o, levels, h);
   if (!share) return share.error();
   using exchange = store_exchange<W, Store>;
@@ -121,11 +126,25 @@ status run_worker(W& w, Store& store, const worker_loop_options& o,
   round_body<exchange, paced_learner<W>> body(x, l, *plan, per_level ? levels : 1);
 
   auto last = clock::now();
+  // Paced by measurement: the next round's budget from the slowest pace of the path's modules,
+  // for a worker that trained longer than that pace (one at the pace sets it: no budget).
+  const auto pace = [&](double trained_s) {
+    if constexpr (store::PacedModuleStore<Store>) {
+      double slowest = 0;
+      for (int m : w.buffers().modules()) slowest = std::max(slowest, store.push_time_s(m));
+      l.set_budget(slowest > 0 && trained_s > slowest
+                       ? std::chrono::duration_cast<clock::duration>(
+                             std::chrono::duration<double>(slowest * o.pace_factor))
+                       : clock::duration::zero());
+    }
+  };
   const auto report = [&](worker_round r) -> status {
     const auto now = clock::now();
+    const double trained_s = l.take_train_seconds();
     r.seconds = std::chrono::duration<double>(now - last).count();
-    r.sync_s = std::max(0.0, r.seconds - l.take_train_seconds());
+    r.sync_s = std::max(0.0, r.seconds - trained_s);
     last = now;
+    if (o.pace_measured) pace(trained_s);
     return on_round ? on_round(r) : status{};
   };
   // The loss of the round (cycle) whose Δ flies or waits to be sent.
