@@ -57,12 +57,9 @@ class client {
     for (int s : layout_.store_ranks) {
       wire::request rq{std::uint32_t(wire::kind::hello), -1, 0, worker_,
                        wire::protocol_version,           0,  0};
-      auto& l = stores_.at(s);
-      auto h = l.t->send(l.peer, wire::request_tag, wire::bytes_of(rq), deadline());
-      if (auto ec = h.wait()) return error(ec, "hello to store " + std::to_string(s));
-      wire::reply rp{};
-      auto r = l.t->recv(l.peer, wire::reply_tag, wire::bytes_of(rp), deadline());
-      if (auto ec = r.wait()) return error(ec, "hello reply from store " + std::to_string(s));
+      auto got = exchange(s, rq);
+      if (!got) return got.error();
+      const wire::reply& rp = *got;
       if (rp.count != wire::protocol_version || rp.status == int(errc::version))
         return error(errc::version, "store " + std::to_string(s) + " speaks store protocol " +
                                         std::to_string(rp.count) + ", this worker " +
@@ -203,15 +200,21 @@ class client {
   }
 
  private:
-  result<wire::reply> call(int s, const wire::request& rq) {
+  // A request to store s and its reply, whatever its status. Errors: the transport's.
+  result<wire::reply> exchange(int s, const wire::request& rq) {
     auto& l = stores_.at(s);
     auto h = l.t->send(l.peer, wire::request_tag, wire::bytes_of(rq), deadline());
     if (auto ec = h.wait()) return error(ec, "request to store " + std::to_string(s));
     wire::reply rp{};
     auto r = l.t->recv(l.peer, wire::reply_tag, wire::bytes_of(rp), deadline());
     if (auto ec = r.wait()) return error(ec, "reply from store " + std::to_string(s));
-    if (rp.status != 0)
-      return error(static_cast<errc>(rp.status), "store " + std::to_string(s) + " refused");
+    return rp;
+  }
+  // The same, and an error for a reply that refuses it.
+  result<wire::reply> call(int s, const wire::request& rq) {
+    auto rp = exchange(s, rq);
+    if (rp && rp->status != 0)
+      return error(static_cast<errc>(rp->status), "store " + std::to_string(s) + " refused");
     return rp;
   }
   net::deadline deadline() const { return net::after(io_); }
