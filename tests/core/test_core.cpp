@@ -3,6 +3,7 @@
 #include <set>
 
 #include "paco/core/core.hpp"
+#include "paco/core/stats.hpp"
 
 using namespace paco;
 
@@ -127,4 +128,23 @@ TEST_CASE("edit_distance and closest_name: the nearest name to a mistyped one", 
   // Too far from every name to be a typo of one: no suggestion.
   CHECK(closest_name("model.vocab", keys) == std::nullopt);
   CHECK(closest_name("x", keys) == std::nullopt);
+}
+
+TEST_CASE("recent_median: the lower or upper middle of the last values in its window", "[core]") {
+  paco::stats::recent_median lo(3, paco::stats::recent_median::lower),
+      hi(3, paco::stats::recent_median::upper);
+  CHECK(lo.empty());
+  CHECK(lo.value() == 0.0);
+  for (double v : {5.0, 1.0}) lo.add(v), hi.add(v);
+  CHECK(lo.value() == 1.0);  // {1, 5}
+  CHECK(hi.value() == 5.0);
+  lo.add(3.0), hi.add(3.0);  // {1, 3, 5}
+  CHECK(lo.value() == 3.0);
+  CHECK(hi.value() == 3.0);
+  lo.add(9.0), hi.add(9.0);  // 5 leaves: {1, 3, 9}
+  CHECK(lo.value() == 3.0);
+  lo.add(7.0);  // {3, 7, 9}
+  CHECK(lo.value() == 7.0);
+  CHECK(paco::stats::recent_median::of({4, 2, 8, 6}, paco::stats::recent_median::lower) == 4.0);
+  CHECK(paco::stats::recent_median::of({4, 2, 8, 6}, paco::stats::recent_median::upper) == 6.0);
 }

@@ -1,7 +1,9 @@
 #pragma once
 // stats: the few summary statistics the benchmarks and tools report — the median, and Spearman's
 // rank correlation (how well one quantity orders items as another does: a cost model's predicted
-// times against measured ones).
+// times against measured ones) — and recent_median, the median of the last values in a window,
+// kept up to date as each is added (the store's grace window, store/server.hpp, and push pace,
+// store/push_pace.hpp).
 
 #include <algorithm>
 #include <cmath>
@@ -49,5 +51,43 @@ inline double spearman(const std::vector<double>& x, const std::vector<double>& 
   }
   return sxx > 0 && syy > 0 ? sxy / std::sqrt(sxx * syy) : std::nan("");
 }
+
+// recent_median: the median of the last `window` values added, kept as each is added (reading it
+// costs nothing); of an even count the lower or the upper middle value, as chosen (not their
+// mean: a value that occurred). Not thread-safe: its owner guards it.
+//
+//   stats::recent_median spread(8, stats::recent_median::upper);
+//   spread.add(0.2);  spread.add(0.4);   // spread.value() == 0.4
+class recent_median {
+ public:
+  enum side { lower, upper };
+
+  // Requires: window ≥ 1.
+  recent_median(std::size_t window, side s) : window_(window), side_(s) {}
+
+  // The median of v (Requires: v not empty): its middle value, of an even count the lower or
+  // the upper one.
+  static double of(std::vector<double> v, side s) {
+    const std::size_t k = s == lower ? (v.size() - 1) / 2 : v.size() / 2;
+    std::nth_element(v.begin(), v.begin() + long(k), v.end());
+    return v[k];
+  }
+
+  // Adds v; the oldest value leaves once the window is full.
+  void add(double v) {
+    values_.push_back(v);
+    if (values_.size() > window_) values_.erase(values_.begin());
+    median_ = of(values_, side_);
+  }
+  bool empty() const noexcept { return values_.empty(); }
+  // Ensures: the median of the last window values added; 0 before any.
+  double value() const noexcept { return median_; }
+
+ private:
+  std::size_t window_;
+  side side_;
+  std::vector<double> values_;
+  double median_ = 0;
+};
 
 }  // namespace paco::stats

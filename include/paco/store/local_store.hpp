@@ -137,9 +137,15 @@ class local_store {
   status push_locked(int m, int worker, long round, std::span<const float> delta, double weight) {
     auto s = store_.push(m, worker, round, delta, weight);
     if (s.ok() && round == store_.round(m))
-      pace_.pushed(m, std::chrono::duration<double>(clock::now() - opened(m)).count());
+      pace_.pushed(m, std::chrono::duration<double>(clock::now() - opened_.at(m)).count());
     if (s.ok() && store_.complete(m)) close_locked(m);
     return s;
+  }
+  static std::map<int, std::chrono::steady_clock::time_point> opened_now(
+      const store::module_store<OuterOpt>& s) {
+    std::map<int, std::chrono::steady_clock::time_point> at;
+    for (int m = 0; m < s.module_count(); ++m) at[m] = std::chrono::steady_clock::now();
+    return at;
   }
   void close_locked(int m) {
     history_.push_back(store_.close(m));
@@ -148,13 +154,11 @@ class local_store {
     cv_.notify_all();
   }
   using clock = std::chrono::steady_clock;
-  // When module m's open round opened (the first: when the store was made).
-  clock::time_point opened(int m) { return opened_.try_emplace(m, made_).first->second; }
   store::module_store<OuterOpt> store_;
   mutable std::mutex mu_;
   push_pace pace_;
-  std::chrono::steady_clock::time_point made_ = std::chrono::steady_clock::now();
-  std::map<int, std::chrono::steady_clock::time_point> opened_;
+  // When each module's open round opened (the first: when the store was made).
+  std::map<int, std::chrono::steady_clock::time_point> opened_ = opened_now(store_);
   std::condition_variable cv_;
   std::vector<store::round_summary> history_;
   compression compression_{};

@@ -11,10 +11,11 @@
 //
 // Not thread-safe: its store guards it.
 
-#include <algorithm>
 #include <cstddef>
 #include <map>
 #include <vector>
+
+#include "paco/core/stats.hpp"
 
 namespace paco::store {
 
@@ -25,35 +26,27 @@ class push_pace {
 
   // An on-time push of module m arrived `after_open_s` seconds after its round opened.
   void pushed(int m, double after_open_s) { open_[m].push_back(after_open_s); }
-  // Module m's round closed: the median of its on-time pushes' times joins the window (a round
-  // without one changes nothing).
+  // Module m's round closed: the lower median of its on-time pushes' times joins the window (a
+  // round without one changes nothing). Lower: a module two workers share is paced by the
+  // faster.
   void closed(int m) {
     auto it = open_.find(m);
     if (it == open_.end()) return;
-    if (!it->second.empty()) {
-      auto& w = rounds_[m];
-      w.push_back(median(it->second));
-      if (w.size() > window_) w.erase(w.begin());
-      pace_[m] = median(w);
-    }
+    if (!it->second.empty())
+      rounds_.try_emplace(m, window_, stats::recent_median::lower)
+          .first->second.add(stats::recent_median::of(it->second, stats::recent_median::lower));
     open_.erase(it);
   }
-  // Ensures: the median over the window of the rounds' median push times; 0 before any.
+  // Ensures: the lower median over the window of the rounds' median push times; 0 before any.
   double seconds(int m) const {
-    const auto it = pace_.find(m);
-    return it == pace_.end() ? 0.0 : it->second;
+    const auto it = rounds_.find(m);
+    return it == rounds_.end() ? 0.0 : it->second.value();
   }
 
  private:
-  // The lower median (of two, the earlier: a module two workers share is paced by the faster).
-  static double median(std::vector<double> v) {
-    const auto k = (v.size() - 1) / 2;
-    std::nth_element(v.begin(), v.begin() + long(k), v.end());
-    return v[k];
-  }
   std::size_t window_;
-  std::map<int, std::vector<double>> open_, rounds_;
-  std::map<int, double> pace_;
+  std::map<int, std::vector<double>> open_;     // the open round's push times
+  std::map<int, stats::recent_median> rounds_;  // the last rounds' medians
 };
 
 }  // namespace paco::store

@@ -53,6 +53,7 @@
 
 #include "paco/compress/module_codec.hpp"
 #include "paco/core/hash.hpp"
+#include "paco/core/stats.hpp"
 #include "paco/net/concepts.hpp"
 #include "paco/store/link.hpp"
 #include "paco/store/module_store.hpp"
@@ -481,10 +482,10 @@ class server {
     const auto it = open_.find(m);
     if (o_.quorum <= 0 || it == open_.end() || store_.pushed_on_time(m) < o_.quorum) return false;
     const open_round& q = it->second;
-    const auto spread = median_spread_.find(m);
+    const auto spread = spreads_.find(m);
     const double window =
-        o_.grace * (spread != median_spread_.end()
-                        ? spread->second
+        o_.grace * (spread != spreads_.end()
+                        ? spread->second.value()
                         : std::chrono::duration<double>(q.quorum_at - q.first).count());
     return std::chrono::duration<double>(clock::now() - q.quorum_at).count() >= window;
   }
@@ -500,14 +501,10 @@ class server {
     history_.back().by_deadline = by_deadline;
     history_.back().by_quorum = by_quorum;
     if (auto q = open_.find(m); q != open_.end()) {  // the round's push spread, for grace windows
-      if (on_time > 1) {
-        auto& sp = spreads_[m];
-        sp.push_back(std::chrono::duration<double>(q->second.last - q->second.first).count());
-        if (sp.size() > spread_rounds) sp.erase(sp.begin());
-        auto sorted = sp;
-        std::nth_element(sorted.begin(), sorted.begin() + long(sorted.size() / 2), sorted.end());
-        median_spread_[m] = sorted[sorted.size() / 2];
-      }
+      if (on_time > 1)
+        spreads_.try_emplace(m, spread_rounds, stats::recent_median::upper)
+            .first->second.add(
+                std::chrono::duration<double>(q->second.last - q->second.first).count());
       open_.erase(q);
     }
     pace_.closed(m);
@@ -590,8 +587,8 @@ class server {
   };
   static constexpr std::size_t spread_rounds = 8;  // rounds whose push spread sets the grace
   std::map<int, open_round> open_;
-  std::map<int, std::vector<double>> spreads_;  // per module, its last rounds' push spreads
-  std::map<int, double> median_spread_;         // per module, the median of spreads_ (set)
+  // Per module, the median push spread of its last rounds with two on-time pushes or more.
+  std::map<int, stats::recent_median> spreads_;
   push_pace pace_;  // when on-time pushes arrive after their round opened (wait replies carry it)
   std::size_t ontime_refused_ = 0;
   std::size_t late_refused_ = 0;

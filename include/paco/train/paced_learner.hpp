@@ -27,7 +27,6 @@ class paced_learner {
   int steps_per_round() const noexcept { return w_->steps_per_round(); }
   // The budget of the next rounds (zero: none).
   void set_budget(clock::duration budget) noexcept { budget_ = budget; }
-  clock::duration budget() const noexcept { return budget_; }
   double train(int n) {
     const auto t0 = clock::now();
     const bool budget = budget_ > clock::duration::zero();
